@@ -1,0 +1,144 @@
+//! The admin API (127.0.0.1 by default): routing-table pushes, status, health and metrics.
+//!
+//! | method | path | answer |
+//! |---|---|---|
+//! | `POST` | `/config` | validates, compiles and swaps: 200 `{"hash"}`, or 400 `{"errors"}` (old table kept) |
+//! | `GET` | `/config` | the table in service |
+//! | `GET` | `/status` | hash, counts, uptime, connections |
+//! | `GET` | `/healthz` | 200 while the process runs |
+//! | `GET` | `/readyz` | 200 once a first table was applied, 503 before |
+//! | `GET` | `/metrics` | Prometheus text |
+
+use std::convert::Infallible;
+use std::sync::atomic::Ordering;
+
+use bytes::Bytes;
+use http::{header, Method, Request, Response, StatusCode};
+use http_body_util::{BodyExt, Limited};
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use serde_json::json;
+
+use crate::config::Config;
+use crate::pipeline::ProxyBody;
+use crate::server::Proxy;
+
+/// Accepts admin connections until the task is aborted.
+pub(crate) async fn serve(proxy: Proxy, listener: tokio::net::TcpListener) -> std::io::Result<()> {
+    loop {
+        let (stream, _) = match listener.accept().await {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!(error = %e, "admin accept failed");
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+                continue;
+            }
+        };
+        let proxy = proxy.clone();
+        tokio::spawn(async move {
+            let svc = hyper::service::service_fn(move |req| {
+                let proxy = proxy.clone();
+                async move { Ok::<_, Infallible>(route(&proxy, req).await) }
+            });
+            let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
+                .serve_connection(TokioIo::new(stream), svc)
+                .await;
+        });
+    }
+}
+
+fn json_response(status: StatusCode, body: serde_json::Value) -> Response<ProxyBody> {
+    let bytes = serde_json::to_vec_pretty(&body).unwrap_or_default();
+    Response::builder()
+        .status(status)
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(ProxyBody::bytes(bytes))
+        .expect("static parts are valid")
+}
+
+async fn route(proxy: &Proxy, req: Request<Incoming>) -> Response<ProxyBody> {
+    let shared = proxy.shared();
+    match (req.method(), req.uri().path()) {
+        (&Method::POST, "/config") => {
+            let limit = shared.opts.admin_max_body;
+            let body = match Limited::new(req.into_body(), limit).collect().await {
+                Ok(b) => b.to_bytes(),
+                Err(e) => {
+                    let (status, msg) = if e.is::<http_body_util::LengthLimitError>() {
+                        (StatusCode::PAYLOAD_TOO_LARGE, format!("routing table larger than {limit} bytes"))
+                    } else {
+                        (StatusCode::BAD_REQUEST, format!("reading the body failed: {e}"))
+                    };
+                    shared.metrics.config_failures.fetch_add(1, Ordering::Relaxed);
+                    return json_response(status, json!({ "errors": [{ "entity": "config", "id": "", "field": "", "message": msg }] }));
+                }
+            };
+            apply(proxy, &body)
+        }
+        (&Method::GET, "/config") => {
+            let rt = shared.runtime.load();
+            match serde_json::to_value(&*rt.config) {
+                Ok(v) => json_response(StatusCode::OK, v),
+                Err(e) => json_response(StatusCode::INTERNAL_SERVER_ERROR, json!({ "message": e.to_string() })),
+            }
+        }
+        (&Method::GET, "/status") => {
+            let rt = shared.runtime.load();
+            json_response(
+                StatusCode::OK,
+                json!({
+                    "hash": &*rt.hash,
+                    "ready": shared.ready.load(Ordering::Acquire),
+                    "routes": rt.config.routes.len(),
+                    "services": rt.config.services.len(),
+                    "upstreams": rt.config.upstreams.len(),
+                    "plugins": rt.config.plugins.len(),
+                    "uptime_seconds": shared.started.elapsed().as_secs(),
+                    "connections": shared.connections.load(Ordering::Relaxed),
+                    "worker_threads": shared.opts.worker_threads,
+                }),
+            )
+        }
+        (&Method::GET, "/healthz") => json_response(StatusCode::OK, json!({ "status": "ok" })),
+        (&Method::GET, "/readyz") => {
+            if shared.ready.load(Ordering::Acquire) {
+                json_response(StatusCode::OK, json!({ "status": "ready", "hash": &*shared.runtime.load().hash }))
+            } else {
+                json_response(StatusCode::SERVICE_UNAVAILABLE, json!({ "status": "no routing table yet" }))
+            }
+        }
+        (&Method::GET, "/metrics") => {
+            let gauges = [(
+                "weir_connections_active",
+                "Client connections open now.",
+                shared.connections.load(Ordering::Relaxed) as f64,
+            )];
+            let text = shared.metrics.render(&gauges);
+            Response::builder()
+                .header(header::CONTENT_TYPE, "text/plain; version=0.0.4")
+                .body(ProxyBody::bytes(text))
+                .expect("static parts are valid")
+        }
+        (_, "/config" | "/status" | "/healthz" | "/readyz" | "/metrics") => {
+            json_response(StatusCode::METHOD_NOT_ALLOWED, json!({ "message": "method not allowed" }))
+        }
+        _ => json_response(StatusCode::NOT_FOUND, json!({ "message": "not found" })),
+    }
+}
+
+fn apply(proxy: &Proxy, body: &Bytes) -> Response<ProxyBody> {
+    let config = match Config::parse(body) {
+        Ok(c) => c,
+        Err(e) => {
+            proxy.shared().metrics.config_failures.fetch_add(1, Ordering::Relaxed);
+            return json_response(
+                StatusCode::BAD_REQUEST,
+                json!({ "errors": [{ "entity": "config", "id": "", "field": "", "message": e.to_string() }] }),
+            );
+        }
+    };
+    match proxy.apply(config) {
+        Ok(hash) => json_response(StatusCode::OK, json!({ "hash": &*hash })),
+        Err(errors) => json_response(StatusCode::BAD_REQUEST, json!({ "errors": errors })),
+    }
+}

@@ -1,0 +1,445 @@
+//! The routing-table contract between the controller and the proxy.
+//!
+//! A [`Config`] is plain data: routes, services, upstreams, plugins and consumers that refer to
+//! each other by `id`. It is what `POST /config` accepts and `--config FILE` loads (JSON or
+//! YAML). [`Config::validate`] checks it once at the edge; everything downstream (compile,
+//! router, pipeline) may assume a valid table. `docs/config.md` documents every field.
+//!
+//! This module depends on nothing else in the proxy, so the controller can build a `Config`
+//! without pulling in the data plane.
+
+mod validate;
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+pub use validate::{ConfigError, PluginValidator};
+
+/// The version of the routing-table format this proxy understands.
+pub const CONFIG_VERSION: u32 = 1;
+
+/// A complete routing table.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// Format version; must be [`CONFIG_VERSION`].
+    #[serde(default = "default_version")]
+    pub version: u32,
+    /// Table-wide switches.
+    #[serde(default)]
+    pub settings: Settings,
+    /// Request matchers, each pointing at a service.
+    #[serde(default)]
+    pub routes: Vec<Route>,
+    /// Where matched requests go.
+    #[serde(default)]
+    pub services: Vec<Service>,
+    /// Named groups of targets that services can balance over.
+    #[serde(default)]
+    pub upstreams: Vec<Upstream>,
+    /// Plugin instances and their scope.
+    #[serde(default)]
+    pub plugins: Vec<PluginConfig>,
+    /// Consumers that plugins can be scoped to once a request is authenticated.
+    #[serde(default)]
+    pub consumers: Vec<Consumer>,
+    /// TLS certificates for the proxy's listeners (served from a later release).
+    #[serde(default)]
+    pub certificates: Vec<Certificate>,
+    /// Content hash of everything above; filled in by [`Config::with_hash`], ignored on input.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hash: Option<String>,
+}
+
+fn default_version() -> u32 {
+    CONFIG_VERSION
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            version: CONFIG_VERSION,
+            settings: Settings::default(),
+            routes: Vec::new(),
+            services: Vec::new(),
+            upstreams: Vec::new(),
+            plugins: Vec::new(),
+            consumers: Vec::new(),
+            certificates: Vec::new(),
+            hash: None,
+        }
+    }
+}
+
+/// Table-wide switches.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Settings {
+    /// Add `X-Weir-Proxy-Latency` and `X-Weir-Upstream-Latency` to proxied responses.
+    #[serde(default = "yes")]
+    pub latency_headers: bool,
+    /// Collapse `//` into `/` when normalising request paths before routing.
+    #[serde(default = "yes")]
+    pub merge_slashes: bool,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            latency_headers: true,
+            merge_slashes: true,
+        }
+    }
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// A request matcher.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Route {
+    /// Unique id, used in errors, logs and metrics.
+    pub id: String,
+    /// Host names (`example.com`, `*.example.com`); empty matches any host.
+    #[serde(default)]
+    pub hosts: Vec<String>,
+    /// Path rules; empty matches every path.
+    #[serde(default)]
+    pub paths: Vec<PathRule>,
+    /// HTTP methods; empty matches every method.
+    #[serde(default)]
+    pub methods: Vec<String>,
+    /// Header name to accepted values (any one must equal, case-insensitively).
+    #[serde(default)]
+    pub headers: BTreeMap<String, Vec<String>>,
+    /// Accepted client protocols; empty means both `http` and `https`.
+    #[serde(default)]
+    pub protocols: Vec<ClientProtocol>,
+    /// Status used to redirect plain-HTTP requests to a route that only accepts `https`.
+    #[serde(default = "default_https_redirect")]
+    pub https_redirect_status_code: u16,
+    /// Remove the matched path prefix before forwarding.
+    #[serde(default)]
+    pub strip_path: bool,
+    /// Forward the client's `Host` header instead of the upstream's.
+    #[serde(default)]
+    pub preserve_host: bool,
+    /// Order among routes matching the same request (higher first).
+    #[serde(default)]
+    pub priority: i32,
+    /// The service matched requests go to; a route without one must be answered by a plugin.
+    #[serde(default)]
+    pub service: Option<String>,
+}
+
+fn default_https_redirect() -> u16 {
+    426
+}
+
+/// One path rule of a route.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PathRule {
+    /// The path (`/api`) or, for `Regex`, the pattern (anchored at the start).
+    pub path: String,
+    /// How `path` is compared with the request path.
+    #[serde(default)]
+    pub kind: PathKind,
+}
+
+/// How a path rule compares with the request path (Kubernetes Ingress semantics).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum PathKind {
+    /// The whole path, case-sensitively; `/foo` does not match `/foo/`.
+    Exact,
+    /// By `/`-separated element: `/foo` matches `/foo`, `/foo/` and `/foo/bar`, never `/foobar`.
+    #[default]
+    Prefix,
+    /// A regular expression anchored at the start of the path.
+    Regex,
+}
+
+/// A client-facing protocol.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ClientProtocol {
+    /// Plain HTTP (HTTP/1.1 or h2c).
+    Http,
+    /// HTTP over TLS.
+    Https,
+}
+
+/// Where matched requests are forwarded.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Service {
+    /// Unique id.
+    pub id: String,
+    /// Protocol spoken to the upstream.
+    #[serde(default)]
+    pub protocol: UpstreamProtocol,
+    /// A host name or IP to connect to (with `port`), when `upstream` is not set.
+    #[serde(default)]
+    pub host: Option<String>,
+    /// Port for `host`.
+    #[serde(default)]
+    pub port: Option<u16>,
+    /// The id of an [`Upstream`] to balance over, instead of `host`/`port`.
+    #[serde(default)]
+    pub upstream: Option<String>,
+    /// A path prefix prepended to the forwarded path.
+    #[serde(default)]
+    pub path: Option<String>,
+    /// Milliseconds to establish a connection to a target.
+    #[serde(default = "default_timeout")]
+    pub connect_timeout: u64,
+    /// Milliseconds to wait for the response headers, and between two reads of its body.
+    #[serde(default = "default_timeout")]
+    pub read_timeout: u64,
+    /// Milliseconds between two successful writes of the request body to the upstream.
+    #[serde(default = "default_timeout")]
+    pub write_timeout: u64,
+    /// How many times a failed connection attempt is retried (on another target if any).
+    #[serde(default = "default_retries")]
+    pub retries: u32,
+}
+
+fn default_timeout() -> u64 {
+    60_000
+}
+
+fn default_retries() -> u32 {
+    5
+}
+
+/// The protocol spoken to an upstream.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum UpstreamProtocol {
+    /// HTTP/1.1.
+    #[default]
+    Http,
+    /// HTTP/1.1 over TLS.
+    Https,
+    /// HTTP/2 without TLS (prior knowledge).
+    H2c,
+    /// gRPC over h2c.
+    Grpc,
+    /// gRPC over TLS.
+    Grpcs,
+}
+
+/// A named group of targets.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Upstream {
+    /// Unique id.
+    pub id: String,
+    /// How a target is chosen for each request.
+    #[serde(default)]
+    pub algorithm: Algorithm,
+    /// The targets; an empty list answers 503.
+    #[serde(default)]
+    pub targets: Vec<Target>,
+}
+
+/// Load-balancing algorithm.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Algorithm {
+    /// Weighted round-robin.
+    #[default]
+    RoundRobin,
+}
+
+/// One target of an upstream.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Target {
+    /// `ip:port`, `[ipv6]:port` or `hostname:port`.
+    pub target: String,
+    /// Relative share of requests; 0 takes the target out of rotation.
+    #[serde(default = "default_weight")]
+    pub weight: u32,
+}
+
+fn default_weight() -> u32 {
+    100
+}
+
+/// Splits a target into host and port: `ip:port`, `[ipv6]:port` or `hostname:port`.
+pub fn parse_target(s: &str) -> Result<(&str, u16), String> {
+    let bad = || format!("{s:?} is not host:port, [ipv6]:port or ip:port");
+    let (host, port) = if let Some(rest) = s.strip_prefix('[') {
+        let (h, p) = rest.split_once("]:").ok_or_else(bad)?;
+        h.parse::<std::net::Ipv6Addr>().map_err(|_| bad())?;
+        (h, p)
+    } else {
+        s.rsplit_once(':').ok_or_else(bad)?
+    };
+    if host.is_empty() || host.contains(['/', ' ']) || (host.contains(':') && !s.starts_with('[')) {
+        return Err(bad());
+    }
+    let port = port.parse::<u16>().ok().filter(|p| *p != 0).ok_or_else(bad)?;
+    Ok((host, port))
+}
+
+/// A plugin instance and its scope.
+///
+/// With none of `route`, `service` and `consumer` set the plugin is global.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PluginConfig {
+    /// Unique id.
+    pub id: String,
+    /// Registered plugin name (`correlation-id`, `request-termination`, …).
+    pub name: String,
+    /// Plugin-specific configuration, validated by the plugin.
+    #[serde(default = "empty_object")]
+    pub config: serde_json::Value,
+    /// Limit to one route.
+    #[serde(default)]
+    pub route: Option<String>,
+    /// Limit to one service.
+    #[serde(default)]
+    pub service: Option<String>,
+    /// Limit to one consumer.
+    #[serde(default)]
+    pub consumer: Option<String>,
+    /// A disabled plugin is validated but never runs.
+    #[serde(default = "yes")]
+    pub enabled: bool,
+    /// Overrides the plugin's default priority (higher runs first).
+    #[serde(default)]
+    pub priority: Option<i32>,
+}
+
+fn empty_object() -> serde_json::Value {
+    serde_json::Value::Object(Default::default())
+}
+
+impl PluginConfig {
+    /// Whether the plugin applies to every route.
+    pub fn is_global(&self) -> bool {
+        self.route.is_none() && self.service.is_none() && self.consumer.is_none()
+    }
+}
+
+/// A consumer of the API, identified by an authentication plugin.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Consumer {
+    /// Unique id.
+    pub id: String,
+    /// Human-readable name, sent upstream by authentication plugins.
+    #[serde(default)]
+    pub username: Option<String>,
+}
+
+/// A TLS certificate and the server names it serves.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Certificate {
+    /// Unique id.
+    pub id: String,
+    /// PEM certificate chain.
+    pub cert: String,
+    /// PEM private key.
+    pub key: String,
+    /// Server names (exact or `*.` wildcard).
+    #[serde(default)]
+    pub snis: Vec<String>,
+}
+
+/// A routing table that failed to parse.
+#[derive(Debug, thiserror::Error)]
+#[error("invalid routing table: {0}")]
+pub struct ParseError(String);
+
+impl Config {
+    /// Parses JSON, or YAML when the text does not start with `{`.
+    pub fn parse(text: &[u8]) -> Result<Config, ParseError> {
+        let first = text.iter().find(|b| !b.is_ascii_whitespace());
+        if first == Some(&b'{') {
+            let de = &mut serde_json::Deserializer::from_slice(text);
+            serde_path_to_error::deserialize(de).map_err(|e| ParseError(path_error(e)))
+        } else {
+            let de = serde_yaml::Deserializer::from_slice(text);
+            serde_path_to_error::deserialize(de).map_err(|e| ParseError(path_error(e)))
+        }
+    }
+
+    /// The hex SHA-256 of the table's canonical JSON, excluding `hash` itself.
+    pub fn content_hash(&self) -> String {
+        let mut unhashed = self.clone();
+        unhashed.hash = None;
+        let bytes = serde_json::to_vec(&unhashed).expect("a Config always serialises");
+        let digest = Sha256::digest(&bytes);
+        digest.iter().map(|b| format!("{b:02x}")).collect()
+    }
+
+    /// Returns the table with `hash` set to [`Config::content_hash`].
+    pub fn with_hash(mut self) -> Config {
+        self.hash = Some(self.content_hash());
+        self
+    }
+}
+
+fn path_error<E: std::fmt::Display>(e: serde_path_to_error::Error<E>) -> String {
+    let path = e.path().to_string();
+    if path == "." {
+        e.inner().to_string()
+    } else {
+        format!("{path}: {}", e.inner())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_json_and_yaml_alike() {
+        let json = br#"{"routes":[{"id":"r","paths":[{"path":"/a"}],"service":"s"}],
+            "services":[{"id":"s","host":"127.0.0.1","port":80}]}"#;
+        let yaml = b"routes:\n- id: r\n  paths: [{path: /a}]\n  service: s\nservices:\n- {id: s, host: 127.0.0.1, port: 80}\n";
+        let a = Config::parse(json).unwrap();
+        let b = Config::parse(yaml).unwrap();
+        assert_eq!(a, b);
+        assert_eq!(a.routes[0].paths[0].kind, PathKind::Prefix);
+        assert_eq!(a.services[0].connect_timeout, 60_000);
+        assert_eq!(a.content_hash(), b.content_hash());
+    }
+
+    #[test]
+    fn parse_errors_name_the_field() {
+        let err = Config::parse(br#"{"routes":[{"id":"r","strip_path":"yes"}]}"#).unwrap_err();
+        assert!(err.to_string().contains("routes[0].strip_path"), "{err}");
+        let err = Config::parse(br#"{"routes":[{"id":"r","colour":1}]}"#).unwrap_err();
+        assert!(err.to_string().contains("unknown field `colour`"), "{err}");
+    }
+
+    #[test]
+    fn targets() {
+        assert_eq!(parse_target("127.0.0.1:80"), Ok(("127.0.0.1", 80)));
+        assert_eq!(parse_target("[::1]:8080"), Ok(("::1", 8080)));
+        assert_eq!(parse_target("svc.local:9"), Ok(("svc.local", 9)));
+        for bad in ["nohost", ":80", "a:0", "a:x", "::1:80", "[zz]:1"] {
+            assert!(parse_target(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn hash_ignores_the_hash_field_and_tracks_content() {
+        let a = Config::default().with_hash();
+        let mut b = a.clone();
+        b.hash = Some("anything".into());
+        assert_eq!(a.content_hash(), b.content_hash());
+        b.settings.merge_slashes = false;
+        assert_ne!(a.content_hash(), b.content_hash());
+    }
+}

@@ -1,0 +1,307 @@
+//! Validation of a parsed [`Config`]: every problem found, each naming the entity and field.
+
+use std::collections::{HashMap, HashSet};
+use std::fmt;
+
+use super::{Config, PathKind};
+
+/// One problem in a routing table.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct ConfigError {
+    /// Entity kind: `route`, `service`, `upstream`, `plugin`, `consumer`, `certificate`, `config`.
+    pub entity: &'static str,
+    /// The entity's id (empty for table-wide problems).
+    pub id: String,
+    /// The offending field, e.g. `paths[1].path`.
+    pub field: String,
+    /// What was wrong and what was expected.
+    pub message: String,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} {:?}: {}: {}",
+            self.entity, self.id, self.field, self.message
+        )
+    }
+}
+
+/// Checks plugin names and configurations; implemented by the proxy's plugin registry.
+pub trait PluginValidator {
+    /// `Err(None)` for an unknown plugin name, `Err(Some(message))` for a bad configuration.
+    fn check(&self, name: &str, config: &serde_json::Value) -> Result<(), Option<String>>;
+}
+
+struct Errors(Vec<ConfigError>);
+
+impl Errors {
+    fn push(&mut self, entity: &'static str, id: &str, field: impl Into<String>, msg: impl Into<String>) {
+        self.0.push(ConfigError {
+            entity,
+            id: id.to_string(),
+            field: field.into(),
+            message: msg.into(),
+        });
+    }
+}
+
+/// Collects the ids of one entity kind, reporting empty and duplicate ones.
+fn ids<'a>(errs: &mut Errors, entity: &'static str, all: impl Iterator<Item = &'a str>) -> HashSet<&'a str> {
+    let mut seen = HashSet::new();
+    for id in all {
+        if id.is_empty() {
+            errs.push(entity, id, "id", "must not be empty");
+        } else if !seen.insert(id) {
+            errs.push(entity, id, "id", "duplicate id");
+        }
+    }
+    seen
+}
+
+impl Config {
+    /// Checks references, syntax and plugin configs; returns every problem found.
+    pub fn validate(&self, plugins: &dyn PluginValidator) -> Result<(), Vec<ConfigError>> {
+        let mut errs = Errors(Vec::new());
+        if self.version != super::CONFIG_VERSION {
+            errs.push(
+                "config",
+                "",
+                "version",
+                format!("unsupported version {}, expected {}", self.version, super::CONFIG_VERSION),
+            );
+        }
+        let route_ids = ids(&mut errs, "route", self.routes.iter().map(|r| r.id.as_str()));
+        let service_ids = ids(&mut errs, "service", self.services.iter().map(|s| s.id.as_str()));
+        let upstream_ids = ids(&mut errs, "upstream", self.upstreams.iter().map(|u| u.id.as_str()));
+        let consumer_ids = ids(&mut errs, "consumer", self.consumers.iter().map(|c| c.id.as_str()));
+        ids(&mut errs, "plugin", self.plugins.iter().map(|p| p.id.as_str()));
+        ids(&mut errs, "certificate", self.certificates.iter().map(|c| c.id.as_str()));
+
+        for r in &self.routes {
+            for (i, h) in r.hosts.iter().enumerate() {
+                if let Err(m) = check_host(h) {
+                    errs.push("route", &r.id, format!("hosts[{i}]"), m);
+                }
+            }
+            for (i, p) in r.paths.iter().enumerate() {
+                let field = format!("paths[{i}].path");
+                match p.kind {
+                    PathKind::Exact | PathKind::Prefix => {
+                        if !p.path.starts_with('/') {
+                            errs.push("route", &r.id, field, format!("{:?} must start with \"/\"", p.path));
+                        } else if p.path.contains(['?', '#']) || p.path.chars().any(|c| c.is_ascii_control() || c == ' ') {
+                            errs.push("route", &r.id, field, format!("{:?} contains characters not allowed in a path", p.path));
+                        }
+                    }
+                    PathKind::Regex => {
+                        if let Err(e) = regex::Regex::new(&p.path) {
+                            errs.push("route", &r.id, field, format!("invalid regex: {e}"));
+                        }
+                    }
+                }
+            }
+            for (i, m) in r.methods.iter().enumerate() {
+                if m.is_empty() || !m.bytes().all(|b| b.is_ascii_uppercase()) {
+                    errs.push("route", &r.id, format!("methods[{i}]"), format!("{m:?} is not an upper-case HTTP method"));
+                }
+            }
+            for (name, values) in &r.headers {
+                if http::HeaderName::from_bytes(name.as_bytes()).is_err() {
+                    errs.push("route", &r.id, format!("headers.{name}"), "not a valid header name");
+                } else if name.eq_ignore_ascii_case("host") {
+                    errs.push("route", &r.id, format!("headers.{name}"), "match hosts with `hosts`, not a header rule");
+                }
+                if values.is_empty() {
+                    errs.push("route", &r.id, format!("headers.{name}"), "needs at least one value");
+                }
+            }
+            if !matches!(r.https_redirect_status_code, 301 | 302 | 307 | 308 | 426) {
+                errs.push(
+                    "route",
+                    &r.id,
+                    "https_redirect_status_code",
+                    format!("{} is not one of 301, 302, 307, 308, 426", r.https_redirect_status_code),
+                );
+            }
+            if let Some(s) = &r.service {
+                if !service_ids.contains(s.as_str()) {
+                    errs.push("route", &r.id, "service", format!("no service with id {s:?}"));
+                }
+            }
+        }
+
+        for s in &self.services {
+            match (&s.host, &s.upstream) {
+                (Some(_), Some(_)) => errs.push("service", &s.id, "upstream", "set either `host` and `port` or `upstream`, not both"),
+                (None, None) => errs.push("service", &s.id, "host", "needs `host` and `port`, or `upstream`"),
+                (Some(h), None) => {
+                    if h.is_empty() || h.contains(['/', ' ', ':']) && h.parse::<std::net::Ipv6Addr>().is_err() {
+                        errs.push("service", &s.id, "host", format!("{h:?} is not a host name or IP address"));
+                    }
+                    if s.port.is_none() {
+                        errs.push("service", &s.id, "port", "required with `host`");
+                    }
+                }
+                (None, Some(u)) => {
+                    if !upstream_ids.contains(u.as_str()) {
+                        errs.push("service", &s.id, "upstream", format!("no upstream with id {u:?}"));
+                    }
+                }
+            }
+            if let Some(p) = &s.path {
+                if !p.starts_with('/') {
+                    errs.push("service", &s.id, "path", format!("{p:?} must start with \"/\""));
+                }
+            }
+            for (field, v) in [("connect_timeout", s.connect_timeout), ("read_timeout", s.read_timeout), ("write_timeout", s.write_timeout)] {
+                if v == 0 {
+                    errs.push("service", &s.id, field, "must be at least 1 millisecond");
+                }
+            }
+            if !matches!(s.protocol, super::UpstreamProtocol::Http | super::UpstreamProtocol::H2c | super::UpstreamProtocol::Grpc) {
+                errs.push("service", &s.id, "protocol", "upstream TLS (https, grpcs) is not supported by this proxy version");
+            }
+        }
+
+        for u in &self.upstreams {
+            for (i, t) in u.targets.iter().enumerate() {
+                if let Err(m) = super::parse_target(&t.target) {
+                    errs.push("upstream", &u.id, format!("targets[{i}].target"), m);
+                }
+                if t.weight > 65_535 {
+                    errs.push("upstream", &u.id, format!("targets[{i}].weight"), "must be between 0 and 65535");
+                }
+            }
+        }
+
+        let mut scopes: HashMap<(&str, Option<&str>, Option<&str>, Option<&str>), &str> = HashMap::new();
+        for p in &self.plugins {
+            match plugins.check(&p.name, &p.config) {
+                Ok(()) => {}
+                Err(None) => errs.push("plugin", &p.id, "name", format!("unknown plugin {:?}", p.name)),
+                Err(Some(m)) => errs.push("plugin", &p.id, "config", m),
+            }
+            for (field, target, known) in [
+                ("route", &p.route, &route_ids),
+                ("service", &p.service, &service_ids),
+                ("consumer", &p.consumer, &consumer_ids),
+            ] {
+                if let Some(t) = target {
+                    if !known.contains(t.as_str()) {
+                        errs.push("plugin", &p.id, field, format!("no {field} with id {t:?}"));
+                    }
+                }
+            }
+            let scope = (p.name.as_str(), p.route.as_deref(), p.service.as_deref(), p.consumer.as_deref());
+            if let Some(other) = scopes.insert(scope, &p.id) {
+                errs.push(
+                    "plugin",
+                    &p.id,
+                    "name",
+                    format!("plugin {:?} {:?} already has this exact scope", other, p.name),
+                );
+            }
+        }
+
+        if errs.0.is_empty() {
+            Ok(())
+        } else {
+            Err(errs.0)
+        }
+    }
+}
+
+/// Checks a route host: a DNS name, optionally with one leading `*.` label.
+fn check_host(h: &str) -> Result<(), String> {
+    let name = h.strip_prefix("*.").unwrap_or(h);
+    if name.is_empty() || name.len() > 253 {
+        return Err(format!("{h:?} is not a valid host"));
+    }
+    for label in name.split('.') {
+        let ok = !label.is_empty()
+            && label.len() <= 63
+            && label.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+            && !label.starts_with('-');
+        if !ok {
+            return Err(format!(
+                "{h:?} is not a valid host (DNS labels, optionally one leading \"*.\"; no ports, no other wildcards)"
+            ));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Config;
+
+    struct OnlyEcho;
+    impl PluginValidator for OnlyEcho {
+        fn check(&self, name: &str, config: &serde_json::Value) -> Result<(), Option<String>> {
+            match name {
+                "echo" if config.get("bad").is_some() => Err(Some("bad: not allowed".into())),
+                "echo" => Ok(()),
+                _ => Err(None),
+            }
+        }
+    }
+
+    fn errors(yaml: &str) -> Vec<String> {
+        let cfg = Config::parse(yaml.as_bytes()).unwrap();
+        match cfg.validate(&OnlyEcho) {
+            Ok(()) => vec![],
+            Err(e) => e.iter().map(|e| e.to_string()).collect(),
+        }
+    }
+
+    #[test]
+    fn a_valid_table_passes() {
+        let e = errors(
+            "routes: [{id: r, hosts: [a.example.com, '*.example.com'], paths: [{path: /a}, {path: '^/v[0-9]+', kind: Regex}], methods: [GET], service: s}]\n\
+             services: [{id: s, upstream: u}]\nupstreams: [{id: u, targets: [{target: '127.0.0.1:80'}, {target: '[::1]:81'}]}]\n\
+             plugins: [{id: p, name: echo, route: r}]\n",
+        );
+        assert!(e.is_empty(), "{e:?}");
+    }
+
+    #[test]
+    fn every_problem_is_reported_with_entity_and_field() {
+        let e = errors(
+            "routes:\n\
+             - {id: r, hosts: ['a.*.com'], paths: [{path: nope}, {path: '(', kind: Regex}], methods: [get], service: missing}\n\
+             - {id: r}\n\
+             services: [{id: s, host: h}, {id: t, upstream: u2}]\n\
+             upstreams: [{id: u, targets: [{target: 'nohost'}]}]\n\
+             plugins: [{id: p, name: nosuch}, {id: q, name: echo, config: {bad: 1}}, {id: x, name: echo, route: zz}]\n",
+        );
+        let want = [
+            "route \"r\": id: duplicate id",
+            "route \"r\": hosts[0]",
+            "route \"r\": paths[0].path",
+            "route \"r\": paths[1].path: invalid regex",
+            "route \"r\": methods[0]",
+            "route \"r\": service: no service with id \"missing\"",
+            "service \"s\": port: required",
+            "service \"t\": upstream: no upstream with id \"u2\"",
+            "upstream \"u\": targets[0].target",
+            "plugin \"p\": name: unknown plugin \"nosuch\"",
+            "plugin \"q\": config: bad: not allowed",
+            "plugin \"x\": route: no route with id \"zz\"",
+        ];
+        for w in want {
+            assert!(e.iter().any(|l| l.contains(w)), "missing {w:?} in {e:#?}");
+        }
+    }
+
+    #[test]
+    fn host_rules() {
+        assert!(check_host("example.com").is_ok());
+        assert!(check_host("*.example.com").is_ok());
+        assert!(check_host("*.*.example.com").is_err());
+        assert!(check_host("example.com:80").is_err());
+        assert!(check_host("").is_err());
+    }
+}

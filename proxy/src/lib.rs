@@ -1,0 +1,23 @@
+//! Weir's data plane.
+//!
+//! A routing table ([`config::Config`]) is validated and compiled ([`compile::Runtime`]) into a
+//! router, per-route plugin chains and balancers, then swapped atomically into a running
+//! [`server::Proxy`]. Requests go through Kong's phases ([`pipeline`]) with plugins
+//! ([`plugins`]) and are forwarded over pooled upstream connections ([`upstream`]).
+//!
+//! This crate knows routing tables, not Kubernetes.
+
+pub mod admin;
+pub mod balancer;
+pub mod compile;
+pub mod config;
+pub mod metrics;
+pub mod pipeline;
+pub mod plugins;
+pub mod router;
+pub mod server;
+pub mod upstream;
+
+pub use config::Config;
+pub use plugins::Registry;
+pub use server::{Proxy, ProxyOptions};

@@ -1,0 +1,265 @@
+//! The response body sent to the client: streamed from the upstream (or a short-circuit),
+//! passed through the plugins' `body_filter`, and followed by the log phase when it ends, is
+//! cut off, or is dropped because the client went away.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http_body::{Body, Frame, SizeHint};
+use hyper::body::Incoming;
+use tokio::time::Sleep;
+
+use super::{LogRecord, RequestCtx};
+use crate::plugins::BodyChunk;
+use crate::upstream::Conn;
+
+/// A pooled upstream connection to give back once the body has been read to its end.
+pub type UpstreamConn = Conn;
+
+/// Receives every finished request after the plugins' log handlers (metrics, access log).
+pub trait LogSink: Send + Sync + 'static {
+    /// Called once per request.
+    fn log(&self, ctx: &RequestCtx, record: &LogRecord);
+}
+
+/// The upstream went silent for longer than the service's read timeout mid-body.
+#[derive(Debug, thiserror::Error)]
+#[error("upstream read timeout")]
+pub struct ReadTimeout;
+
+enum Inner {
+    Full(Option<Bytes>),
+    Upstream {
+        body: Incoming,
+        conn: Option<UpstreamConn>,
+        read_timeout: Duration,
+        timer: Option<Pin<Box<Sleep>>>,
+    },
+}
+
+/// State needed for the log phase, boxed so the body stays small.
+pub(crate) struct Finish {
+    pub ctx: RequestCtx,
+    pub record: LogRecord,
+    pub sink: Arc<dyn LogSink>,
+    pub request_bytes: Option<Arc<crate::upstream::BodyStats>>,
+    /// Released when the request is over (the connection's in-flight count).
+    pub _guard: Option<InFlight>,
+}
+
+/// In-flight requests and idleness of one client connection.
+#[derive(Debug)]
+pub struct ConnActivity {
+    origin: Instant,
+    inflight: AtomicUsize,
+    idle_since_ms: AtomicU64,
+}
+
+impl ConnActivity {
+    /// A connection accepted now, idle until its first request.
+    pub fn new() -> Arc<ConnActivity> {
+        Arc::new(ConnActivity {
+            origin: Instant::now(),
+            inflight: AtomicUsize::new(0),
+            idle_since_ms: AtomicU64::new(0),
+        })
+    }
+
+    /// When the connection became idle, or `None` while a request is in flight.
+    pub fn idle_since(&self) -> Option<Instant> {
+        if self.inflight.load(Ordering::Acquire) > 0 {
+            return None;
+        }
+        Some(self.origin + Duration::from_millis(self.idle_since_ms.load(Ordering::Acquire)))
+    }
+}
+
+/// Counts a request as in flight on its connection until dropped.
+pub struct InFlight(Arc<ConnActivity>);
+
+impl InFlight {
+    /// Marks a request as started on `conn`.
+    pub fn new(conn: &Arc<ConnActivity>) -> InFlight {
+        conn.inflight.fetch_add(1, Ordering::AcqRel);
+        InFlight(conn.clone())
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        let since = self.0.origin.elapsed().as_millis() as u64;
+        self.0.idle_since_ms.store(since, Ordering::Release);
+        self.0.inflight.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// The response body type of every response the proxy sends.
+pub struct ProxyBody {
+    inner: Inner,
+    filter: bool,
+    filtered_eof: bool,
+    sent: u64,
+    finish: Option<Box<Finish>>,
+}
+
+impl ProxyBody {
+    /// A complete body known up front (errors, short-circuits).
+    pub(crate) fn full(bytes: Bytes, finish: Option<Box<Finish>>) -> ProxyBody {
+        let filter = finish.as_ref().is_some_and(|f| super::filters_body(&f.ctx));
+        ProxyBody { inner: Inner::Full(Some(bytes)), filter, filtered_eof: false, sent: 0, finish }
+    }
+
+    /// A body streamed from the upstream; `conn` goes back to the pool at its end.
+    pub(crate) fn upstream(body: Incoming, conn: Option<UpstreamConn>, read_timeout: Duration, finish: Box<Finish>) -> ProxyBody {
+        let filter = super::filters_body(&finish.ctx);
+        ProxyBody {
+            inner: Inner::Upstream { body, conn, read_timeout, timer: None },
+            filter,
+            filtered_eof: false,
+            sent: 0,
+            finish: Some(finish),
+        }
+    }
+
+    /// An empty body outside any request pipeline (admin API, tunnels).
+    pub fn empty() -> ProxyBody {
+        ProxyBody::full(Bytes::new(), None)
+    }
+
+    /// A complete body outside any request pipeline (admin API).
+    pub fn bytes(b: impl Into<Bytes>) -> ProxyBody {
+        ProxyBody::full(b.into(), None)
+    }
+
+    fn done(&mut self, aborted: bool) {
+        if let Some(mut f) = self.finish.take() {
+            f.record.response_bytes = self.sent;
+            f.record.aborted = aborted;
+            if let Some(stats) = &f.request_bytes {
+                f.record.request_bytes = stats.bytes.load(Ordering::Relaxed);
+            }
+            f.ctx.timings.end = Some(Instant::now());
+            f.record.latencies = f.ctx.timings.latencies();
+            super::log(&f.ctx, &f.record);
+            f.sink.log(&f.ctx, &f.record);
+        }
+    }
+
+    fn poll_inner(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        match &mut self.inner {
+            Inner::Full(b) => Poll::Ready(b.take().filter(|b| !b.is_empty()).map(|b| Ok(Frame::data(b)))),
+            Inner::Upstream { body, conn, read_timeout, timer } => match Pin::new(&mut *body).poll_frame(cx) {
+                Poll::Ready(r) => {
+                    *timer = None;
+                    if r.is_none() {
+                        if let Some(c) = conn.take() {
+                            c.release();
+                        }
+                    }
+                    Poll::Ready(r.map(|f| f.map_err(|e| Box::new(e) as BoxError)))
+                }
+                Poll::Pending => {
+                    let t = timer.get_or_insert_with(|| Box::pin(tokio::time::sleep(*read_timeout)));
+                    match t.as_mut().poll(cx) {
+                        Poll::Ready(()) => {
+                            *conn = None;
+                            Poll::Ready(Some(Err(Box::new(ReadTimeout))))
+                        }
+                        Poll::Pending => Poll::Pending,
+                    }
+                }
+            },
+        }
+    }
+}
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+impl Body for ProxyBody {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        let this = self.get_mut();
+        loop {
+            match this.poll_inner(cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(Some(Ok(frame))) => {
+                    let frame = match frame.into_data() {
+                        Ok(data) if this.filter => {
+                            let eof = this.is_inner_end();
+                            let f = this.finish.as_mut().expect("filtering implies a pipeline");
+                            let mut chunk = BodyChunk { data, eof };
+                            super::body_filter(&mut f.ctx, &mut chunk);
+                            this.filtered_eof |= eof;
+                            if chunk.data.is_empty() && !eof {
+                                continue;
+                            }
+                            Frame::data(chunk.data)
+                        }
+                        Ok(data) => Frame::data(data),
+                        Err(trailers) => trailers,
+                    };
+                    if let Some(d) = frame.data_ref() {
+                        this.sent += d.len() as u64;
+                    }
+                    return Poll::Ready(Some(Ok(frame)));
+                }
+                Poll::Ready(Some(Err(e))) => {
+                    this.done(true);
+                    return Poll::Ready(Some(Err(e)));
+                }
+                Poll::Ready(None) => {
+                    if this.filter && !this.filtered_eof {
+                        this.filtered_eof = true;
+                        let f = this.finish.as_mut().expect("filtering implies a pipeline");
+                        let mut chunk = BodyChunk { data: Bytes::new(), eof: true };
+                        super::body_filter(&mut f.ctx, &mut chunk);
+                        if !chunk.data.is_empty() {
+                            this.sent += chunk.data.len() as u64;
+                            return Poll::Ready(Some(Ok(Frame::data(chunk.data))));
+                        }
+                    }
+                    this.done(false);
+                    return Poll::Ready(None);
+                }
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.finish.is_none() && self.is_inner_end()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        if self.filter {
+            return SizeHint::default();
+        }
+        match &self.inner {
+            Inner::Full(b) => SizeHint::with_exact(b.as_ref().map_or(0, |b| b.len() as u64)),
+            Inner::Upstream { body, .. } => body.size_hint(),
+        }
+    }
+}
+
+impl ProxyBody {
+    fn is_inner_end(&self) -> bool {
+        match &self.inner {
+            Inner::Full(b) => b.as_ref().is_none_or(|b| b.is_empty()),
+            Inner::Upstream { body, .. } => body.is_end_stream(),
+        }
+    }
+}
+
+impl Drop for ProxyBody {
+    fn drop(&mut self) {
+        // A body dropped before its end means the client went away (or a HEAD/304 response).
+        let aborted = !self.is_inner_end();
+        self.done(aborted);
+    }
+}

@@ -1,0 +1,401 @@
+//! The phase pipeline: the per-request context and the plugin loops of each phase.
+//!
+//! These functions hold no I/O: the server calls them around routing and forwarding (the
+//! "before" and "after" slices of each phase's sandwich). Every plugin call is guarded, so an
+//! error or a panic in one plugin turns into a 500 (in `rewrite`/`access`) or a log line (in
+//! the later phases) and the remaining plugins still run.
+
+mod body;
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use http::{Extensions, Method, StatusCode};
+
+use crate::plugins::{BodyChunk, EarlyResponse, Flow, PluginError, PluginInstance, RequestHead, ResponseHead};
+
+pub use body::{ConnActivity, InFlight, LogSink, ProxyBody, ReadTimeout, UpstreamConn};
+pub(crate) use body::Finish;
+
+/// Per-request state shared by the phases and the plugins.
+pub struct RequestCtx {
+    /// The client's address (after trusted-proxy resolution).
+    pub client_ip: IpAddr,
+    /// A per-request id used in the access log.
+    pub request_id: u64,
+    /// The matched route's id.
+    pub route: Option<Arc<str>>,
+    /// The matched route's service id.
+    pub service: Option<Arc<str>>,
+    /// The consumer an authentication plugin identified.
+    pub consumer: Option<Arc<str>>,
+    /// Typed slots plugins use to share data within the request.
+    pub slots: Extensions,
+    /// Timing marks.
+    pub timings: Timings,
+    /// The path and query to send upstream, when a plugin rewrites it (Kong's `upstream_uri`).
+    pub upstream_uri: Option<String>,
+    /// Balancer data: every connection attempt made for this request.
+    pub tries: Vec<Try>,
+    /// The plugins collected in access, replayed by the later phases.
+    pub(crate) plugins: Arc<[PluginInstance]>,
+}
+
+/// Timing marks of one request.
+#[derive(Debug, Clone, Copy)]
+pub struct Timings {
+    /// When the request head was received.
+    pub start: Instant,
+    /// When the request was handed to the upstream connection.
+    pub upstream_sent: Option<Instant>,
+    /// When the upstream's response head arrived.
+    pub upstream_headers: Option<Instant>,
+    /// When the last response byte was sent (filled in at log if missing).
+    pub end: Option<Instant>,
+}
+
+/// One attempt to reach a target.
+#[derive(Debug, Clone)]
+pub struct Try {
+    /// The target (`host:port`).
+    pub target: Arc<str>,
+    /// Why the attempt failed, if it did.
+    pub error: Option<String>,
+}
+
+impl RequestCtx {
+    /// A fresh context for a request received now.
+    pub fn new(client_ip: IpAddr, request_id: u64, global: Arc<[PluginInstance]>) -> RequestCtx {
+        RequestCtx {
+            client_ip,
+            request_id,
+            route: None,
+            service: None,
+            consumer: None,
+            slots: Extensions::new(),
+            timings: Timings {
+                start: Instant::now(),
+                upstream_sent: None,
+                upstream_headers: None,
+                end: None,
+            },
+            upstream_uri: None,
+            tries: Vec::new(),
+            plugins: global,
+        }
+    }
+
+    /// The plugins that later phases run for this request.
+    pub fn plugins(&self) -> &Arc<[PluginInstance]> {
+        &self.plugins
+    }
+}
+
+/// The per-route plugin lists, resolved at config time.
+#[derive(Debug, Clone)]
+pub struct RouteChain {
+    /// Plugins without a consumer (route, service, global), by priority.
+    pub base: Arc<[PluginInstance]>,
+    /// The full list to switch to once an authentication plugin sets a consumer.
+    pub by_consumer: HashMap<Arc<str>, Arc<[PluginInstance]>>,
+}
+
+const INTERNAL_ERROR: &str = "An unexpected error occurred";
+
+fn guarded<T>(plugin: &PluginInstance, phase: &str, f: impl FnOnce() -> Result<T, PluginError>) -> Result<T, ()> {
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(Ok(v)) => Ok(v),
+        Ok(Err(e)) => {
+            tracing::error!(plugin = plugin.name, id = %plugin.id, phase, error = %e, "plugin failed");
+            Err(())
+        }
+        Err(panic) => {
+            let msg = panic
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_default();
+            tracing::error!(plugin = plugin.name, id = %plugin.id, phase, panic = %msg, "plugin panicked");
+            Err(())
+        }
+    }
+}
+
+fn internal_error() -> EarlyResponse {
+    EarlyResponse::message(StatusCode::INTERNAL_SERVER_ERROR, INTERNAL_ERROR)
+}
+
+/// Rewrite phase: the global plugins, before a route is known.
+pub fn rewrite(ctx: &mut RequestCtx, req: &mut RequestHead) -> Option<EarlyResponse> {
+    let chain = ctx.plugins.clone();
+    for p in chain.iter() {
+        match guarded(p, "rewrite", || p.plugin.rewrite(ctx, req)) {
+            Ok(Flow::Continue) => {}
+            Ok(Flow::Respond(r)) => return Some(r),
+            Err(()) => return Some(internal_error()),
+        }
+    }
+    None
+}
+
+/// Access phase: the route's plugins in priority order until one answers.
+///
+/// When a plugin sets [`RequestCtx::consumer`] and the route has a list for that consumer,
+/// the remaining plugins come from that list (consumer-scoped configs win). The list in use at
+/// the end is the one replayed by the later phases, also after a short-circuit.
+pub fn access(ctx: &mut RequestCtx, req: &mut RequestHead, chain: &RouteChain) -> Option<EarlyResponse> {
+    let mut list = chain.base.clone();
+    let mut consumer = ctx.consumer.clone();
+    let mut i = 0;
+    let mut answer = None;
+    while i < list.len() {
+        let p = &list[i];
+        match guarded(p, "access", || p.plugin.access(ctx, req)) {
+            Ok(Flow::Continue) => {}
+            Ok(Flow::Respond(r)) => {
+                answer = Some(r);
+                break;
+            }
+            Err(()) => {
+                answer = Some(internal_error());
+                break;
+            }
+        }
+        let (done_prio, done_name) = (p.priority, p.name);
+        i += 1;
+        if ctx.consumer != consumer {
+            consumer = ctx.consumer.clone();
+            if let Some(next) = consumer.as_ref().and_then(|c| chain.by_consumer.get(c)) {
+                list = next.clone();
+                // Resume after the plugin that just ran, in the new list's order.
+                i = list
+                    .iter()
+                    .position(|q| (q.priority, std::cmp::Reverse(q.name)) < (done_prio, std::cmp::Reverse(done_name)))
+                    .unwrap_or(list.len());
+            }
+        }
+    }
+    ctx.plugins = list;
+    answer
+}
+
+/// Header-filter phase: every collected plugin may edit the response head.
+pub fn header_filter(ctx: &mut RequestCtx, resp: &mut ResponseHead) {
+    let chain = ctx.plugins.clone();
+    for p in chain.iter() {
+        let _ = guarded(p, "header_filter", || p.plugin.header_filter(ctx, resp));
+    }
+}
+
+/// Whether any collected plugin filters bodies.
+pub fn filters_body(ctx: &RequestCtx) -> bool {
+    ctx.plugins.iter().any(|p| p.plugin.filters_body())
+}
+
+/// Body-filter phase for one chunk.
+pub fn body_filter(ctx: &mut RequestCtx, chunk: &mut BodyChunk) {
+    let chain = ctx.plugins.clone();
+    for p in chain.iter().filter(|p| p.plugin.filters_body()) {
+        let _ = guarded(p, "body_filter", || p.plugin.body_filter(ctx, chunk));
+    }
+}
+
+/// Log phase: every collected plugin's log handler.
+pub fn log(ctx: &RequestCtx, record: &LogRecord) {
+    for p in ctx.plugins.iter() {
+        let _ = guarded(p, "log", || {
+            p.plugin.log(ctx, record);
+            Ok(())
+        });
+    }
+}
+
+/// What the log phase knows about a finished request.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct LogRecord {
+    /// Per-request id.
+    pub request_id: String,
+    /// Client IP.
+    pub client_ip: IpAddr,
+    /// Request method.
+    #[serde(serialize_with = "ser_method")]
+    pub method: Method,
+    /// Host the client addressed.
+    pub host: String,
+    /// Normalised request path.
+    pub path: String,
+    /// Status sent to the client.
+    pub status: u16,
+    /// Matched route id.
+    pub route: Option<Arc<str>>,
+    /// Service id.
+    pub service: Option<Arc<str>>,
+    /// The target that answered.
+    pub target: Option<Arc<str>>,
+    /// Connection attempts made.
+    pub tries: usize,
+    /// Request body bytes received.
+    pub request_bytes: u64,
+    /// Response body bytes sent.
+    pub response_bytes: u64,
+    /// Timings in milliseconds.
+    pub latencies: Latencies,
+    /// Whether the client went away before the response was complete.
+    pub aborted: bool,
+}
+
+fn ser_method<S: serde::Serializer>(m: &Method, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(m.as_str())
+}
+
+/// The four timings of a request, in milliseconds.
+#[derive(Debug, Clone, Copy, Default, serde::Serialize)]
+pub struct Latencies {
+    /// Request received → request sent upstream (Weir's own work, plugins included).
+    pub proxy: f64,
+    /// Request sent → upstream response head received.
+    pub upstream: f64,
+    /// Response head → last byte sent.
+    pub receive: f64,
+    /// Request received → last byte sent.
+    pub total: f64,
+}
+
+fn ms(d: Duration) -> f64 {
+    (d.as_micros() as f64) / 1000.0
+}
+
+impl Timings {
+    /// Fills in the missing marks and computes the four latencies.
+    pub fn latencies(&mut self) -> Latencies {
+        let end = *self.end.get_or_insert_with(Instant::now);
+        let sent = self.upstream_sent;
+        let headers = self.upstream_headers;
+        Latencies {
+            proxy: sent.map_or(0.0, |s| ms(s - self.start)),
+            upstream: match (sent, headers) {
+                (Some(s), Some(h)) => ms(h - s),
+                _ => 0.0,
+            },
+            receive: headers.map_or(0.0, |h| ms(end - h)),
+            total: ms(end - self.start),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plugins::Plugin;
+    use std::sync::Mutex;
+
+    /// Appends "name:phase" to a shared journal; answers in access when `stop` is set.
+    struct Probe {
+        name: &'static str,
+        stop: bool,
+        journal: Arc<Mutex<Vec<String>>>,
+        set_consumer: Option<&'static str>,
+    }
+
+    impl Plugin for Probe {
+        fn access(&self, ctx: &mut RequestCtx, _req: &mut RequestHead) -> Result<Flow, PluginError> {
+            self.journal.lock().unwrap().push(format!("{}:access", self.name));
+            if let Some(c) = self.set_consumer {
+                ctx.consumer = Some(c.into());
+            }
+            if self.stop {
+                return Ok(Flow::Respond(EarlyResponse::message(StatusCode::FORBIDDEN, "no")));
+            }
+            Ok(Flow::Continue)
+        }
+        fn log(&self, _ctx: &RequestCtx, _r: &LogRecord) {
+            self.journal.lock().unwrap().push(format!("{}:log", self.name));
+        }
+    }
+
+    struct Boom;
+    impl Plugin for Boom {
+        fn access(&self, _ctx: &mut RequestCtx, _req: &mut RequestHead) -> Result<Flow, PluginError> {
+            panic!("boom")
+        }
+    }
+
+    fn inst(name: &'static str, priority: i32, plugin: Arc<dyn Plugin>) -> PluginInstance {
+        PluginInstance { name, id: name.into(), priority, plugin }
+    }
+
+    fn probe(j: &Arc<Mutex<Vec<String>>>, name: &'static str, prio: i32, stop: bool) -> PluginInstance {
+        inst(name, prio, Arc::new(Probe { name, stop, journal: j.clone(), set_consumer: None }))
+    }
+
+    fn head() -> RequestHead {
+        http::Request::new(()).into_parts().0
+    }
+
+    fn record() -> LogRecord {
+        LogRecord {
+            request_id: String::new(),
+            client_ip: [127, 0, 0, 1].into(),
+            method: Method::GET,
+            host: String::new(),
+            path: "/".into(),
+            status: 200,
+            route: None,
+            service: None,
+            target: None,
+            tries: 0,
+            request_bytes: 0,
+            response_bytes: 0,
+            latencies: Latencies::default(),
+            aborted: false,
+        }
+    }
+
+    #[test]
+    fn short_circuit_skips_later_access_but_every_log_runs() {
+        let j = Arc::new(Mutex::new(Vec::new()));
+        let chain = RouteChain {
+            base: vec![probe(&j, "a", 30, false), probe(&j, "b", 20, true), probe(&j, "c", 10, false)].into(),
+            by_consumer: HashMap::new(),
+        };
+        let mut ctx = RequestCtx::new([127, 0, 0, 1].into(), 1, Arc::from(vec![]));
+        let answer = access(&mut ctx, &mut head(), &chain).expect("b answers");
+        assert_eq!(answer.status, StatusCode::FORBIDDEN);
+        log(&ctx, &record());
+        assert_eq!(*j.lock().unwrap(), ["a:access", "b:access", "a:log", "b:log", "c:log"]);
+    }
+
+    #[test]
+    fn a_panic_becomes_500_and_the_chain_survives() {
+        let j = Arc::new(Mutex::new(Vec::new()));
+        let chain = RouteChain {
+            base: vec![inst("boom", 50, Arc::new(Boom)), probe(&j, "after", 10, false)].into(),
+            by_consumer: HashMap::new(),
+        };
+        let mut ctx = RequestCtx::new([127, 0, 0, 1].into(), 1, Arc::from(vec![]));
+        let answer = access(&mut ctx, &mut head(), &chain).expect("500");
+        assert_eq!(answer.status, StatusCode::INTERNAL_SERVER_ERROR);
+        log(&ctx, &record());
+        assert_eq!(*j.lock().unwrap(), ["after:log"]);
+    }
+
+    #[test]
+    fn a_consumer_switches_to_its_list_after_the_authenticating_plugin() {
+        let j = Arc::new(Mutex::new(Vec::new()));
+        let auth = inst(
+            "auth",
+            1000,
+            Arc::new(Probe { name: "auth", stop: false, journal: j.clone(), set_consumer: Some("alice") }),
+        );
+        let base: Arc<[PluginInstance]> = vec![auth.clone(), probe(&j, "limit-default", 900, false)].into();
+        let alice: Arc<[PluginInstance]> = vec![auth, probe(&j, "limit-alice", 900, false), probe(&j, "extra", 5, false)].into();
+        let chain = RouteChain { base, by_consumer: HashMap::from([(Arc::from("alice"), alice)]) };
+        let mut ctx = RequestCtx::new([127, 0, 0, 1].into(), 1, Arc::from(vec![]));
+        assert!(access(&mut ctx, &mut head(), &chain).is_none());
+        assert_eq!(*j.lock().unwrap(), ["auth:access", "limit-alice:access", "extra:access"]);
+        assert_eq!(ctx.plugins().len(), 3);
+    }
+}

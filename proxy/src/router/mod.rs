@@ -1,0 +1,496 @@
+//! Route matching, compiled once per routing table.
+//!
+//! Hosts are looked up in hash maps (exact, then one-label wildcard, then host-less routes);
+//! within a host table, exact paths in a hash map, regexes in priority order, and prefixes in a
+//! trie of path elements. A lookup therefore costs a few hash probes per path element, whatever
+//! the number of routes. When a host table has no matching path the next, less specific host
+//! table is tried, as in Kong and Traefik.
+
+mod normalize;
+
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
+
+use http::{HeaderMap, HeaderName, HeaderValue, Method};
+use regex::Regex;
+
+use crate::config::{ClientProtocol, PathKind, Route};
+
+pub use normalize::{normalize_path, BadPath};
+
+/// FNV-1a: short keys (host names, path elements) hash much faster than with SipHash, and
+/// routing keys come from the operator's configuration, not from clients.
+pub struct Fnv(u64);
+
+impl Default for Fnv {
+    fn default() -> Self {
+        Fnv(0xcbf2_9ce4_8422_2325)
+    }
+}
+
+impl Hasher for Fnv {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        let mut h = self.0;
+        for &b in bytes {
+            h ^= b as u64;
+            h = h.wrapping_mul(0x0100_0000_01b3);
+        }
+        self.0 = h;
+    }
+}
+
+type FnvMap<K, V> = HashMap<K, V, BuildHasherDefault<Fnv>>;
+
+/// The result of a successful lookup.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RouteMatch {
+    /// Index of the route in the table it was compiled from.
+    pub route: usize,
+    /// Length of the request path's matched prefix (what `strip_path` removes).
+    pub matched_len: usize,
+}
+
+/// What a request offers to be matched on.
+#[derive(Debug, Clone, Copy)]
+pub struct RequestView<'a> {
+    /// Host without port, any case.
+    pub host: &'a str,
+    /// The normalised path.
+    pub path: &'a str,
+    /// The request method.
+    pub method: &'a Method,
+    /// The request headers.
+    pub headers: &'a HeaderMap,
+    /// The protocol the client used.
+    pub protocol: ClientProtocol,
+}
+
+/// Extra conditions of one route besides host and path.
+#[derive(Debug, Default)]
+struct Conditions {
+    methods: Vec<Method>,
+    headers: Vec<(HeaderName, Vec<HeaderValue>)>,
+}
+
+impl Conditions {
+    fn matches(&self, req: &RequestView<'_>) -> bool {
+        (self.methods.is_empty() || self.methods.contains(req.method))
+            && self.headers.iter().all(|(name, values)| {
+                req.headers.get_all(name).iter().any(|got| {
+                    values
+                        .iter()
+                        .any(|want| got.as_bytes().eq_ignore_ascii_case(want.as_bytes()))
+                })
+            })
+    }
+
+    fn count(&self) -> usize {
+        usize::from(!self.methods.is_empty()) + self.headers.len()
+    }
+}
+
+/// A route at one place in a host table, ordered by priority, specificity, then declaration.
+#[derive(Debug, Clone, Copy)]
+struct Candidate {
+    route: usize,
+    priority: i32,
+    specificity: usize,
+    /// Bytes of the request path this rule consumes (for `strip_path`); unused for regexes.
+    len: usize,
+}
+
+fn sort_candidates(c: &mut [Candidate]) {
+    c.sort_by(|a, b| {
+        b.priority
+            .cmp(&a.priority)
+            .then(b.specificity.cmp(&a.specificity))
+            .then(a.route.cmp(&b.route))
+    });
+}
+
+#[derive(Debug, Default)]
+struct TrieNode {
+    children: FnvMap<Box<str>, u32>,
+    routes: Vec<Candidate>,
+}
+
+/// The routes of one host (or of the wildcard suffix, or of no host).
+#[derive(Debug, Default)]
+struct HostTable {
+    exact: FnvMap<Box<str>, Vec<Candidate>>,
+    regex: Vec<(Regex, Candidate)>,
+    trie: Vec<TrieNode>,
+}
+
+impl HostTable {
+    fn insert_prefix(&mut self, path: &str, cand: Candidate) {
+        if self.trie.is_empty() {
+            self.trie.push(TrieNode::default());
+        }
+        let mut node = 0usize;
+        for seg in path.split('/').filter(|s| !s.is_empty()) {
+            node = match self.trie[node].children.get(seg) {
+                Some(&n) => n as usize,
+                None => {
+                    let n = self.trie.len();
+                    self.trie.push(TrieNode::default());
+                    self.trie[node].children.insert(seg.into(), n as u32);
+                    n
+                }
+            };
+        }
+        self.trie[node].routes.push(cand);
+    }
+
+    fn finish(&mut self) {
+        for c in self.exact.values_mut() {
+            sort_candidates(c);
+        }
+        self.regex.sort_by(|a, b| {
+            b.1.priority.cmp(&a.1.priority).then(a.1.route.cmp(&b.1.route))
+        });
+        for n in &mut self.trie {
+            sort_candidates(&mut n.routes);
+        }
+    }
+
+    fn lookup(&self, req: &RequestView<'_>, conds: &[Conditions]) -> Option<RouteMatch> {
+        let ok = |c: &Candidate| conds[c.route].matches(req);
+        if let Some(cands) = self.exact.get(req.path) {
+            if let Some(c) = cands.iter().find(|c| ok(c)) {
+                return Some(RouteMatch { route: c.route, matched_len: req.path.len() });
+            }
+        }
+        for (re, c) in &self.regex {
+            if let Some(m) = re.find(req.path) {
+                if ok(c) {
+                    return Some(RouteMatch { route: c.route, matched_len: m.end() });
+                }
+            }
+        }
+        if self.trie.is_empty() {
+            return None;
+        }
+        self.walk(0, req.path.strip_prefix('/').unwrap_or(req.path), req, &ok)
+    }
+
+    /// Deepest prefix first; recursion depth is bounded by the deepest configured rule.
+    fn walk(&self, node: usize, rest: &str, req: &RequestView<'_>, ok: &dyn Fn(&Candidate) -> bool) -> Option<RouteMatch> {
+        let n = &self.trie[node];
+        if !rest.is_empty() && !n.children.is_empty() {
+            let (seg, tail) = rest.split_once('/').unwrap_or((rest, ""));
+            if let Some(&child) = n.children.get(seg) {
+                if let Some(m) = self.walk(child as usize, tail, req, ok) {
+                    return Some(m);
+                }
+            }
+        }
+        n.routes
+            .iter()
+            .find(|c| ok(c))
+            .map(|c| RouteMatch { route: c.route, matched_len: c.len })
+    }
+}
+
+/// The compiled router of one routing table.
+#[derive(Debug, Default)]
+pub struct Router {
+    exact_hosts: FnvMap<Box<str>, HostTable>,
+    wildcard_hosts: FnvMap<Box<str>, HostTable>,
+    any_host: HostTable,
+    conditions: Vec<Conditions>,
+    protocols: Vec<Vec<ClientProtocol>>,
+}
+
+/// A route whose protocol does not accept the client's (the caller redirects to https).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lookup {
+    /// A route matched.
+    Matched(RouteMatch),
+    /// A route matched on host and path but accepts only another protocol.
+    WrongProtocol(RouteMatch),
+    /// Nothing matched.
+    NotFound,
+}
+
+impl Router {
+    /// Compiles validated routes; regexes are assumed to compile (checked by validation).
+    pub fn new(routes: &[Route]) -> Result<Router, regex::Error> {
+        let mut r = Router::default();
+        for (idx, route) in routes.iter().enumerate() {
+            let conds = Conditions {
+                methods: route
+                    .methods
+                    .iter()
+                    .filter_map(|m| Method::from_bytes(m.as_bytes()).ok())
+                    .collect(),
+                headers: route
+                    .headers
+                    .iter()
+                    .filter_map(|(k, vs)| {
+                        let name = HeaderName::from_bytes(k.as_bytes()).ok()?;
+                        let values = vs.iter().filter_map(|v| HeaderValue::from_str(v).ok()).collect();
+                        Some((name, values))
+                    })
+                    .collect(),
+            };
+            let specificity = conds.count();
+            r.conditions.push(conds);
+            r.protocols.push(route.protocols.clone());
+
+            let mut tables: Vec<&mut HostTable> = Vec::new();
+            if route.hosts.is_empty() {
+                tables.push(&mut r.any_host);
+            } else {
+                // Two passes keep the borrow checker happy with two maps.
+                let mut exact: Vec<Box<str>> = Vec::new();
+                let mut wild: Vec<Box<str>> = Vec::new();
+                for h in &route.hosts {
+                    let h = h.to_ascii_lowercase();
+                    match h.strip_prefix("*.") {
+                        Some(suffix) => wild.push(suffix.into()),
+                        None => exact.push(h.into()),
+                    }
+                }
+                for h in exact {
+                    r.exact_hosts.entry(h).or_default();
+                }
+                for h in wild {
+                    r.wildcard_hosts.entry(h).or_default();
+                }
+                for (h, t) in r.exact_hosts.iter_mut() {
+                    if route.hosts.iter().any(|rh| rh.eq_ignore_ascii_case(h)) {
+                        tables.push(t);
+                    }
+                }
+                for (h, t) in r.wildcard_hosts.iter_mut() {
+                    if route
+                        .hosts
+                        .iter()
+                        .any(|rh| rh.strip_prefix("*.").is_some_and(|s| s.eq_ignore_ascii_case(h)))
+                    {
+                        tables.push(t);
+                    }
+                }
+            }
+
+            let default_rule = [crate::config::PathRule { path: "/".into(), kind: PathKind::Prefix }];
+            let rules = if route.paths.is_empty() { &default_rule[..] } else { &route.paths[..] };
+            for table in tables {
+                for rule in rules {
+                    let mut cand = Candidate { route: idx, priority: route.priority, specificity, len: 0 };
+                    match rule.kind {
+                        PathKind::Exact => {
+                            cand.len = rule.path.len();
+                            table.exact.entry(rule.path.as_str().into()).or_default().push(cand);
+                        }
+                        PathKind::Prefix => {
+                            let trimmed = rule.path.trim_end_matches('/');
+                            cand.len = trimmed.len();
+                            table.insert_prefix(trimmed, cand);
+                        }
+                        PathKind::Regex => {
+                            let re = Regex::new(&format!("^(?:{})", rule.path))?;
+                            table.regex.push((re, cand));
+                        }
+                    }
+                }
+            }
+        }
+        r.any_host.finish();
+        for t in r.exact_hosts.values_mut().chain(r.wildcard_hosts.values_mut()) {
+            t.finish();
+        }
+        Ok(r)
+    }
+
+    /// Finds the route for a request: exact host, then wildcard host, then host-less routes.
+    pub fn lookup(&self, req: &RequestView<'_>) -> Lookup {
+        let lower;
+        let host = if req.host.bytes().any(|b| b.is_ascii_uppercase()) {
+            lower = req.host.to_ascii_lowercase();
+            lower.as_str()
+        } else {
+            req.host
+        };
+        let found = self
+            .exact_hosts
+            .get(host)
+            .and_then(|t| t.lookup(req, &self.conditions))
+            .or_else(|| {
+                let (_, suffix) = host.split_once('.')?;
+                self.wildcard_hosts.get(suffix)?.lookup(req, &self.conditions)
+            })
+            .or_else(|| self.any_host.lookup(req, &self.conditions));
+        match found {
+            None => Lookup::NotFound,
+            Some(m) => {
+                let protos = &self.protocols[m.route];
+                if protos.is_empty() || protos.contains(&req.protocol) {
+                    Lookup::Matched(m)
+                } else {
+                    Lookup::WrongProtocol(m)
+                }
+            }
+        }
+    }
+}
+
+/// The host a request is addressed to, without the port: the URI authority, else `Host`.
+pub fn request_host<'a>(uri: &'a http::Uri, headers: &'a HeaderMap) -> &'a str {
+    let raw = match uri.host() {
+        Some(h) => h,
+        None => headers
+            .get(http::header::HOST)
+            .and_then(|h| h.to_str().ok())
+            .unwrap_or(""),
+    };
+    strip_port(raw)
+}
+
+fn strip_port(host: &str) -> &str {
+    if let Some(rest) = host.strip_prefix('[') {
+        // [v6]:port
+        return rest.split(']').next().unwrap_or(rest);
+    }
+    match host.rsplit_once(':') {
+        Some((h, p)) if p.bytes().all(|b| b.is_ascii_digit()) => h,
+        _ => host,
+    }
+    .trim_end_matches('.')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Config;
+
+    fn router(yaml: &str) -> (Router, Vec<String>) {
+        let cfg = Config::parse(yaml.as_bytes()).unwrap();
+        let ids = cfg.routes.iter().map(|r| r.id.clone()).collect();
+        (Router::new(&cfg.routes).unwrap(), ids)
+    }
+
+    fn find(r: &(Router, Vec<String>), host: &str, path: &str) -> Option<(String, usize)> {
+        find_with(r, host, path, &Method::GET, &HeaderMap::new())
+    }
+
+    fn find_with(r: &(Router, Vec<String>), host: &str, path: &str, m: &Method, h: &HeaderMap) -> Option<(String, usize)> {
+        let view = RequestView { host, path, method: m, headers: h, protocol: ClientProtocol::Http };
+        match r.0.lookup(&view) {
+            Lookup::Matched(m) => Some((r.1[m.route].clone(), m.matched_len)),
+            _ => None,
+        }
+    }
+
+    fn id(r: &(Router, Vec<String>), host: &str, path: &str) -> Option<String> {
+        find(r, host, path).map(|x| x.0)
+    }
+
+    #[test]
+    fn prefix_matches_by_element() {
+        let r = router("routes: [{id: foo, paths: [{path: /foo}]}, {id: bar, paths: [{path: /bar/}]}]");
+        assert_eq!(id(&r, "x", "/foo"), Some("foo".into()));
+        assert_eq!(id(&r, "x", "/foo/"), Some("foo".into()));
+        assert_eq!(id(&r, "x", "/foo/bar"), Some("foo".into()));
+        assert_eq!(id(&r, "x", "/foobar"), None);
+        assert_eq!(id(&r, "x", "/bar"), Some("bar".into()), "trailing slash in the rule is ignored");
+        assert_eq!(id(&r, "x", "/bar/baz"), Some("bar".into()));
+        assert_eq!(find(&r, "x", "/foo/bar"), Some(("foo".into(), 4)));
+    }
+
+    #[test]
+    fn exact_beats_prefix_and_longer_prefix_wins() {
+        let r = router(
+            "routes: [{id: root, paths: [{path: /}]}, {id: a, paths: [{path: /a}]}, {id: ab, paths: [{path: /a/b}]},\
+             {id: exact, paths: [{path: /a/b, kind: Exact}]}]",
+        );
+        assert_eq!(id(&r, "h", "/a/b"), Some("exact".into()));
+        assert_eq!(id(&r, "h", "/a/b/"), Some("ab".into()), "Exact is slash-sensitive");
+        assert_eq!(id(&r, "h", "/a/b/c"), Some("ab".into()));
+        assert_eq!(id(&r, "h", "/a/c"), Some("a".into()));
+        assert_eq!(id(&r, "h", "/z"), Some("root".into()));
+        assert_eq!(id(&r, "h", "/"), Some("root".into()));
+    }
+
+    #[test]
+    fn exact_is_case_sensitive() {
+        let r = router("routes: [{id: e, paths: [{path: /Foo, kind: Exact}]}]");
+        assert_eq!(id(&r, "h", "/Foo"), Some("e".into()));
+        assert_eq!(id(&r, "h", "/foo"), None);
+    }
+
+    #[test]
+    fn hosts_exact_wildcard_any() {
+        let r = router(
+            "routes: [{id: any, paths: [{path: /}]}, {id: wild, hosts: ['*.example.com']},\
+             {id: exact, hosts: [api.example.com]}, {id: deep, hosts: [example.com], paths: [{path: /only}]}]",
+        );
+        assert_eq!(id(&r, "api.example.com", "/"), Some("exact".into()));
+        assert_eq!(id(&r, "API.Example.COM", "/"), Some("exact".into()));
+        assert_eq!(id(&r, "www.example.com", "/"), Some("wild".into()));
+        assert_eq!(id(&r, "a.b.example.com", "/"), Some("any".into()), "wildcard covers one label");
+        assert_eq!(id(&r, "example.com", "/only"), Some("deep".into()));
+        assert_eq!(id(&r, "example.com", "/other"), Some("any".into()), "falls through to host-less");
+        assert_eq!(id(&r, "other.org", "/"), Some("any".into()));
+    }
+
+    #[test]
+    fn regex_by_priority_then_declaration() {
+        let r = router(
+            "routes: [{id: p, paths: [{path: /v1}]}, {id: r1, paths: [{path: '/v[0-9]+/x', kind: Regex}]},\
+             {id: r2, priority: 5, paths: [{path: '/v1/x', kind: Regex}]}, {id: r3, paths: [{path: '/v[0-9]+/', kind: Regex}]}]",
+        );
+        assert_eq!(id(&r, "h", "/v1/x"), Some("r2".into()));
+        assert_eq!(id(&r, "h", "/v2/x"), Some("r1".into()));
+        assert_eq!(id(&r, "h", "/v2/y"), Some("r3".into()));
+        assert_eq!(id(&r, "h", "/a/v2/x"), None, "anchored at the start");
+        assert_eq!(find(&r, "h", "/v2/x/tail"), Some(("r1".into(), 5)));
+        assert_eq!(id(&r, "h", "/v1"), Some("p".into()));
+    }
+
+    #[test]
+    fn methods_and_headers_are_extra_conditions() {
+        let r = router(
+            "routes: [{id: plain, paths: [{path: /}]}, {id: post, methods: [POST], paths: [{path: /}]},\
+             {id: hdr, headers: {x-version: [v2, V3]}, paths: [{path: /}]}]",
+        );
+        let mut h = HeaderMap::new();
+        assert_eq!(find_with(&r, "h", "/", &Method::GET, &h).unwrap().0, "plain");
+        assert_eq!(find_with(&r, "h", "/", &Method::POST, &h).unwrap().0, "post");
+        h.insert("x-version", HeaderValue::from_static("v3"));
+        assert_eq!(find_with(&r, "h", "/", &Method::GET, &h).unwrap().0, "hdr");
+        h.insert("x-version", HeaderValue::from_static("v9"));
+        assert_eq!(find_with(&r, "h", "/", &Method::GET, &h).unwrap().0, "plain");
+    }
+
+    #[test]
+    fn no_routes_no_match() {
+        let r = router("routes: []");
+        assert_eq!(id(&r, "h", "/"), None);
+    }
+
+    #[test]
+    fn protocols() {
+        let r = router("routes: [{id: s, protocols: [https]}]");
+        let h = HeaderMap::new();
+        let view = RequestView { host: "h", path: "/", method: &Method::GET, headers: &h, protocol: ClientProtocol::Http };
+        assert!(matches!(r.0.lookup(&view), Lookup::WrongProtocol(_)));
+    }
+
+    #[test]
+    fn host_extraction() {
+        let h = HeaderMap::new();
+        assert_eq!(request_host(&"http://Example.com:8080/x".parse().unwrap(), &h), "Example.com");
+        let mut h = HeaderMap::new();
+        h.insert("host", HeaderValue::from_static("a.example.com:80"));
+        assert_eq!(request_host(&"/x".parse().unwrap(), &h), "a.example.com");
+        h.insert("host", HeaderValue::from_static("[::1]:80"));
+        assert_eq!(request_host(&"/x".parse().unwrap(), &h), "::1");
+        h.insert("host", HeaderValue::from_static("example.com."));
+        assert_eq!(request_host(&"/x".parse().unwrap(), &h), "example.com");
+    }
+}

@@ -1,0 +1,483 @@
+//! One request through the phases: rewrite, access (route, plugins), balancer (connect, send,
+//! retry), header_filter, and the response body that runs body_filter and log.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use http::header::{self, HeaderValue};
+use http::{Request, Response, StatusCode};
+use http_body::Body as _;
+use hyper::body::Incoming;
+use hyper_util::rt::TokioIo;
+
+use super::headers::{self, Forwarding};
+use super::Shared;
+use crate::compile::{CompiledRoute, CompiledService};
+use crate::config::ClientProtocol;
+use crate::pipeline::{self, ConnActivity, Finish, InFlight, LogRecord, ProxyBody, RequestCtx, Try};
+use crate::plugins::{EarlyResponse, RequestHead};
+use crate::router::{normalize_path, request_host, Lookup, RequestView};
+use crate::upstream::{self, BodyStats, PoolKey, UpstreamBody};
+
+const SERVER: HeaderValue = HeaderValue::from_static("weir");
+const PROXY_LATENCY: &str = "x-weir-proxy-latency";
+const UPSTREAM_LATENCY: &str = "x-weir-upstream-latency";
+
+/// What the handler knows about the client connection.
+#[derive(Debug, Clone, Copy)]
+pub struct ConnInfo {
+    /// The TCP peer.
+    pub peer: SocketAddr,
+    /// The local port the client connected to.
+    pub local_port: u16,
+}
+
+thread_local! {
+    static REQUEST_SEQ: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+static WORKER_SALT: AtomicU64 = AtomicU64::new(1);
+
+/// A per-process unique, cheap request id: a per-thread prefix and a counter.
+fn next_request_id() -> u64 {
+    REQUEST_SEQ.with(|c| {
+        let mut n = c.get();
+        if n == 0 {
+            n = WORKER_SALT.fetch_add(1, Ordering::Relaxed) << 40;
+        }
+        n += 1;
+        c.set(n);
+        n
+    })
+}
+
+/// Everything the response path needs once the request head has been consumed.
+struct Pending {
+    shared: Arc<Shared>,
+    ctx: RequestCtx,
+    record: LogRecord,
+    guard: InFlight,
+    stats: Option<Arc<BodyStats>>,
+}
+
+impl Pending {
+    fn into_finish(self) -> Box<Finish> {
+        Box::new(Finish {
+            ctx: self.ctx,
+            record: self.record,
+            sink: self.shared,
+            request_bytes: self.stats,
+            _guard: Some(self.guard),
+        })
+    }
+
+    /// Sends a response made by the proxy itself, through header_filter, body_filter and log.
+    fn respond(mut self, early: EarlyResponse) -> Response<ProxyBody> {
+        let mut resp = Response::new(());
+        *resp.status_mut() = early.status;
+        *resp.headers_mut() = early.headers;
+        let (mut parts, ()) = resp.into_parts();
+        parts.headers.insert(header::SERVER, SERVER);
+        pipeline::header_filter(&mut self.ctx, &mut parts);
+        self.record.status = parts.status.as_u16();
+        let body = ProxyBody::full(early.body, Some(self.into_finish()));
+        Response::from_parts(parts, body)
+    }
+
+    fn error(self, status: StatusCode, message: &str) -> Response<ProxyBody> {
+        self.respond(EarlyResponse::message(status, message))
+    }
+}
+
+/// Handles one request; never fails (errors become responses).
+pub async fn handle(shared: Arc<Shared>, conn: ConnInfo, activity: Arc<ConnActivity>, req: Request<Incoming>) -> Response<ProxyBody> {
+    let guard = InFlight::new(&activity);
+    let rt = shared.runtime.load_full();
+    let (mut head, body) = req.into_parts();
+    let client_ip = headers::client_ip(conn.peer.ip(), &head.headers, &shared.opts.trusted_proxies);
+    let ctx = RequestCtx::new(client_ip, next_request_id(), rt.global.clone());
+    let record = LogRecord {
+        request_id: format!("{:016x}", ctx.request_id),
+        client_ip,
+        method: head.method.clone(),
+        host: request_host(&head.uri, &head.headers).to_string(),
+        path: String::new(),
+        status: 0,
+        route: None,
+        service: None,
+        target: None,
+        tries: 0,
+        request_bytes: 0,
+        response_bytes: 0,
+        latencies: Default::default(),
+        aborted: false,
+    };
+    let mut p = Pending { shared, ctx, record, guard, stats: None };
+
+    // rewrite: global plugins only.
+    if let Some(r) = pipeline::rewrite(&mut p.ctx, &mut head) {
+        return p.respond(r);
+    }
+
+    // access, before: normalise and route.
+    let path = match normalize_path(head.uri.path(), rt.settings.merge_slashes) {
+        Ok(path) => path.into_owned(),
+        Err(e) => return p.error(StatusCode::BAD_REQUEST, &e.to_string()),
+    };
+    p.record.path.clone_from(&path);
+    let host = request_host(&head.uri, &head.headers);
+    let view = RequestView {
+        host,
+        path: &path,
+        method: &head.method,
+        headers: &head.headers,
+        protocol: ClientProtocol::Http,
+    };
+    let m = match rt.router.lookup(&view) {
+        Lookup::Matched(m) => m,
+        Lookup::NotFound => return p.error(StatusCode::NOT_FOUND, "no Route matched with those values"),
+        Lookup::WrongProtocol(m) => {
+            let route = &rt.routes[m.route];
+            return redirect_to_https(p, route, host, &head);
+        }
+    };
+    let route = &rt.routes[m.route];
+    p.ctx.route = Some(route.id.clone());
+    p.record.route = Some(route.id.clone());
+    let service = route.service.map(|i| &rt.services[i]);
+    if let Some(s) = service {
+        p.ctx.service = Some(s.id.clone());
+        p.record.service = Some(s.id.clone());
+    }
+
+    // access: the route's plugins.
+    if let Some(r) = pipeline::access(&mut p.ctx, &mut head, &route.chain) {
+        return p.respond(r);
+    }
+    let Some(service) = service else {
+        return p.error(StatusCode::SERVICE_UNAVAILABLE, "no Service configured for this Route");
+    };
+
+    // access, after: build the upstream request.
+    let max_body = p.shared.opts.max_body_size;
+    if max_body > 0 && content_length(&head) > Some(max_body) {
+        return p.error(StatusCode::PAYLOAD_TOO_LARGE, "request body too large");
+    }
+    let upgrade = headers::is_upgrade(&head.headers) && head.version <= http::Version::HTTP_11;
+    let client_upgrade = if upgrade { head.extensions.remove::<hyper::upgrade::OnUpgrade>() } else { None };
+    let upstream_path = upstream_path(&mut p.ctx, route, service, &path, m.matched_len, head.uri.query());
+    let stripped = (route.strip_path && m.matched_len > 0).then(|| &path[..m.matched_len]);
+    prepare_request_headers(&mut head, &p, conn, route, stripped, upgrade);
+
+    let body = if body.is_end_stream() {
+        UpstreamBody::empty()
+    } else {
+        let stats = BodyStats::new();
+        p.stats = Some(stats.clone());
+        UpstreamBody::streamed(body, stats, max_body)
+    };
+    head.uri = match upstream_path.parse() {
+        Ok(uri) => uri,
+        Err(_) => return p.error(StatusCode::INTERNAL_SERVER_ERROR, "invalid upstream URI"),
+    };
+    head.version = http::Version::HTTP_11;
+    let mut request = Request::from_parts(head, body);
+
+    // balancer: pick, connect, send; retry connection failures on another target.
+    let mut excluded: Vec<Arc<str>> = Vec::new();
+    let mut last_timeout = false;
+    let (response, conn_used) = loop {
+        if p.ctx.tries.len() > service.retries as usize {
+            let status = if last_timeout { StatusCode::GATEWAY_TIMEOUT } else { StatusCode::BAD_GATEWAY };
+            return p.error(status, "An invalid response was received from the upstream server");
+        }
+        let Some(target) = service.balancer.pick(&excluded) else {
+            return p.error(StatusCode::SERVICE_UNAVAILABLE, "no healthy upstream targets");
+        };
+        p.ctx.tries.push(Try { target: target.addr.clone(), error: None });
+        p.record.target = Some(target.addr.clone());
+        if !route.preserve_host {
+            request.headers_mut().insert(header::HOST, target.host_header.clone());
+        }
+        if service.h2 {
+            set_absolute_uri(&mut request, &target.addr);
+        }
+        let key = PoolKey { target: target.addr.clone(), h2: service.h2 };
+        let mut conn = match upstream::checkout(&key, service.connect_timeout).await {
+            Ok(c) => c,
+            Err(e) => {
+                last_timeout = matches!(e, upstream::ConnectError::Timeout(_));
+                fail_try(&mut p.ctx, &e.to_string());
+                excluded.push(target.addr.clone());
+                continue;
+            }
+        };
+        p.ctx.timings.upstream_sent = Some(Instant::now());
+        let sent = wait_response(conn.send(request), p.stats.as_deref(), service).await;
+        match sent {
+            Ok(Ok(resp)) => break (resp, conn),
+            Ok(Err(e)) => match e.unsent {
+                Some(unsent) => {
+                    // Never written: safe to send to another target.
+                    fail_try(&mut p.ctx, &e.error.to_string());
+                    excluded.push(target.addr.clone());
+                    request = unsent;
+                    last_timeout = false;
+                }
+                None => {
+                    fail_try(&mut p.ctx, &e.error.to_string());
+                    if p.stats.as_ref().is_some_and(|s| s.too_large.load(Ordering::Relaxed)) {
+                        return p.error(StatusCode::PAYLOAD_TOO_LARGE, "request body too large");
+                    }
+                    return p.error(StatusCode::BAD_GATEWAY, "An invalid response was received from the upstream server");
+                }
+            },
+            Err(TimedOut) => {
+                fail_try(&mut p.ctx, "upstream timed out");
+                return p.error(StatusCode::GATEWAY_TIMEOUT, "The upstream server is timing out");
+            }
+        }
+    };
+    p.ctx.timings.upstream_headers = Some(Instant::now());
+    p.record.tries = p.ctx.tries.len();
+
+    // header_filter.
+    let (mut parts, body) = response.into_parts();
+    let switching = parts.status == StatusCode::SWITCHING_PROTOCOLS;
+    let mut conn_used = Some(conn_used);
+    if switching {
+        match (client_upgrade, parts.extensions.remove::<hyper::upgrade::OnUpgrade>()) {
+            (Some(client), Some(upstream)) => {
+                conn_used = None;
+                tokio::spawn(tunnel(client, upstream));
+            }
+            _ => return p.error(StatusCode::BAD_GATEWAY, "upstream switched protocols unasked"),
+        }
+    }
+    headers::remove_hop_by_hop(&mut parts.headers, switching);
+    if rt.settings.latency_headers {
+        let t = p.ctx.timings;
+        let proxy_ms = t.upstream_sent.map_or(0, |s| (s - t.start).as_millis() as u64);
+        let upstream_ms = match (t.upstream_sent, t.upstream_headers) {
+            (Some(s), Some(h)) => (h - s).as_millis() as u64,
+            _ => 0,
+        };
+        parts.headers.insert(PROXY_LATENCY, HeaderValue::from(proxy_ms));
+        parts.headers.insert(UPSTREAM_LATENCY, HeaderValue::from(upstream_ms));
+    }
+    pipeline::header_filter(&mut p.ctx, &mut parts);
+    parts.headers.append(header::VIA, headers::VIA);
+    p.record.status = parts.status.as_u16();
+    let read_timeout = service.read_timeout;
+    let body = ProxyBody::upstream(body, conn_used, read_timeout, p.into_finish());
+    Response::from_parts(parts, body)
+}
+
+fn fail_try(ctx: &mut RequestCtx, error: &str) {
+    if let Some(t) = ctx.tries.last_mut() {
+        t.error = Some(error.to_string());
+    }
+    tracing::debug!(target = ctx.tries.last().map(|t| &*t.target), error, "upstream try failed");
+}
+
+fn content_length(head: &RequestHead) -> Option<u64> {
+    head.headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse().ok())
+}
+
+fn redirect_to_https(p: Pending, route: &CompiledRoute, host: &str, head: &RequestHead) -> Response<ProxyBody> {
+    let mut location = format!("https://{host}{}", head.uri.path());
+    if let Some(q) = head.uri.query() {
+        location.push('?');
+        location.push_str(q);
+    }
+    let mut early = EarlyResponse::message(route.https_redirect, "Please use HTTPS protocol");
+    if let Ok(v) = HeaderValue::from_str(&location) {
+        early.headers.insert(header::LOCATION, v);
+    }
+    p.respond(early)
+}
+
+/// The path and query sent upstream: a plugin's rewrite, or strip_path and the service prefix.
+fn upstream_path(
+    ctx: &mut RequestCtx,
+    route: &CompiledRoute,
+    service: &CompiledService,
+    path: &str,
+    matched_len: usize,
+    query: Option<&str>,
+) -> String {
+    if let Some(uri) = ctx.upstream_uri.take() {
+        return uri;
+    }
+    let rest = if route.strip_path { &path[matched_len.min(path.len())..] } else { path };
+    let mut out = String::with_capacity(path.len() + 16);
+    match service.path.as_deref() {
+        Some(prefix) if prefix != "/" => {
+            out.push_str(prefix);
+            match (prefix.ends_with('/'), rest.starts_with('/')) {
+                (true, true) => out.push_str(&rest[1..]),
+                (false, false) if !rest.is_empty() => {
+                    out.push('/');
+                    out.push_str(rest);
+                }
+                _ => out.push_str(rest),
+            }
+        }
+        _ => {
+            if !rest.starts_with('/') {
+                out.push('/');
+            }
+            out.push_str(rest);
+        }
+    }
+    if let Some(q) = query {
+        out.push('?');
+        out.push_str(q);
+    }
+    out
+}
+
+fn prepare_request_headers(
+    head: &mut RequestHead,
+    p: &Pending,
+    conn: ConnInfo,
+    route: &CompiledRoute,
+    stripped: Option<&str>,
+    upgrade: bool,
+) {
+    // The original Host survives in X-Forwarded-Host (and in Host with preserve_host); for h2
+    // clients it comes from :authority.
+    let original_host = head
+        .headers
+        .get(header::HOST)
+        .cloned()
+        .or_else(|| head.uri.authority().and_then(|a| HeaderValue::from_str(a.as_str()).ok()));
+    headers::remove_hop_by_hop(&mut head.headers, upgrade);
+    headers::set_forwarded(
+        &mut head.headers,
+        &Forwarding {
+            peer: conn.peer.ip(),
+            client: p.ctx.client_ip,
+            proto: "http",
+            host: original_host.as_ref(),
+            port: conn.local_port,
+            stripped_prefix: stripped,
+        },
+        &p.shared.opts.trusted_proxies,
+    );
+    if route.preserve_host {
+        if let Some(h) = original_host {
+            head.headers.insert(header::HOST, h);
+        }
+    }
+    // hyper answers `Expect: 100-continue` itself when the body is first read.
+    head.headers.remove(header::EXPECT);
+    head.headers.append(header::VIA, headers::VIA);
+}
+
+fn set_absolute_uri(req: &mut Request<UpstreamBody>, authority: &str) {
+    let pq = req.uri().path_and_query().map_or("/", |p| p.as_str()).to_string();
+    if let Ok(uri) = format!("http://{authority}{pq}").parse() {
+        *req.uri_mut() = uri;
+    }
+    *req.version_mut() = http::Version::HTTP_2;
+}
+
+/// The upstream did not answer in time.
+struct TimedOut;
+
+/// Waits for the response head: the write timeout applies while the request body is still
+/// streaming (between two forwarded frames), the read timeout after it.
+async fn wait_response<F, T>(fut: F, stats: Option<&BodyStats>, service: &CompiledService) -> Result<T, TimedOut>
+where
+    F: std::future::Future<Output = T>,
+{
+    tokio::pin!(fut);
+    let sent = Instant::now();
+    let deadline = || -> Instant {
+        match stats {
+            Some(s) if !s.done.load(Ordering::Relaxed) => s.last_progress().max(sent) + service.write_timeout,
+            Some(s) => s.last_progress().max(sent) + service.read_timeout,
+            None => sent + service.read_timeout,
+        }
+    };
+    loop {
+        let at = deadline();
+        tokio::select! {
+            r = &mut fut => return Ok(r),
+            _ = tokio::time::sleep_until(at.into()) => {
+                if Instant::now() >= deadline() {
+                    return Err(TimedOut);
+                }
+            }
+        }
+    }
+}
+
+/// Copies bytes both ways between an upgraded client and upstream connection.
+async fn tunnel(client: hyper::upgrade::OnUpgrade, upstream: hyper::upgrade::OnUpgrade) {
+    let (client, upstream) = match tokio::join!(client, upstream) {
+        (Ok(c), Ok(u)) => (c, u),
+        (Err(e), _) | (_, Err(e)) => {
+            tracing::debug!(error = %e, "upgrade failed");
+            return;
+        }
+    };
+    let mut c = TokioIo::new(client);
+    let mut u = TokioIo::new(upstream);
+    let _ = tokio::io::copy_bidirectional(&mut c, &mut u).await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::balancer::Balancer;
+    use crate::pipeline::RouteChain;
+    use std::time::Duration;
+
+    fn route(strip: bool) -> CompiledRoute {
+        CompiledRoute {
+            id: "r".into(),
+            strip_path: strip,
+            preserve_host: false,
+            https_redirect: StatusCode::UPGRADE_REQUIRED,
+            service: Some(0),
+            chain: RouteChain { base: Arc::from(vec![]), by_consumer: Default::default() },
+        }
+    }
+
+    fn service(path: Option<&str>) -> CompiledService {
+        CompiledService {
+            id: "s".into(),
+            path: path.map(str::to_string),
+            connect_timeout: Duration::from_secs(1),
+            read_timeout: Duration::from_secs(1),
+            write_timeout: Duration::from_secs(1),
+            retries: 0,
+            h2: false,
+            balancer: Balancer::new(vec![]),
+        }
+    }
+
+    fn up(strip: bool, prefix: Option<&str>, path: &str, matched: usize, q: Option<&str>) -> String {
+        let mut ctx = RequestCtx::new([127, 0, 0, 1].into(), 1, Arc::from(vec![]));
+        upstream_path(&mut ctx, &route(strip), &service(prefix), path, matched, q)
+    }
+
+    #[test]
+    fn upstream_paths() {
+        assert_eq!(up(false, None, "/api/x", 4, Some("a=1")), "/api/x?a=1");
+        assert_eq!(up(true, None, "/api/x", 4, None), "/x");
+        assert_eq!(up(true, None, "/api", 4, None), "/");
+        assert_eq!(up(true, Some("/v1"), "/api/x", 4, None), "/v1/x");
+        assert_eq!(up(true, Some("/v1/"), "/api/x", 4, None), "/v1/x");
+        assert_eq!(up(true, Some("/v1"), "/api", 4, None), "/v1");
+        assert_eq!(up(false, Some("/v1"), "/api", 4, None), "/v1/api");
+        assert_eq!(up(true, None, "/v2/x/tail", 5, None), "/tail");
+    }
+}

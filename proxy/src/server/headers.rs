@@ -1,0 +1,278 @@
+//! Proxy header semantics: hop-by-hop removal, `X-Forwarded-*`, `X-Real-IP`, `Via`, and the
+//! trusted-proxy list that decides whether a client's forwarding headers are believed.
+
+use std::net::IpAddr;
+use std::str::FromStr;
+
+use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+
+/// An IP network in CIDR notation (`10.0.0.0/8`, `::1/128`, or a bare address).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Cidr {
+    addr: IpAddr,
+    prefix: u8,
+}
+
+impl FromStr for Cidr {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Cidr, String> {
+        let (a, p) = s.split_once('/').map_or((s, None), |(a, p)| (a, Some(p)));
+        let addr: IpAddr = a.trim().parse().map_err(|_| format!("{s:?} is not an IP address or CIDR"))?;
+        let max = if addr.is_ipv4() { 32 } else { 128 };
+        let prefix = match p {
+            None => max,
+            Some(p) => p
+                .parse::<u8>()
+                .ok()
+                .filter(|p| *p <= max)
+                .ok_or_else(|| format!("{s:?}: prefix length must be 0..={max}"))?,
+        };
+        Ok(Cidr { addr, prefix })
+    }
+}
+
+impl Cidr {
+    /// Whether `ip` is inside the network.
+    pub fn contains(&self, ip: IpAddr) -> bool {
+        let ip = match ip {
+            IpAddr::V6(v6) if self.addr.is_ipv4() => match v6.to_ipv4_mapped() {
+                Some(v4) => IpAddr::V4(v4),
+                None => return false,
+            },
+            ip => ip,
+        };
+        match (self.addr, ip) {
+            (IpAddr::V4(net), IpAddr::V4(ip)) => {
+                let mask = if self.prefix == 0 { 0 } else { u32::MAX << (32 - self.prefix) };
+                u32::from(net) & mask == u32::from(ip) & mask
+            }
+            (IpAddr::V6(net), IpAddr::V6(ip)) => {
+                let mask = if self.prefix == 0 { 0 } else { u128::MAX << (128 - self.prefix) };
+                u128::from(net) & mask == u128::from(ip) & mask
+            }
+            _ => false,
+        }
+    }
+}
+
+fn trusted(list: &[Cidr], ip: IpAddr) -> bool {
+    list.iter().any(|c| c.contains(ip))
+}
+
+/// The client's IP: the peer, or, when the peer is a trusted proxy, the right-most address in
+/// `X-Forwarded-For` that is not itself trusted.
+pub fn client_ip(peer: IpAddr, headers: &HeaderMap, trusted_list: &[Cidr]) -> IpAddr {
+    if !trusted(trusted_list, peer) {
+        return peer;
+    }
+    let mut client = peer;
+    for v in headers.get_all(X_FORWARDED_FOR).iter().rev() {
+        let Ok(s) = v.to_str() else { break };
+        for hop in s.rsplit(',') {
+            match hop.trim().parse::<IpAddr>() {
+                Ok(ip) => {
+                    client = ip;
+                    if !trusted(trusted_list, ip) {
+                        return client;
+                    }
+                }
+                Err(_) => return client,
+            }
+        }
+    }
+    client
+}
+
+const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
+const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
+const X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
+const X_FORWARDED_PORT: HeaderName = HeaderName::from_static("x-forwarded-port");
+const X_FORWARDED_PREFIX: HeaderName = HeaderName::from_static("x-forwarded-prefix");
+const X_REAL_IP: HeaderName = HeaderName::from_static("x-real-ip");
+const KEEP_ALIVE: HeaderName = HeaderName::from_static("keep-alive");
+const PROXY_CONNECTION: HeaderName = HeaderName::from_static("proxy-connection");
+
+/// The `Via` value Weir adds to requests and responses.
+pub const VIA: HeaderValue = HeaderValue::from_static("1.1 weir");
+
+/// Removes hop-by-hop headers (RFC 9110 §7.6.1), including those named in `Connection`.
+/// With `keep_upgrade`, `Connection: upgrade` and `Upgrade` survive for a protocol switch.
+pub fn remove_hop_by_hop(headers: &mut HeaderMap, keep_upgrade: bool) {
+    let mut named: Vec<HeaderName> = Vec::new();
+    for v in headers.get_all(header::CONNECTION) {
+        if let Ok(s) = v.to_str() {
+            for token in s.split(',') {
+                if let Ok(n) = HeaderName::from_bytes(token.trim().as_bytes()) {
+                    if !(keep_upgrade && n == header::UPGRADE) {
+                        named.push(n);
+                    }
+                }
+            }
+        }
+    }
+    for n in named {
+        headers.remove(n);
+    }
+    for n in [
+        KEEP_ALIVE,
+        PROXY_CONNECTION,
+        header::PROXY_AUTHORIZATION,
+        header::TE,
+        header::TRAILER,
+        header::TRANSFER_ENCODING,
+    ] {
+        headers.remove(n);
+    }
+    if keep_upgrade {
+        headers.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
+    } else {
+        headers.remove(header::CONNECTION);
+        headers.remove(header::UPGRADE);
+    }
+}
+
+/// Whether a request asks to switch protocols (`Connection: upgrade` plus `Upgrade`).
+pub fn is_upgrade(headers: &HeaderMap) -> bool {
+    headers.contains_key(header::UPGRADE)
+        && headers.get_all(header::CONNECTION).iter().any(|v| {
+            v.to_str()
+                .is_ok_and(|s| s.split(',').any(|t| t.trim().eq_ignore_ascii_case("upgrade")))
+        })
+}
+
+/// What the proxy knows about how the client reached it.
+pub struct Forwarding<'a> {
+    /// The TCP peer.
+    pub peer: IpAddr,
+    /// The resolved client IP (see [`client_ip`]).
+    pub client: IpAddr,
+    /// `http` or `https`.
+    pub proto: &'static str,
+    /// The Host the client sent.
+    pub host: Option<&'a HeaderValue>,
+    /// The port the client connected to.
+    pub port: u16,
+    /// The prefix removed by `strip_path`, if any.
+    pub stripped_prefix: Option<&'a str>,
+}
+
+/// Sets `X-Forwarded-For/Proto/Host/Port/Prefix` and `X-Real-IP`, keeping incoming values only
+/// from trusted proxies.
+pub fn set_forwarded(headers: &mut HeaderMap, f: &Forwarding<'_>, trusted_list: &[Cidr]) {
+    let from_trusted = trusted(trusted_list, f.peer);
+    let peer = f.peer.to_string();
+    let xff = match headers.get(X_FORWARDED_FOR).and_then(|v| v.to_str().ok()) {
+        Some(prev) if from_trusted => format!("{prev}, {peer}"),
+        _ => peer,
+    };
+    if let Ok(v) = HeaderValue::from_str(&xff) {
+        headers.insert(X_FORWARDED_FOR, v);
+    }
+    if !(from_trusted && headers.contains_key(X_FORWARDED_PROTO)) {
+        headers.insert(X_FORWARDED_PROTO, HeaderValue::from_static(f.proto));
+    }
+    if !(from_trusted && headers.contains_key(X_FORWARDED_HOST)) {
+        match f.host {
+            Some(h) => {
+                headers.insert(X_FORWARDED_HOST, h.clone());
+            }
+            None => {
+                headers.remove(X_FORWARDED_HOST);
+            }
+        }
+    }
+    if !(from_trusted && headers.contains_key(X_FORWARDED_PORT)) {
+        headers.insert(X_FORWARDED_PORT, HeaderValue::from(f.port));
+    }
+    match f.stripped_prefix.and_then(|p| HeaderValue::from_str(p).ok()) {
+        Some(v) => {
+            headers.insert(X_FORWARDED_PREFIX, v);
+        }
+        None if !from_trusted => {
+            headers.remove(X_FORWARDED_PREFIX);
+        }
+        None => {}
+    }
+    if let Ok(v) = HeaderValue::from_str(&f.client.to_string()) {
+        headers.insert(X_REAL_IP, v);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cidrs(s: &[&str]) -> Vec<Cidr> {
+        s.iter().map(|c| c.parse().unwrap()).collect()
+    }
+
+    #[test]
+    fn cidr_contains() {
+        let c: Cidr = "10.0.0.0/8".parse().unwrap();
+        assert!(c.contains("10.1.2.3".parse().unwrap()));
+        assert!(!c.contains("11.0.0.1".parse().unwrap()));
+        assert!(c.contains("::ffff:10.0.0.1".parse().unwrap()));
+        let c: Cidr = "::1".parse().unwrap();
+        assert!(c.contains("::1".parse().unwrap()));
+        assert!("1.2.3.4/33".parse::<Cidr>().is_err());
+        assert!("0.0.0.0/0".parse::<Cidr>().unwrap().contains("8.8.8.8".parse().unwrap()));
+    }
+
+    #[test]
+    fn client_ip_only_trusts_trusted_peers() {
+        let mut h = HeaderMap::new();
+        h.insert(X_FORWARDED_FOR, HeaderValue::from_static("1.1.1.1, 10.0.0.5"));
+        let peer: IpAddr = "10.0.0.9".parse().unwrap();
+        assert_eq!(client_ip(peer, &h, &[]), peer);
+        assert_eq!(client_ip(peer, &h, &cidrs(&["10.0.0.0/8"])), "1.1.1.1".parse::<IpAddr>().unwrap());
+    }
+
+    #[test]
+    fn forwarded_headers() {
+        let mut h = HeaderMap::new();
+        h.insert(X_FORWARDED_FOR, HeaderValue::from_static("6.6.6.6"));
+        h.insert(X_FORWARDED_PROTO, HeaderValue::from_static("https"));
+        let host = HeaderValue::from_static("example.com");
+        let f = Forwarding {
+            peer: "127.0.0.1".parse().unwrap(),
+            client: "127.0.0.1".parse().unwrap(),
+            proto: "http",
+            host: Some(&host),
+            port: 8080,
+            stripped_prefix: Some("/api"),
+        };
+        set_forwarded(&mut h, &f, &[]);
+        assert_eq!(h[X_FORWARDED_FOR], "127.0.0.1", "spoofed value from an untrusted peer is replaced");
+        assert_eq!(h[X_FORWARDED_PROTO], "http");
+        assert_eq!(h[X_FORWARDED_HOST], "example.com");
+        assert_eq!(h[X_FORWARDED_PORT], "8080");
+        assert_eq!(h[X_FORWARDED_PREFIX], "/api");
+        assert_eq!(h[X_REAL_IP], "127.0.0.1");
+
+        let mut h = HeaderMap::new();
+        h.insert(X_FORWARDED_FOR, HeaderValue::from_static("6.6.6.6"));
+        h.insert(X_FORWARDED_PROTO, HeaderValue::from_static("https"));
+        set_forwarded(&mut h, &f, &cidrs(&["127.0.0.0/8"]));
+        assert_eq!(h[X_FORWARDED_FOR], "6.6.6.6, 127.0.0.1");
+        assert_eq!(h[X_FORWARDED_PROTO], "https");
+    }
+
+    #[test]
+    fn hop_by_hop() {
+        let mut h = HeaderMap::new();
+        h.insert(header::CONNECTION, HeaderValue::from_static("keep-alive, x-secret, upgrade"));
+        h.insert("x-secret", HeaderValue::from_static("1"));
+        h.insert("keep-alive", HeaderValue::from_static("timeout=5"));
+        h.insert(header::UPGRADE, HeaderValue::from_static("websocket"));
+        h.insert(header::TE, HeaderValue::from_static("trailers"));
+        h.insert("x-keep", HeaderValue::from_static("1"));
+        assert!(is_upgrade(&h));
+        let mut up = h.clone();
+        remove_hop_by_hop(&mut h, false);
+        assert_eq!(h.len(), 1, "{h:?}");
+        remove_hop_by_hop(&mut up, true);
+        assert_eq!(up[header::UPGRADE], "websocket");
+        assert_eq!(up[header::CONNECTION], "upgrade");
+        assert!(!up.contains_key("x-secret"));
+    }
+}

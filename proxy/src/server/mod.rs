@@ -1,0 +1,354 @@
+//! The data plane: listeners, worker threads, connections, graceful shutdown.
+//!
+//! One current-thread tokio runtime per worker, each with its own `SO_REUSEPORT` listener and
+//! upstream pool; workers share only the compiled routing table (one atomic pointer), the
+//! metrics shards and a few counters. The admin API and signal handling run on the main thread.
+
+mod handler;
+pub mod headers;
+
+use std::convert::Infallible;
+use std::io;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use arc_swap::ArcSwap;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto;
+use tokio::sync::watch;
+
+use crate::compile::Runtime;
+use crate::config::{Config, ConfigError};
+use crate::metrics::Metrics;
+use crate::pipeline::{ConnActivity, LogRecord, LogSink, RequestCtx};
+use crate::plugins::Registry;
+
+pub use headers::Cidr;
+
+/// Settings of the proxy process (command-line flags), as opposed to the routing table.
+#[derive(Debug, Clone)]
+pub struct ProxyOptions {
+    /// Where the proxy listens for client traffic.
+    pub listen: SocketAddr,
+    /// Where the admin API listens.
+    pub admin_listen: SocketAddr,
+    /// Worker threads (one runtime and listener each).
+    pub worker_threads: usize,
+    /// Print a JSON access-log line per request on stdout.
+    pub access_log: bool,
+    /// Peers whose `X-Forwarded-*` headers are believed.
+    pub trusted_proxies: Vec<Cidr>,
+    /// Client connections accepted at once; more are closed on accept.
+    pub max_connections: usize,
+    /// Time a client has to send a complete request head (HTTP/1.1; it also bounds how long a
+    /// keep-alive connection may sit idle waiting for the next request).
+    pub header_read_timeout: Duration,
+    /// Idle time after which a keep-alive connection (HTTP/1.1 or HTTP/2) is closed.
+    pub keepalive_timeout: Duration,
+    /// Largest request head accepted (431 above it).
+    pub max_header_bytes: usize,
+    /// Most request headers accepted (431 above it).
+    pub max_headers: usize,
+    /// Largest request body accepted, 0 for no limit (413 above it).
+    pub max_body_size: u64,
+    /// How long in-flight requests may take to finish after SIGTERM.
+    pub shutdown_grace: Duration,
+    /// Largest routing table `POST /config` accepts.
+    pub admin_max_body: usize,
+}
+
+impl Default for ProxyOptions {
+    fn default() -> Self {
+        ProxyOptions {
+            listen: ([0, 0, 0, 0], 8080).into(),
+            admin_listen: ([127, 0, 0, 1], 8100).into(),
+            worker_threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            access_log: true,
+            trusted_proxies: Vec::new(),
+            max_connections: 16_384,
+            header_read_timeout: Duration::from_secs(60),
+            keepalive_timeout: Duration::from_secs(60),
+            max_header_bytes: 64 * 1024,
+            max_headers: 100,
+            max_body_size: 0,
+            shutdown_grace: Duration::from_secs(30),
+            admin_max_body: 64 * 1024 * 1024,
+        }
+    }
+}
+
+/// State shared by the workers and the admin API.
+pub(crate) struct Shared {
+    pub runtime: ArcSwap<Runtime>,
+    pub registry: Registry,
+    pub opts: ProxyOptions,
+    pub metrics: Metrics,
+    pub ready: AtomicBool,
+    pub started: Instant,
+    pub connections: AtomicUsize,
+    apply_lock: Mutex<()>,
+}
+
+impl LogSink for Shared {
+    fn log(&self, _ctx: &RequestCtx, r: &LogRecord) {
+        static NONE: std::sync::OnceLock<Arc<str>> = std::sync::OnceLock::new();
+        let none = NONE.get_or_init(|| Arc::from(""));
+        let upstream = (r.latencies.upstream > 0.0).then_some(r.latencies.upstream / 1000.0);
+        self.metrics.record(
+            r.route.as_ref().unwrap_or(none),
+            r.service.as_ref().unwrap_or(none),
+            r.status,
+            r.latencies.total / 1000.0,
+            upstream,
+        );
+        if self.opts.access_log {
+            if let Ok(mut line) = serde_json::to_vec(r) {
+                line.push(b'\n');
+                use std::io::Write;
+                let _ = std::io::stdout().lock().write_all(&line);
+            }
+        }
+    }
+}
+
+/// A proxy: the routing table it serves and the means to serve it.
+#[derive(Clone)]
+pub struct Proxy {
+    shared: Arc<Shared>,
+}
+
+impl Proxy {
+    /// A proxy with an empty table (every request 404, not ready) and the given plugins.
+    pub fn new(opts: ProxyOptions, registry: Registry) -> Proxy {
+        let workers = opts.worker_threads.max(1);
+        Proxy {
+            shared: Arc::new(Shared {
+                runtime: ArcSwap::from_pointee(Runtime::empty()),
+                registry,
+                metrics: Metrics::new(workers),
+                opts,
+                ready: AtomicBool::new(false),
+                started: Instant::now(),
+                connections: AtomicUsize::new(0),
+                apply_lock: Mutex::new(()),
+            }),
+        }
+    }
+
+    /// Validates, compiles and atomically swaps in a routing table; returns its hash.
+    ///
+    /// On error the table in service is kept.
+    pub fn apply(&self, config: Config) -> Result<Arc<str>, Vec<ConfigError>> {
+        let _serial = self.shared.apply_lock.lock().unwrap_or_else(|e| e.into_inner());
+        let started = Instant::now();
+        match Runtime::compile(config, &self.shared.registry) {
+            Ok(rt) => {
+                let hash = rt.hash.clone();
+                self.shared.runtime.store(Arc::new(rt));
+                self.shared.ready.store(true, Ordering::Release);
+                self.shared.metrics.config_applies.fetch_add(1, Ordering::Relaxed);
+                tracing::info!(%hash, elapsed_ms = started.elapsed().as_millis() as u64, "routing table applied");
+                Ok(hash)
+            }
+            Err(errors) => {
+                self.shared.metrics.config_failures.fetch_add(1, Ordering::Relaxed);
+                for e in &errors {
+                    tracing::warn!(error = %e, "routing table rejected");
+                }
+                Err(errors)
+            }
+        }
+    }
+
+    /// The hash of the table in service.
+    pub fn current_hash(&self) -> Arc<str> {
+        self.shared.runtime.load().hash.clone()
+    }
+
+    /// Binds the listeners, serves until SIGTERM or SIGINT, then drains and returns.
+    pub fn serve(&self) -> io::Result<()> {
+        let opts = &self.shared.opts;
+        let workers = opts.worker_threads.max(1);
+        let listeners = (0..workers)
+            .map(|_| bind_reuseport(opts.listen))
+            .collect::<io::Result<Vec<_>>>()?;
+        let admin = std::net::TcpListener::bind(opts.admin_listen)?;
+        admin.set_nonblocking(true)?;
+        tracing::info!(listen = %opts.listen, admin = %opts.admin_listen, workers, "weir proxy started");
+
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let mut threads = Vec::new();
+        for (i, l) in listeners.into_iter().enumerate() {
+            let shared = self.shared.clone();
+            let stop = stop_rx.clone();
+            threads.push(
+                std::thread::Builder::new()
+                    .name(format!("weir-worker-{i}"))
+                    .spawn(move || worker(i, shared, l, stop))?,
+            );
+        }
+
+        let main_rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+        main_rt.block_on(async {
+            let admin = tokio::net::TcpListener::from_std(admin)?;
+            let admin_task = tokio::spawn(crate::admin::serve(self.clone(), admin));
+            wait_for_signal().await;
+            tracing::info!(grace_s = opts.shutdown_grace.as_secs_f64(), "shutting down: draining connections");
+            let _ = stop_tx.send(true);
+            admin_task.abort();
+            io::Result::Ok(())
+        })?;
+        for t in threads {
+            let _ = t.join();
+        }
+        tracing::info!("weir proxy stopped");
+        Ok(())
+    }
+
+    pub(crate) fn shared(&self) -> &Arc<Shared> {
+        &self.shared
+    }
+}
+
+async fn wait_for_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
+    let mut int = signal(SignalKind::interrupt()).expect("SIGINT handler");
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = int.recv() => {}
+    }
+}
+
+fn bind_reuseport(addr: SocketAddr) -> io::Result<std::net::TcpListener> {
+    use socket2::{Domain, Protocol, Socket, Type};
+    let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
+    socket.set_reuse_address(true)?;
+    socket.set_reuse_port(true)?;
+    socket.set_tcp_nodelay(true)?;
+    socket.bind(&addr.into())?;
+    socket.listen(4096)?;
+    socket.set_nonblocking(true)?;
+    Ok(socket.into())
+}
+
+fn worker(index: usize, shared: Arc<Shared>, listener: std::net::TcpListener, mut stop: watch::Receiver<bool>) {
+    crate::metrics::set_worker_shard(index);
+    let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            tracing::error!(error = %e, "worker runtime failed to start");
+            return;
+        }
+    };
+    rt.block_on(async move {
+        let listener = match tokio::net::TcpListener::from_std(listener) {
+            Ok(l) => l,
+            Err(e) => {
+                tracing::error!(error = %e, "listener failed");
+                return;
+            }
+        };
+        let builder = Arc::new(connection_builder(&shared.opts));
+        let live = Arc::new(AtomicUsize::new(0));
+        let local_port = listener.local_addr().map(|a| a.port()).unwrap_or(0);
+        loop {
+            tokio::select! {
+                accepted = listener.accept() => match accepted {
+                    Ok((stream, peer)) => {
+                        let total = shared.connections.fetch_add(1, Ordering::AcqRel) + 1;
+                        if total > shared.opts.max_connections {
+                            shared.connections.fetch_sub(1, Ordering::AcqRel);
+                            shared.metrics.connections_refused.fetch_add(1, Ordering::Relaxed);
+                            drop(stream);
+                            continue;
+                        }
+                        let _ = stream.set_nodelay(true);
+                        live.fetch_add(1, Ordering::AcqRel);
+                        let (shared, builder, live, stop) = (shared.clone(), builder.clone(), live.clone(), stop.clone());
+                        tokio::spawn(async move {
+                            serve_connection(&shared, &builder, stream, peer, local_port, stop).await;
+                            shared.connections.fetch_sub(1, Ordering::AcqRel);
+                            live.fetch_sub(1, Ordering::AcqRel);
+                        });
+                    }
+                    Err(e) => {
+                        // Out of file descriptors and the like: back off instead of spinning.
+                        tracing::warn!(error = %e, "accept failed");
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                    }
+                },
+                _ = stop.changed() => break,
+            }
+        }
+        drop(listener);
+        let deadline = tokio::time::Instant::now() + shared.opts.shutdown_grace;
+        while live.load(Ordering::Acquire) > 0 && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    });
+}
+
+fn connection_builder(opts: &ProxyOptions) -> auto::Builder<TokioExecutor> {
+    let mut b = auto::Builder::new(TokioExecutor::new());
+    b.http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(opts.header_read_timeout)
+        .max_buf_size(opts.max_header_bytes.max(8192))
+        .max_headers(opts.max_headers);
+    b.http2()
+        .timer(TokioTimer::new())
+        .max_header_list_size(opts.max_header_bytes as u32)
+        .max_concurrent_streams(256);
+    b
+}
+
+async fn serve_connection(
+    shared: &Arc<Shared>,
+    builder: &auto::Builder<TokioExecutor>,
+    stream: tokio::net::TcpStream,
+    peer: SocketAddr,
+    local_port: u16,
+    mut stop: watch::Receiver<bool>,
+) {
+    let activity = ConnActivity::new();
+    let conn_info = handler::ConnInfo { peer, local_port };
+    let svc = {
+        let shared = shared.clone();
+        let activity = activity.clone();
+        hyper::service::service_fn(move |req| {
+            let shared = shared.clone();
+            let activity = activity.clone();
+            async move { Ok::<_, Infallible>(handler::handle(shared, conn_info, activity, req).await) }
+        })
+    };
+    let conn = builder.serve_connection_with_upgrades(TokioIo::new(stream), svc);
+    tokio::pin!(conn);
+    let keepalive = shared.opts.keepalive_timeout;
+    let mut closing = *stop.borrow();
+    if closing {
+        conn.as_mut().graceful_shutdown();
+    }
+    let mut check_at = tokio::time::Instant::now() + keepalive;
+    loop {
+        tokio::select! {
+            _ = conn.as_mut() => break,
+            _ = stop.changed(), if !closing => {
+                closing = true;
+                conn.as_mut().graceful_shutdown();
+            }
+            _ = tokio::time::sleep_until(check_at), if !closing => {
+                match activity.idle_since() {
+                    Some(since) if since.elapsed() >= keepalive => {
+                        closing = true;
+                        conn.as_mut().graceful_shutdown();
+                    }
+                    Some(since) => check_at = tokio::time::Instant::from_std(since + keepalive),
+                    None => check_at = tokio::time::Instant::now() + keepalive,
+                }
+            }
+        }
+    }
+}

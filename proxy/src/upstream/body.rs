@@ -1,0 +1,121 @@
+//! The request body as forwarded upstream: streamed from the client frame by frame, counted,
+//! and cut off at the configured size limit.
+
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Instant;
+
+use bytes::Bytes;
+use http_body::{Body, Frame, SizeHint};
+use hyper::body::Incoming;
+
+/// Progress of a streamed request body, shared with the task waiting for the response.
+#[derive(Debug)]
+pub struct BodyStats {
+    origin: Instant,
+    /// Bytes forwarded so far.
+    pub bytes: AtomicU64,
+    /// Milliseconds after `origin` of the last frame handed to the upstream connection.
+    last_progress_ms: AtomicU64,
+    /// The whole body has been forwarded.
+    pub done: AtomicBool,
+    /// The client sent more than the limit.
+    pub too_large: AtomicBool,
+}
+
+impl BodyStats {
+    /// Stats starting now.
+    pub fn new() -> Arc<BodyStats> {
+        Arc::new(BodyStats {
+            origin: Instant::now(),
+            bytes: AtomicU64::new(0),
+            last_progress_ms: AtomicU64::new(0),
+            done: AtomicBool::new(false),
+            too_large: AtomicBool::new(false),
+        })
+    }
+
+    /// When a frame last moved (or when streaming started).
+    pub fn last_progress(&self) -> Instant {
+        self.origin + std::time::Duration::from_millis(self.last_progress_ms.load(Ordering::Relaxed))
+    }
+
+    fn progress(&self, n: usize) {
+        self.bytes.fetch_add(n as u64, Ordering::Relaxed);
+        self.last_progress_ms
+            .store(self.origin.elapsed().as_millis() as u64, Ordering::Relaxed);
+    }
+}
+
+/// The client's body exceeded the configured maximum.
+#[derive(Debug, thiserror::Error)]
+#[error("request body larger than {0} bytes")]
+pub struct TooLarge(u64);
+
+/// A request body on its way upstream.
+pub struct UpstreamBody {
+    inner: Option<Incoming>,
+    stats: Option<Arc<BodyStats>>,
+    limit: u64,
+}
+
+impl UpstreamBody {
+    /// No body.
+    pub fn empty() -> UpstreamBody {
+        UpstreamBody { inner: None, stats: None, limit: 0 }
+    }
+
+    /// Streams `body`, recording progress in `stats`; `limit` 0 means unlimited.
+    pub fn streamed(body: Incoming, stats: Arc<BodyStats>, limit: u64) -> UpstreamBody {
+        UpstreamBody { inner: Some(body), stats: Some(stats), limit }
+    }
+}
+
+impl Body for UpstreamBody {
+    type Data = Bytes;
+    type Error = Box<dyn std::error::Error + Send + Sync>;
+
+    fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+        let this = self.get_mut();
+        let Some(inner) = this.inner.as_mut() else {
+            return Poll::Ready(None);
+        };
+        let polled = Pin::new(inner).poll_frame(cx);
+        let stats = this.stats.as_ref();
+        match polled {
+            Poll::Ready(Some(Ok(frame))) => {
+                if let (Some(data), Some(stats)) = (frame.data_ref(), stats) {
+                    stats.progress(data.len());
+                    if this.limit > 0 && stats.bytes.load(Ordering::Relaxed) > this.limit {
+                        stats.too_large.store(true, Ordering::Relaxed);
+                        this.inner = None;
+                        return Poll::Ready(Some(Err(Box::new(TooLarge(this.limit)))));
+                    }
+                }
+                Poll::Ready(Some(Ok(frame)))
+            }
+            Poll::Ready(None) => {
+                if let Some(s) = stats {
+                    s.done.store(true, Ordering::Relaxed);
+                }
+                this.inner = None;
+                Poll::Ready(None)
+            }
+            Poll::Ready(Some(Err(e))) => {
+                this.inner = None;
+                Poll::Ready(Some(Err(Box::new(e))))
+            }
+            Poll::Pending => Poll::Pending,
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.as_ref().is_none_or(|b| b.is_end_stream())
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.as_ref().map_or(SizeHint::with_exact(0), |b| b.size_hint())
+    }
+}

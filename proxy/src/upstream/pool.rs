@@ -1,0 +1,177 @@
+//! Keep-alive connections to upstream targets, pooled per worker thread.
+//!
+//! Each worker runs a current-thread runtime, so its pool is a thread-local map with no lock.
+//! An HTTP/1.1 connection is taken out of the pool for one request and put back only once the
+//! response body has been read to its end; an h2c connection is shared by concurrent requests.
+//! The key is everything that makes two connections interchangeable (the target and the
+//! protocol; TLS settings join it when upstream TLS arrives).
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::hash::BuildHasherDefault;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use hyper::body::Incoming;
+use hyper::client::conn::{http1, http2};
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use tokio::net::TcpStream;
+
+use super::UpstreamBody;
+use crate::router::Fnv;
+
+/// Idle HTTP/1.1 connections kept per key; more are closed when released.
+const MAX_IDLE_PER_KEY: usize = 256;
+
+/// What identifies interchangeable upstream connections.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct PoolKey {
+    /// `host:port` of the target.
+    pub target: Arc<str>,
+    /// HTTP/2 with prior knowledge instead of HTTP/1.1.
+    pub h2: bool,
+}
+
+enum Sender {
+    H1(http1::SendRequest<UpstreamBody>),
+    H2(http2::SendRequest<UpstreamBody>),
+}
+
+thread_local! {
+    static IDLE: RefCell<HashMap<PoolKey, Vec<Sender>, BuildHasherDefault<Fnv>>> = RefCell::default();
+}
+
+/// Why no connection could be made.
+#[derive(Debug, thiserror::Error)]
+pub enum ConnectError {
+    /// The host name did not resolve.
+    #[error("cannot resolve {0}: {1}")]
+    Resolve(Arc<str>, String),
+    /// TCP connect failed.
+    #[error("connect to {0} failed: {1}")]
+    Connect(Arc<str>, std::io::Error),
+    /// TCP connect took longer than the service's connect timeout.
+    #[error("connect to {0} timed out")]
+    Timeout(Arc<str>),
+    /// The HTTP handshake failed.
+    #[error("handshake with {0} failed: {1}")]
+    Handshake(Arc<str>, hyper::Error),
+}
+
+/// A failed exchange on an established connection.
+pub struct SendError {
+    /// The underlying error.
+    pub error: hyper::Error,
+    /// The request, when it was never written (safe to send elsewhere).
+    pub unsent: Option<http::Request<UpstreamBody>>,
+}
+
+/// A connection checked out of the pool.
+pub struct Conn {
+    key: PoolKey,
+    sender: Sender,
+}
+
+/// Returns an idle pooled connection for `key`, or connects a new one.
+pub async fn checkout(key: &PoolKey, connect_timeout: Duration) -> Result<Conn, ConnectError> {
+    if let Some(sender) = take_idle(key) {
+        return Ok(Conn { key: key.clone(), sender });
+    }
+    let addr = resolve(&key.target).await?;
+    let stream = match tokio::time::timeout(connect_timeout, TcpStream::connect(addr)).await {
+        Ok(Ok(s)) => s,
+        Ok(Err(e)) => return Err(ConnectError::Connect(key.target.clone(), e)),
+        Err(_) => return Err(ConnectError::Timeout(key.target.clone())),
+    };
+    let _ = stream.set_nodelay(true);
+    let io = TokioIo::new(stream);
+    let sender = if key.h2 {
+        let (sender, conn) = http2::Builder::new(TokioExecutor::new())
+            .handshake(io)
+            .await
+            .map_err(|e| ConnectError::Handshake(key.target.clone(), e))?;
+        tokio::spawn(async move {
+            let _ = conn.await;
+        });
+        // h2 connections are shared: keep a handle in the pool right away.
+        IDLE.with(|m| m.borrow_mut().entry(key.clone()).or_default().push(Sender::H2(sender.clone())));
+        Sender::H2(sender)
+    } else {
+        let (sender, conn) = http1::Builder::new()
+            .handshake(io)
+            .await
+            .map_err(|e| ConnectError::Handshake(key.target.clone(), e))?;
+        tokio::spawn(async move {
+            let _ = conn.with_upgrades().await;
+        });
+        Sender::H1(sender)
+    };
+    Ok(Conn { key: key.clone(), sender })
+}
+
+fn take_idle(key: &PoolKey) -> Option<Sender> {
+    IDLE.with(|m| {
+        let mut m = m.borrow_mut();
+        let list = m.get_mut(key)?;
+        while let Some(s) = list.pop() {
+            match s {
+                Sender::H1(s) if !s.is_closed() => return Some(Sender::H1(s)),
+                Sender::H2(s) if !s.is_closed() => {
+                    list.push(Sender::H2(s.clone()));
+                    return Some(Sender::H2(s));
+                }
+                _ => {}
+            }
+        }
+        None
+    })
+}
+
+async fn resolve(target: &Arc<str>) -> Result<SocketAddr, ConnectError> {
+    if let Ok(a) = target.parse::<SocketAddr>() {
+        return Ok(a);
+    }
+    let mut addrs = tokio::net::lookup_host(&**target)
+        .await
+        .map_err(|e| ConnectError::Resolve(target.clone(), e.to_string()))?;
+    addrs
+        .next()
+        .ok_or_else(|| ConnectError::Resolve(target.clone(), "no addresses".into()))
+}
+
+impl Conn {
+    /// Sends a request; on failure, hands the request back if it was never written.
+    pub async fn send(&mut self, req: http::Request<UpstreamBody>) -> Result<http::Response<Incoming>, SendError> {
+        let res = match &mut self.sender {
+            Sender::H1(s) => {
+                if let Err(error) = s.ready().await {
+                    return Err(SendError { error, unsent: Some(req) });
+                }
+                s.try_send_request(req).await
+            }
+            Sender::H2(s) => s.try_send_request(req).await,
+        };
+        res.map_err(|mut e| {
+            let unsent = e.take_message();
+            SendError { error: e.into_error(), unsent }
+        })
+    }
+
+    /// Returns the connection to this worker's pool (the response was read to its end).
+    pub fn release(self) {
+        if let Sender::H1(s) = self.sender {
+            if s.is_closed() {
+                return;
+            }
+            IDLE.with(|m| {
+                let mut m = m.borrow_mut();
+                let list = m.entry(self.key).or_default();
+                if list.len() < MAX_IDLE_PER_KEY {
+                    list.push(Sender::H1(s));
+                }
+            });
+        }
+    }
+
+}

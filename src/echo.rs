@@ -1,0 +1,261 @@
+//! `weir echo`: a small upstream for the quick start, the examples and the tests.
+//!
+//! Every request is answered with JSON describing what arrived (method, path, raw query, host,
+//! headers, body length, protocol, the server's name and listen address). Query parameters:
+//! `status=N` sets the status, `delay_ms=N` waits before answering, `bytes=N` streams N bytes
+//! of body instead of JSON. WebSocket upgrades get an echo of every message.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{header, HeaderMap, Request, Response, StatusCode};
+use http_body_util::{BodyExt, Full};
+use hyper::body::{Frame, Incoming};
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+type EchoBody = http_body_util::combinators::BoxBody<Bytes, Infallible>;
+
+struct Echo {
+    name: String,
+    listen: SocketAddr,
+}
+
+/// Serves until the process is stopped.
+pub fn run(listen: SocketAddr, name: String, threads: usize) -> anyhow::Result<()> {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(threads.max(1))
+        .enable_all()
+        .build()?;
+    rt.block_on(async move {
+        let listener = tokio::net::TcpListener::bind(listen).await?;
+        let echo = Arc::new(Echo { name, listen: listener.local_addr()? });
+        tracing::info!(listen = %echo.listen, name = %echo.name, "weir echo started");
+        loop {
+            let (stream, _) = match listener.accept().await {
+                Ok(s) => s,
+                Err(_) => {
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                    continue;
+                }
+            };
+            let _ = stream.set_nodelay(true);
+            let echo = echo.clone();
+            tokio::spawn(async move {
+                let svc = hyper::service::service_fn(move |req| {
+                    let echo = echo.clone();
+                    async move { Ok::<_, Infallible>(echo.handle(req).await) }
+                });
+                let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
+                    .serve_connection_with_upgrades(TokioIo::new(stream), svc)
+                    .await;
+            });
+        }
+    })
+}
+
+fn query_param<T: std::str::FromStr>(query: Option<&str>, key: &str) -> Option<T> {
+    query?
+        .split('&')
+        .filter_map(|kv| kv.split_once('='))
+        .find(|(k, _)| *k == key)
+        .and_then(|(_, v)| v.parse().ok())
+}
+
+fn headers_json(headers: &HeaderMap) -> serde_json::Value {
+    let mut map = serde_json::Map::new();
+    for name in headers.keys() {
+        let values: Vec<serde_json::Value> = headers
+            .get_all(name)
+            .iter()
+            .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned().into())
+            .collect();
+        let v = if values.len() == 1 { values[0].clone() } else { values.into() };
+        map.insert(name.as_str().to_string(), v);
+    }
+    map.into()
+}
+
+impl Echo {
+    async fn handle(&self, mut req: Request<Incoming>) -> Response<EchoBody> {
+        if req.headers().get(header::UPGRADE).is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"websocket")) {
+            return websocket(&mut req);
+        }
+        let query = req.uri().query().map(str::to_string);
+        let q = query.as_deref();
+        let status = query_param::<u16>(q, "status")
+            .and_then(|s| StatusCode::from_u16(s).ok())
+            .unwrap_or(StatusCode::OK);
+        let (parts, mut body) = req.into_parts();
+        let mut body_length = 0u64;
+        while let Some(frame) = body.frame().await {
+            match frame {
+                Ok(f) => body_length += f.data_ref().map_or(0, |d| d.len() as u64),
+                Err(_) => break,
+            }
+        }
+        if let Some(ms) = query_param::<u64>(q, "delay_ms") {
+            tokio::time::sleep(Duration::from_millis(ms)).await;
+        }
+        let mut resp = Response::builder()
+            .status(status)
+            .header("x-echo-name", &self.name);
+        if let Some(n) = query_param::<u64>(q, "bytes") {
+            resp = resp.header(header::CONTENT_TYPE, "application/octet-stream");
+            let body = Chunks { left: n, chunk: Bytes::from(vec![b'x'; 64 * 1024]) };
+            return resp.body(BodyExt::boxed(body)).expect("valid response");
+        }
+        let info = serde_json::json!({
+            "name": self.name,
+            "listen": self.listen.to_string(),
+            "method": parts.method.as_str(),
+            "path": parts.uri.path(),
+            "query": q,
+            "host": parts.headers.get(header::HOST).and_then(|h| h.to_str().ok()).or(parts.uri.host()),
+            "headers": headers_json(&parts.headers),
+            "body_length": body_length,
+            "protocol": format!("{:?}", parts.version),
+        });
+        let mut bytes = serde_json::to_vec(&info).unwrap_or_default();
+        bytes.push(b'\n');
+        resp.header(header::CONTENT_TYPE, "application/json")
+            .body(BodyExt::boxed(Full::new(Bytes::from(bytes))))
+            .expect("valid response")
+    }
+}
+
+/// `n` bytes in 64 KiB frames, produced as the client reads them.
+struct Chunks {
+    left: u64,
+    chunk: Bytes,
+}
+
+impl http_body::Body for Chunks {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        _cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        if self.left == 0 {
+            return std::task::Poll::Ready(None);
+        }
+        let n = self.left.min(self.chunk.len() as u64) as usize;
+        self.left -= n as u64;
+        std::task::Poll::Ready(Some(Ok(Frame::data(self.chunk.slice(..n)))))
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        http_body::SizeHint::with_exact(self.left)
+    }
+}
+
+fn websocket(req: &mut Request<Incoming>) -> Response<EchoBody> {
+    let Some(key) = req.headers().get("sec-websocket-key").cloned() else {
+        return Response::builder()
+            .status(StatusCode::BAD_REQUEST)
+            .body(BodyExt::boxed(Full::new(Bytes::from_static(b"missing Sec-WebSocket-Key\n"))))
+            .expect("valid response");
+    };
+    let mut sha = sha1_smol::Sha1::new();
+    sha.update(key.as_bytes());
+    sha.update(b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11");
+    let accept = base64(&sha.digest().bytes());
+    let on_upgrade = hyper::upgrade::on(req);
+    tokio::spawn(async move {
+        if let Ok(upgraded) = on_upgrade.await {
+            let _ = ws_echo(TokioIo::new(upgraded)).await;
+        }
+    });
+    Response::builder()
+        .status(StatusCode::SWITCHING_PROTOCOLS)
+        .header(header::CONNECTION, "upgrade")
+        .header(header::UPGRADE, "websocket")
+        .header("sec-websocket-accept", accept)
+        .body(BodyExt::boxed(Full::new(Bytes::new())))
+        .expect("valid response")
+}
+
+/// Echoes WebSocket frames (unmasked, same opcode and FIN bit) until a close frame.
+async fn ws_echo<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>(mut s: S) -> std::io::Result<()> {
+    const MAX_PAYLOAD: u64 = 16 * 1024 * 1024;
+    loop {
+        let mut h = [0u8; 2];
+        s.read_exact(&mut h).await?;
+        let opcode = h[0] & 0x0f;
+        let masked = h[1] & 0x80 != 0;
+        let len = match h[1] & 0x7f {
+            126 => s.read_u16().await? as u64,
+            127 => s.read_u64().await?,
+            n => n as u64,
+        };
+        if len > MAX_PAYLOAD {
+            return Ok(());
+        }
+        let mut mask = [0u8; 4];
+        if masked {
+            s.read_exact(&mut mask).await?;
+        }
+        let mut payload = vec![0u8; len as usize];
+        s.read_exact(&mut payload).await?;
+        if masked {
+            for (i, b) in payload.iter_mut().enumerate() {
+                *b ^= mask[i % 4];
+            }
+        }
+        let reply_first = match opcode {
+            0x9 => 0x80 | 0xA,
+            0xA => continue,
+            _ => h[0],
+        };
+        let mut frame = vec![reply_first];
+        match len {
+            0..=125 => frame.push(len as u8),
+            126..=65535 => {
+                frame.push(126);
+                frame.extend_from_slice(&(len as u16).to_be_bytes());
+            }
+            _ => {
+                frame.push(127);
+                frame.extend_from_slice(&len.to_be_bytes());
+            }
+        }
+        frame.extend_from_slice(&payload);
+        s.write_all(&frame).await?;
+        if opcode == 0x8 {
+            return s.shutdown().await;
+        }
+    }
+}
+
+fn base64(input: &[u8]) -> String {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::with_capacity(input.len().div_ceil(3) * 4);
+    for chunk in input.chunks(3) {
+        let b = [chunk[0], *chunk.get(1).unwrap_or(&0), *chunk.get(2).unwrap_or(&0)];
+        let n = (b[0] as u32) << 16 | (b[1] as u32) << 8 | b[2] as u32;
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(ALPHABET[(n >> (18 - 6 * i)) as usize & 63] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn base64_matches_rfc_6455_example() {
+        let mut sha = sha1_smol::Sha1::new();
+        sha.update(b"dGhlIHNhbXBsZSBub25jZQ==258EAFA5-E914-47DA-95CA-C5AB0DC85B11");
+        assert_eq!(super::base64(&sha.digest().bytes()), "s3pPLMBiTxaQlPkq1Rb7+xOo4YE=");
+        assert_eq!(super::base64(b"ab"), "YWI=");
+    }
+}

@@ -1,0 +1,167 @@
+//! The `weir` binary: a thin CLI over the proxy (and, later, the controller) crates.
+
+mod echo;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use clap::{Args, Parser, Subcommand};
+use weir_proxy::server::Cidr;
+use weir_proxy::{Config, Proxy, ProxyOptions, Registry};
+
+#[derive(Parser)]
+#[command(name = "weir", version, about = "Kubernetes ingress controller and API gateway")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the proxy (data plane) with its admin API.
+    Proxy(ProxyArgs),
+    /// Run a small echo upstream (quick start, examples, tests).
+    Echo(EchoArgs),
+}
+
+/// Flags of the proxy; every flag can also be set by the environment variable shown.
+#[derive(Args)]
+struct ProxyArgs {
+    /// Address for client traffic.
+    #[arg(long, env = "WEIR_LISTEN", default_value = "0.0.0.0:8080")]
+    listen: SocketAddr,
+    /// Address of the admin API (keep it on loopback unless it is protected otherwise).
+    #[arg(long, env = "WEIR_ADMIN_LISTEN", default_value = "127.0.0.1:8100")]
+    admin_listen: SocketAddr,
+    /// A routing table (JSON or YAML) to load at start.
+    #[arg(long, env = "WEIR_CONFIG")]
+    config: Option<PathBuf>,
+    /// Worker threads, each with its own listener and runtime (default: one per core).
+    #[arg(long, env = "WEIR_WORKER_THREADS")]
+    worker_threads: Option<usize>,
+    /// Print a JSON access-log line per request on stdout.
+    #[arg(long, env = "WEIR_ACCESS_LOG", default_value_t = true, action = clap::ArgAction::Set)]
+    access_log: bool,
+    /// Comma-separated IPs/CIDRs whose X-Forwarded-* headers are trusted.
+    #[arg(long, env = "WEIR_TRUSTED_PROXIES", value_delimiter = ',')]
+    trusted_proxies: Vec<Cidr>,
+    /// Client connections open at once; more are closed on accept.
+    #[arg(long, env = "WEIR_MAX_CONNECTIONS", default_value_t = 16_384)]
+    max_connections: usize,
+    /// Time to receive a request head (HTTP/1.1; also bounds waiting for the next request).
+    #[arg(long, env = "WEIR_HEADER_READ_TIMEOUT", default_value = "60s", value_parser = parse_duration)]
+    header_read_timeout: Duration,
+    /// Idle time after which a keep-alive client connection is closed.
+    #[arg(long, env = "WEIR_KEEPALIVE_TIMEOUT", default_value = "60s", value_parser = parse_duration)]
+    keepalive_timeout: Duration,
+    /// Largest request head in bytes (431 above).
+    #[arg(long, env = "WEIR_MAX_HEADER_BYTES", default_value_t = 65_536)]
+    max_header_bytes: usize,
+    /// Most request headers (431 above).
+    #[arg(long, env = "WEIR_MAX_HEADERS", default_value_t = 100)]
+    max_headers: usize,
+    /// Largest request body in bytes, 0 for no limit (413 above).
+    #[arg(long, env = "WEIR_MAX_BODY_SIZE", default_value_t = 0)]
+    max_body_size: u64,
+    /// Time in-flight requests get to finish after SIGTERM.
+    #[arg(long, env = "WEIR_SHUTDOWN_GRACE", default_value = "30s", value_parser = parse_duration)]
+    shutdown_grace: Duration,
+}
+
+#[derive(Args)]
+struct EchoArgs {
+    /// Address to listen on.
+    #[arg(long, env = "WEIR_ECHO_LISTEN", default_value = "127.0.0.1:9000")]
+    listen: SocketAddr,
+    /// Name reported in every answer (tells upstreams apart).
+    #[arg(long, env = "WEIR_ECHO_NAME", default_value = "echo")]
+    name: String,
+    /// Worker threads.
+    #[arg(long, env = "WEIR_ECHO_WORKER_THREADS", default_value_t = 1)]
+    worker_threads: usize,
+}
+
+/// `250ms`, `10s`, `2m`, or a plain number of seconds.
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let (num, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit() && c != '.').unwrap_or(s.len()));
+    let n: f64 = num.parse().map_err(|_| format!("{s:?} is not a duration like 500ms, 10s or 2m"))?;
+    let secs = match unit {
+        "ms" => n / 1000.0,
+        "" | "s" => n,
+        "m" => n * 60.0,
+        "h" => n * 3600.0,
+        _ => return Err(format!("{s:?}: unknown unit {unit:?} (use ms, s, m or h)")),
+    };
+    Ok(Duration::from_secs_f64(secs))
+}
+
+fn main() -> anyhow::Result<()> {
+    use std::io::IsTerminal as _;
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
+        .init();
+    match Cli::parse().command {
+        Command::Proxy(args) => run_proxy(args),
+        Command::Echo(args) => echo::run(args.listen, args.name, args.worker_threads),
+    }
+}
+
+fn registry() -> Registry {
+    let registry = Registry::builtin();
+    if std::env::var("WEIR_ENABLE_TEST_PLUGINS").is_ok_and(|v| v == "1") {
+        registry.with_test_plugins()
+    } else {
+        registry
+    }
+}
+
+fn run_proxy(args: ProxyArgs) -> anyhow::Result<()> {
+    let defaults = ProxyOptions::default();
+    let opts = ProxyOptions {
+        listen: args.listen,
+        admin_listen: args.admin_listen,
+        worker_threads: args.worker_threads.unwrap_or(defaults.worker_threads).max(1),
+        access_log: args.access_log,
+        trusted_proxies: args.trusted_proxies,
+        max_connections: args.max_connections,
+        header_read_timeout: args.header_read_timeout,
+        keepalive_timeout: args.keepalive_timeout,
+        max_header_bytes: args.max_header_bytes,
+        max_headers: args.max_headers,
+        max_body_size: args.max_body_size,
+        shutdown_grace: args.shutdown_grace,
+        ..defaults
+    };
+    let proxy = Proxy::new(opts, registry());
+    if let Some(path) = &args.config {
+        let text = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+        let config = Config::parse(&text).with_context(|| format!("parsing {}", path.display()))?;
+        if let Err(errors) = proxy.apply(config) {
+            let list: Vec<String> = errors.iter().map(|e| format!("  - {e}")).collect();
+            anyhow::bail!("{} is not a valid routing table:\n{}", path.display(), list.join("\n"));
+        }
+    }
+    proxy.serve().context("serving")?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
+        assert_eq!(parse_duration("10"), Ok(Duration::from_secs(10)));
+        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        assert!(parse_duration("ten").is_err());
+        assert!(parse_duration("5d").is_err());
+    }
+}
