@@ -255,7 +255,7 @@ mod tests {
     fn base64_matches_rfc_6455_example() {
         let mut sha = sha1_smol::Sha1::new();
         sha.update(b"dGhlIHNhbXBsZSBub25jZQ==258EAFA5-E914-47DA-95CA-C5AB0DC85B11");
-        assert_eq!(super::base64(&sha.digest().bytes()), "s3pPLMBiTxaQlPkq1Rb7+xOo4YE=");
+        assert_eq!(super::base64(&sha.digest().bytes()), "s3pPLMBiTxaQ9kYGzzhZRbK+xOo=");
         assert_eq!(super::base64(b"ab"), "YWI=");
     }
 }

@@ -13,14 +13,18 @@ use serde::Deserialize;
 use super::{parse_config, BodyChunk, EarlyResponse, Flow, Plugin, PluginError, PluginSpec, RequestHead, ResponseHead};
 use crate::pipeline::{LogRecord, RequestCtx};
 
-pub(super) const SPECS: [PluginSpec; 3] = [
+pub(super) const SPECS: [PluginSpec; 5] = [
     PluginSpec { name: "test-phases", priority: 500, build: build_phases },
+    PluginSpec { name: "test-phases-2", priority: 499, build: build_phases },
+    PluginSpec { name: "test-phases-3", priority: 498, build: build_phases },
     PluginSpec { name: "test-panic", priority: 400, build: build_panic },
     PluginSpec { name: "test-body", priority: 300, build: build_body },
 ];
 
-/// Records which phases ran: `x-test-access` on the forwarded request, `x-test-header-filter`
-/// on the response, and a JSON line per request in `log_file`. With `respond`, short-circuits.
+/// Records which phases ran: `x-test-rewrite` and `x-test-access` on the forwarded request,
+/// `x-test-header-filter` on the response, and a JSON line per request in `log_file`. With
+/// `respond`, short-circuits in access. Registered three times (`test-phases`, `-2`, `-3`) so
+/// one route can carry several.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct Phases {
@@ -40,6 +44,13 @@ fn build_phases(c: &serde_json::Value) -> Result<Arc<dyn Plugin>, String> {
 }
 
 impl Plugin for Phases {
+    fn rewrite(&self, _ctx: &mut RequestCtx, req: &mut RequestHead) -> Result<Flow, PluginError> {
+        if let Ok(v) = HeaderValue::from_str(&self.tag) {
+            req.headers.append("x-test-rewrite", v);
+        }
+        Ok(Flow::Continue)
+    }
+
     fn access(&self, ctx: &mut RequestCtx, req: &mut RequestHead) -> Result<Flow, PluginError> {
         ctx.slots.get_or_insert_default::<Ran>().0.insert(self.tag.clone());
         if let Ok(v) = HeaderValue::from_str(&self.tag) {

@@ -1,0 +1,225 @@
+//! Shared helpers for the end-to-end tests: start the real `weir` binary (proxy and echo
+//! upstreams) on free loopback ports, send real HTTP requests, and stop everything on drop.
+
+#![allow(dead_code)]
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+
+pub const WEIR: &str = env!("CARGO_BIN_EXE_weir");
+
+/// A loopback port nobody listens on right now.
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// Waits until something accepts connections on `port` (bounded).
+pub fn wait_for_port(port: u16) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while Instant::now() < deadline {
+        if TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    panic!("nothing listening on 127.0.0.1:{port} after 20s");
+}
+
+/// A child process killed when dropped.
+pub struct Proc {
+    pub child: Child,
+    pub port: u16,
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Proc {
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+}
+
+/// Starts `weir echo` named `name` on a free port.
+pub fn echo(name: &str) -> Proc {
+    let port = free_port();
+    let child = Command::new(WEIR)
+        .args(["echo", "--listen", &format!("127.0.0.1:{port}"), "--name", name])
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("spawn weir echo");
+    wait_for_port(port);
+    Proc { child, port }
+}
+
+/// A running `weir proxy` with its admin port.
+pub struct Weir {
+    pub proc: Proc,
+    pub admin: u16,
+    pub dir: PathBuf,
+}
+
+pub fn temp_dir(tag: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("weir-test-{tag}-{}-{}", std::process::id(), free_port()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+impl Weir {
+    /// Starts the proxy with `config` (YAML or JSON) and extra flags; waits until ready.
+    pub fn start(config: &str, extra: &[&str]) -> Weir {
+        Weir::start_with(config, extra, Stdio::null())
+    }
+
+    pub fn start_with(config: &str, extra: &[&str], stdout: Stdio) -> Weir {
+        let dir = temp_dir("proxy");
+        let cfg = dir.join("config.yaml");
+        std::fs::write(&cfg, config).unwrap();
+        let port = free_port();
+        let admin = free_port();
+        let mut args = vec![
+            "proxy".to_string(),
+            "--listen".into(),
+            format!("127.0.0.1:{port}"),
+            "--admin-listen".into(),
+            format!("127.0.0.1:{admin}"),
+            "--config".into(),
+            cfg.display().to_string(),
+            "--worker-threads".into(),
+            "2".into(),
+        ];
+        args.extend(extra.iter().map(|s| s.to_string()));
+        let child = Command::new(WEIR)
+            .args(&args)
+            .env("WEIR_ENABLE_TEST_PLUGINS", "1")
+            .env("RUST_LOG", "warn")
+            .stdout(stdout)
+            .spawn()
+            .expect("spawn weir proxy");
+        let w = Weir { proc: Proc { child, port }, admin, dir };
+        wait_for_port(port);
+        wait_for_port(admin);
+        w
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://127.0.0.1:{}{path}", self.proc.port)
+    }
+
+    pub fn admin_url(&self, path: &str) -> String {
+        format!("http://127.0.0.1:{}{path}", self.admin)
+    }
+
+    /// Peak resident set size of the proxy process, in bytes (VmHWM).
+    pub fn peak_rss(&self) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.proc.pid())).unwrap();
+        let line = status.lines().find(|l| l.starts_with("VmHWM:")).expect("VmHWM");
+        let kb: u64 = line.split_whitespace().nth(1).unwrap().parse().unwrap();
+        kb * 1024
+    }
+}
+
+impl Drop for Weir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A response with its body read to the end.
+#[derive(Debug)]
+pub struct Resp {
+    pub status: u16,
+    pub headers: http::HeaderMap,
+    pub body: Bytes,
+}
+
+impl Resp {
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_slice(&self.body).unwrap_or_else(|e| panic!("not JSON ({e}): {:?}", String::from_utf8_lossy(&self.body)))
+    }
+
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).and_then(|v| v.to_str().ok())
+    }
+
+    /// The echo upstream's name, when the request reached one.
+    pub fn echo_name(&self) -> Option<String> {
+        self.header("x-echo-name").map(str::to_string)
+    }
+}
+
+pub type HttpClient = Client<hyper_util::client::legacy::connect::HttpConnector, Full<Bytes>>;
+
+pub fn client() -> HttpClient {
+    Client::builder(TokioExecutor::new()).build_http()
+}
+
+/// Sends one request; `headers` are (name, value) pairs; `Host` may be among them.
+pub async fn send(c: &HttpClient, method: &str, url: &str, headers: &[(&str, &str)], body: impl Into<Bytes>) -> Resp {
+    let mut b = http::Request::builder().method(method).uri(url);
+    for (k, v) in headers {
+        b = b.header(*k, *v);
+    }
+    let req = b.body(Full::new(body.into())).unwrap();
+    let resp = tokio::time::timeout(Duration::from_secs(30), c.request(req))
+        .await
+        .expect("request timed out")
+        .expect("request failed");
+    let (parts, body) = resp.into_parts();
+    let body = body.collect().await.expect("body").to_bytes();
+    Resp { status: parts.status.as_u16(), headers: parts.headers, body }
+}
+
+pub async fn get(c: &HttpClient, url: &str, headers: &[(&str, &str)]) -> Resp {
+    send(c, "GET", url, headers, Bytes::new()).await
+}
+
+/// Pushes a routing table to the admin API.
+pub async fn push(c: &HttpClient, w: &Weir, config: &str) -> Resp {
+    send(c, "POST", &w.admin_url("/config"), &[("content-type", "application/yaml")], config.to_string()).await
+}
+
+/// Writes raw bytes to the proxy and reads until the peer closes or `timeout` passes.
+pub fn raw(port: u16, request: &[u8], timeout: Duration) -> String {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(timeout)).unwrap();
+    let _ = s.write_all(request);
+    let mut out = Vec::new();
+    let mut buf = [0u8; 8192];
+    loop {
+        match s.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => out.extend_from_slice(&buf[..n]),
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// Polls `f` until it returns true or `limit` passes.
+pub fn eventually(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + limit;
+    while Instant::now() < deadline {
+        if f() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    false
+}
+
+pub fn addr(p: &Proc) -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], p.port))
+}
