@@ -32,7 +32,10 @@ pub fn run(listen: SocketAddr, name: String, threads: usize) -> anyhow::Result<(
         .build()?;
     rt.block_on(async move {
         let listener = tokio::net::TcpListener::bind(listen).await?;
-        let echo = Arc::new(Echo { name, listen: listener.local_addr()? });
+        let echo = Arc::new(Echo {
+            name,
+            listen: listener.local_addr()?,
+        });
         tracing::info!(listen = %echo.listen, name = %echo.name, "weir echo started");
         loop {
             let (stream, _) = match listener.accept().await {
@@ -73,7 +76,11 @@ fn headers_json(headers: &HeaderMap) -> serde_json::Value {
             .iter()
             .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned().into())
             .collect();
-        let v = if values.len() == 1 { values[0].clone() } else { values.into() };
+        let v = if values.len() == 1 {
+            values[0].clone()
+        } else {
+            values.into()
+        };
         map.insert(name.as_str().to_string(), v);
     }
     map.into()
@@ -81,7 +88,11 @@ fn headers_json(headers: &HeaderMap) -> serde_json::Value {
 
 impl Echo {
     async fn handle(&self, mut req: Request<Incoming>) -> Response<EchoBody> {
-        if req.headers().get(header::UPGRADE).is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"websocket")) {
+        if req
+            .headers()
+            .get(header::UPGRADE)
+            .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"websocket"))
+        {
             return websocket(&mut req);
         }
         let query = req.uri().query().map(str::to_string);
@@ -105,7 +116,10 @@ impl Echo {
             .header("x-echo-name", &self.name);
         if let Some(n) = query_param::<u64>(q, "bytes") {
             resp = resp.header(header::CONTENT_TYPE, "application/octet-stream");
-            let body = Chunks { left: n, chunk: Bytes::from(vec![b'x'; 64 * 1024]) };
+            let body = Chunks {
+                left: n,
+                chunk: Bytes::from(vec![b'x'; 64 * 1024]),
+            };
             return resp.body(BodyExt::boxed(body)).expect("valid response");
         }
         let info = serde_json::json!({
@@ -158,7 +172,9 @@ fn websocket(req: &mut Request<Incoming>) -> Response<EchoBody> {
     let Some(key) = req.headers().get("sec-websocket-key").cloned() else {
         return Response::builder()
             .status(StatusCode::BAD_REQUEST)
-            .body(BodyExt::boxed(Full::new(Bytes::from_static(b"missing Sec-WebSocket-Key\n"))))
+            .body(BodyExt::boxed(Full::new(Bytes::from_static(
+                b"missing Sec-WebSocket-Key\n",
+            ))))
             .expect("valid response");
     };
     let mut sha = sha1_smol::Sha1::new();
@@ -181,7 +197,9 @@ fn websocket(req: &mut Request<Incoming>) -> Response<EchoBody> {
 }
 
 /// Echoes WebSocket frames (unmasked, same opcode and FIN bit) until a close frame.
-async fn ws_echo<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>(mut s: S) -> std::io::Result<()> {
+async fn ws_echo<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>(
+    mut s: S,
+) -> std::io::Result<()> {
     const MAX_PAYLOAD: u64 = 16 * 1024 * 1024;
     loop {
         let mut h = [0u8; 2];
@@ -236,7 +254,11 @@ fn base64(input: &[u8]) -> String {
     const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
     let mut out = String::with_capacity(input.len().div_ceil(3) * 4);
     for chunk in input.chunks(3) {
-        let b = [chunk[0], *chunk.get(1).unwrap_or(&0), *chunk.get(2).unwrap_or(&0)];
+        let b = [
+            chunk[0],
+            *chunk.get(1).unwrap_or(&0),
+            *chunk.get(2).unwrap_or(&0),
+        ];
         let n = (b[0] as u32) << 16 | (b[1] as u32) << 8 | b[2] as u32;
         for i in 0..4 {
             if i <= chunk.len() {
@@ -255,7 +277,10 @@ mod tests {
     fn base64_matches_rfc_6455_example() {
         let mut sha = sha1_smol::Sha1::new();
         sha.update(b"dGhlIHNhbXBsZSBub25jZQ==258EAFA5-E914-47DA-95CA-C5AB0DC85B11");
-        assert_eq!(super::base64(&sha.digest().bytes()), "s3pPLMBiTxaQ9kYGzzhZRbK+xOo=");
+        assert_eq!(
+            super::base64(&sha.digest().bytes()),
+            "s3pPLMBiTxaQ9kYGzzhZRbK+xOo="
+        );
         assert_eq!(super::base64(b"ab"), "YWI=");
     }
 }

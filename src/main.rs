@@ -12,7 +12,11 @@ use weir_proxy::server::Cidr;
 use weir_proxy::{Config, Proxy, ProxyOptions, Registry};
 
 #[derive(Parser)]
-#[command(name = "weir", version, about = "Kubernetes ingress controller and API gateway")]
+#[command(
+    name = "weir",
+    version,
+    about = "Kubernetes ingress controller and API gateway"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -86,8 +90,13 @@ struct EchoArgs {
 /// `250ms`, `10s`, `2m`, or a plain number of seconds.
 fn parse_duration(s: &str) -> Result<Duration, String> {
     let s = s.trim();
-    let (num, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit() && c != '.').unwrap_or(s.len()));
-    let n: f64 = num.parse().map_err(|_| format!("{s:?} is not a duration like 500ms, 10s or 2m"))?;
+    let (num, unit) = s.split_at(
+        s.find(|c: char| !c.is_ascii_digit() && c != '.')
+            .unwrap_or(s.len()),
+    );
+    let n: f64 = num
+        .parse()
+        .map_err(|_| format!("{s:?} is not a duration like 500ms, 10s or 2m"))?;
     let secs = match unit {
         "ms" => n / 1000.0,
         "" | "s" => n,
@@ -127,7 +136,10 @@ fn run_proxy(args: ProxyArgs) -> anyhow::Result<()> {
     let opts = ProxyOptions {
         listen: args.listen,
         admin_listen: args.admin_listen,
-        worker_threads: args.worker_threads.unwrap_or(defaults.worker_threads).max(1),
+        worker_threads: args
+            .worker_threads
+            .unwrap_or(defaults.worker_threads)
+            .max(1),
         access_log: args.access_log,
         trusted_proxies: args.trusted_proxies,
         max_connections: args.max_connections,
@@ -145,7 +157,11 @@ fn run_proxy(args: ProxyArgs) -> anyhow::Result<()> {
         let config = Config::parse(&text).with_context(|| format!("parsing {}", path.display()))?;
         if let Err(errors) = proxy.apply(config) {
             let list: Vec<String> = errors.iter().map(|e| format!("  - {e}")).collect();
-            anyhow::bail!("{} is not a valid routing table:\n{}", path.display(), list.join("\n"));
+            anyhow::bail!(
+                "{} is not a valid routing table:\n{}",
+                path.display(),
+                list.join("\n")
+            );
         }
     }
     proxy.serve().context("serving")?;

@@ -42,7 +42,11 @@ async fn fifty_pushes_under_load_lose_nothing() {
                 n += 1;
                 let r = get(&c, &url, &[]).await;
                 if r.status != 200 {
-                    failures.push(format!("status {}: {:?}", r.status, String::from_utf8_lossy(&r.body)));
+                    failures.push(format!(
+                        "status {}: {:?}",
+                        r.status,
+                        String::from_utf8_lossy(&r.body)
+                    ));
                     continue;
                 }
                 match r.json()["path"].as_str() {
@@ -60,7 +64,12 @@ async fn fifty_pushes_under_load_lose_nothing() {
     for i in 0..50 {
         let version = if i % 2 == 0 { "b" } else { "a" };
         let r = push(&admin, &weir, &table(version, up.port)).await;
-        assert_eq!(r.status, 200, "push {i}: {:?}", String::from_utf8_lossy(&r.body));
+        assert_eq!(
+            r.status,
+            200,
+            "push {i}: {:?}",
+            String::from_utf8_lossy(&r.body)
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     stop.store(true, Ordering::Relaxed);
@@ -68,14 +77,35 @@ async fn fifty_pushes_under_load_lose_nothing() {
     for c in clients {
         failures.extend(c.await.unwrap());
     }
-    assert!(failures.is_empty(), "{} failed requests, first: {:?}", failures.len(), &failures[..failures.len().min(5)]);
-    assert!(ok.load(Ordering::Relaxed) > 100, "too few requests to mean anything: {}", ok.load(Ordering::Relaxed));
-    assert!(seen_b.load(Ordering::Relaxed), "the second table was never served");
+    assert!(
+        failures.is_empty(),
+        "{} failed requests, first: {:?}",
+        failures.len(),
+        &failures[..failures.len().min(5)]
+    );
+    assert!(
+        ok.load(Ordering::Relaxed) > 100,
+        "too few requests to mean anything: {}",
+        ok.load(Ordering::Relaxed)
+    );
+    assert!(
+        seen_b.load(Ordering::Relaxed),
+        "the second table was never served"
+    );
 
     // The last push (i = 49) was table "a": /only-b is gone, /only-a serves.
     let c = client();
     assert_eq!(get(&c, &weir.url("/only-b"), &[]).await.status, 404);
     assert_eq!(get(&c, &weir.url("/only-a"), &[]).await.status, 200);
-    let metrics = String::from_utf8(get(&c, &weir.admin_url("/metrics"), &[]).await.body.to_vec()).unwrap();
-    assert!(metrics.contains("weir_config_applies_total 51"), "{metrics}");
+    let metrics = String::from_utf8(
+        get(&c, &weir.admin_url("/metrics"), &[])
+            .await
+            .body
+            .to_vec(),
+    )
+    .unwrap();
+    assert!(
+        metrics.contains("weir_config_applies_total 51"),
+        "{metrics}"
+    );
 }

@@ -57,7 +57,10 @@ fn log_lines(path: &std::path::Path) -> Vec<serde_json::Value> {
 fn lines_for(log: &std::path::Path, path: &str, n: usize) -> Vec<serde_json::Value> {
     let mut out = Vec::new();
     eventually(Duration::from_secs(5), || {
-        out = log_lines(log).into_iter().filter(|l| l["path"] == path).collect();
+        out = log_lines(log)
+            .into_iter()
+            .filter(|l| l["path"] == path)
+            .collect();
         out.len() >= n
     });
     out
@@ -76,17 +79,35 @@ async fn early_exit_skips_later_access_but_every_plugin_logs() {
     assert_eq!(r.json()["message"], "stopped by stopper");
     assert!(r.echo_name().is_none(), "the upstream was not called");
     // header_filter ran for every collected plugin, in priority order.
-    let hf: Vec<&str> = r.headers.get_all("x-test-header-filter").iter().map(|v| v.to_str().unwrap()).collect();
+    let hf: Vec<&str> = r
+        .headers
+        .get_all("x-test-header-filter")
+        .iter()
+        .map(|v| v.to_str().unwrap())
+        .collect();
     assert_eq!(hf, ["first", "stopper", "last"]);
 
     let lines = lines_for(&log, "/stop", 3);
-    let by_tag = |t: &str| lines.iter().find(|l| l["tag"] == t).unwrap_or_else(|| panic!("no log line for {t}: {lines:?}")).clone();
+    let by_tag = |t: &str| {
+        lines
+            .iter()
+            .find(|l| l["tag"] == t)
+            .unwrap_or_else(|| panic!("no log line for {t}: {lines:?}"))
+            .clone()
+    };
     assert_eq!(by_tag("first")["access"], true);
     assert_eq!(by_tag("stopper")["access"], true);
-    assert_eq!(by_tag("last")["access"], false, "access after the short-circuit is skipped");
+    assert_eq!(
+        by_tag("last")["access"],
+        false,
+        "access after the short-circuit is skipped"
+    );
     assert_eq!(by_tag("last")["status"], 409, "but its log handler ran");
     // The route's `test-phases` instance replaces the global one of the same name.
-    assert!(lines.iter().all(|l| l["tag"] != "global"), "route-scoped test-phases replaces the global one: {lines:?}");
+    assert!(
+        lines.iter().all(|l| l["tag"] != "global"),
+        "route-scoped test-phases replaces the global one: {lines:?}"
+    );
 
     // Rewrite runs global plugins only, before routing; access of the global plugin runs
     // on routes without an override.
@@ -118,7 +139,9 @@ async fn a_panicking_plugin_gives_500_and_the_next_request_is_fine() {
     }
     // The chain survives: a plugin after the panicking one still logs.
     let lines = lines_for(&log, "/panic/access", 3);
-    assert!(lines.iter().any(|l| l["tag"] == "after-panic" && l["status"] == 500 && l["access"] == false));
+    assert!(lines
+        .iter()
+        .any(|l| l["tag"] == "after-panic" && l["status"] == 500 && l["access"] == false));
 
     assert_eq!(get(&c, &weir.url("/error/access"), &[]).await.status, 500);
     // Failures in later phases are logged and the response goes through.

@@ -31,22 +31,44 @@ fn table(echo_port: u16) -> String {
         .collect();
     let mut out = String::from("routes:\n");
     for line in routes.lines().filter(|l| !l.trim().is_empty()) {
-        let id = line.split("id: ").nth(1).unwrap().split(',').next().unwrap();
+        let id = line
+            .split("id: ")
+            .nth(1)
+            .unwrap()
+            .split(',')
+            .next()
+            .unwrap();
         out.push_str(&line.replacen('{', &format!("{{service: s-{id}, "), 1));
         out.push('\n');
     }
     out.push_str("services:\n");
     for id in ids {
-        out.push_str(&format!("- {{id: s-{id}, host: 127.0.0.1, port: {echo_port}, path: /{id}}}\n"));
+        out.push_str(&format!(
+            "- {{id: s-{id}, host: 127.0.0.1, port: {echo_port}, path: /{id}}}\n"
+        ));
     }
     out
 }
 
 /// (host, method, path, extra header, expected route id or None for 404).
-const MATRIX: &[(&str, &str, &str, Option<(&str, &str)>, Option<&str>)] = &[
+type Case = (&'static str, &'static str, &'static str, Option<(&'static str, &'static str)>, Option<&'static str>);
+
+const MATRIX: &[Case] = &[
     // Hosts: exact (any case, port ignored) > one-label wildcard > host-less.
-    ("api.example.com", "GET", "/anything", None, Some("exact-host")),
-    ("API.Example.COM:1234", "GET", "/x", None, Some("exact-host")),
+    (
+        "api.example.com",
+        "GET",
+        "/anything",
+        None,
+        Some("exact-host"),
+    ),
+    (
+        "API.Example.COM:1234",
+        "GET",
+        "/x",
+        None,
+        Some("exact-host"),
+    ),
     ("www.example.com", "GET", "/x", None, Some("wild-host")),
     ("a.b.example.com", "GET", "/foo", None, Some("prefix-foo")),
     ("example.com", "GET", "/foo", None, Some("prefix-foo")),
@@ -59,7 +81,13 @@ const MATRIX: &[(&str, &str, &str, Option<(&str, &str)>, Option<&str>)] = &[
     // Exact beats Prefix; Exact is slash- and case-sensitive; longer Prefix wins.
     ("h.test", "GET", "/foo/bar", None, Some("exact-foo-bar")),
     ("h.test", "GET", "/foo/bar/", None, Some("prefix-foo-bar")),
-    ("h.test", "GET", "/foo/bar/baz", None, Some("prefix-foo-bar")),
+    (
+        "h.test",
+        "GET",
+        "/foo/bar/baz",
+        None,
+        Some("prefix-foo-bar"),
+    ),
     ("h.test", "GET", "/Case", None, Some("exact-case")),
     ("h.test", "GET", "/case", None, None),
     // Regex: anchored at the start, by priority then declaration.
@@ -69,8 +97,20 @@ const MATRIX: &[(&str, &str, &str, Option<(&str, &str)>, Option<&str>)] = &[
     ("h.test", "GET", "/x/v1/items", None, None),
     // Methods and headers as extra conditions.
     ("h.test", "POST", "/form", None, Some("method-post")),
-    ("h.test", "GET", "/form", Some(("x-version", "v2")), Some("header-v2")),
-    ("h.test", "GET", "/form", Some(("x-version", "v9")), Some("plain-form")),
+    (
+        "h.test",
+        "GET",
+        "/form",
+        Some(("x-version", "v2")),
+        Some("header-v2"),
+    ),
+    (
+        "h.test",
+        "GET",
+        "/form",
+        Some(("x-version", "v9")),
+        Some("plain-form"),
+    ),
     ("h.test", "GET", "/form", None, Some("plain-form")),
     // A host's table without a matching path falls through to host-less routes.
     ("other.test", "GET", "/only", None, Some("fallback-host")),
@@ -104,10 +144,16 @@ async fn routing_matrix() {
             Some(forwarded.split('/').nth(1).unwrap().to_string())
         };
         if got.as_deref() != *want {
-            failures.push(format!("{method} {host}{path} {header:?}: want {want:?}, got {got:?}"));
+            failures.push(format!(
+                "{method} {host}{path} {header:?}: want {want:?}, got {got:?}"
+            ));
         }
     }
-    assert!(failures.is_empty(), "routing mismatches:\n{}", failures.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "routing mismatches:\n{}",
+        failures.join("\n")
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -117,27 +163,40 @@ async fn forwarding_paths_hosts_and_headers() {
     let c = client();
 
     // The normalised path is forwarded, after the service prefix.
-    let r = get(&c, &weir.url("/foo/./a/../b?x=1&y"), &[("host", "h.test")]).await.json();
+    let r = get(&c, &weir.url("/foo/./a/../b?x=1&y"), &[("host", "h.test")])
+        .await
+        .json();
     assert_eq!(r["path"], "/prefix-foo/foo/b");
     assert_eq!(r["query"], "x=1&y");
 
     // strip_path removes the matched prefix; X-Forwarded-Prefix names it.
-    let r = get(&c, &weir.url("/strip/a/b?q=1"), &[("host", "h.test")]).await.json();
+    let r = get(&c, &weir.url("/strip/a/b?q=1"), &[("host", "h.test")])
+        .await
+        .json();
     assert_eq!(r["path"], "/stripped/a/b");
     assert_eq!(r["query"], "q=1");
     assert_eq!(r["headers"]["x-forwarded-prefix"], "/strip");
 
     // Host: the target's unless preserve_host.
-    let r = get(&c, &weir.url("/foo"), &[("host", "h.test")]).await.json();
+    let r = get(&c, &weir.url("/foo"), &[("host", "h.test")])
+        .await
+        .json();
     assert_eq!(r["host"], format!("127.0.0.1:{}", up.port));
-    let r = get(&c, &weir.url("/keep"), &[("host", "Client.Example:81")]).await.json();
+    let r = get(&c, &weir.url("/keep"), &[("host", "Client.Example:81")])
+        .await
+        .json();
     assert_eq!(r["host"], "Client.Example:81");
 
     // X-Forwarded-*: spoofed values from an untrusted client are replaced.
     let r = get(
         &c,
         &weir.url("/foo"),
-        &[("host", "h.test"), ("x-forwarded-for", "6.6.6.6"), ("x-forwarded-proto", "https"), ("x-real-ip", "6.6.6.6")],
+        &[
+            ("host", "h.test"),
+            ("x-forwarded-for", "6.6.6.6"),
+            ("x-forwarded-proto", "https"),
+            ("x-real-ip", "6.6.6.6"),
+        ],
     )
     .await
     .json();
@@ -153,7 +212,13 @@ async fn forwarding_paths_hosts_and_headers() {
     let r = get(
         &c,
         &weir.url("/foo"),
-        &[("host", "h.test"), ("connection", "x-private"), ("x-private", "1"), ("te", "trailers"), ("x-kept", "1")],
+        &[
+            ("host", "h.test"),
+            ("connection", "x-private"),
+            ("x-private", "1"),
+            ("te", "trailers"),
+            ("x-kept", "1"),
+        ],
     )
     .await
     .json();
@@ -177,7 +242,11 @@ async fn trusted_proxies_keep_forwarding_headers() {
     let r = get(
         &c,
         &weir.url("/foo"),
-        &[("host", "h.test"), ("x-forwarded-for", "203.0.113.7"), ("x-forwarded-proto", "https")],
+        &[
+            ("host", "h.test"),
+            ("x-forwarded-for", "203.0.113.7"),
+            ("x-forwarded-proto", "https"),
+        ],
     )
     .await
     .json();
@@ -194,7 +263,15 @@ async fn bad_paths_get_400() {
     let c = client();
     let r = get(&c, &weir.url("/foo%zz"), &[("host", "h.test")]).await;
     assert_eq!(r.status, 400);
-    assert!(r.json()["message"].as_str().unwrap().contains("percent-encoding"));
+    assert!(r.json()["message"]
+        .as_str()
+        .unwrap()
+        .contains("percent-encoding"));
     // The proxy keeps serving.
-    assert_eq!(get(&c, &weir.url("/foo"), &[("host", "h.test")]).await.status, 200);
+    assert_eq!(
+        get(&c, &weir.url("/foo"), &[("host", "h.test")])
+            .await
+            .status,
+        200
+    );
 }

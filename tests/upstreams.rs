@@ -36,7 +36,10 @@ const MB: u64 = 1024 * 1024;
 #[test]
 fn two_hundred_megabytes_each_way_in_bounded_memory() {
     let up = echo("up");
-    let weir = Weir::start(&service_table(&format!("{{id: s, host: 127.0.0.1, port: {}}}", up.port)), &["--access-log", "false"]);
+    let weir = Weir::start(
+        &service_table(&format!("{{id: s, host: 127.0.0.1, port: {}}}", up.port)),
+        &["--access-log", "false"],
+    );
     let size = 200 * MB;
 
     // Download.
@@ -47,7 +50,12 @@ fn two_hundred_megabytes_each_way_in_bounded_memory() {
     let mut r = BufReader::with_capacity(256 * 1024, s);
     let (status, headers) = read_head(&mut r);
     assert!(status.contains("200"), "{status}");
-    assert!(headers.iter().any(|(k, v)| k == "content-length" && *v == size.to_string()), "{headers:?}");
+    assert!(
+        headers
+            .iter()
+            .any(|(k, v)| k == "content-length" && *v == size.to_string()),
+        "{headers:?}"
+    );
     let mut got = 0u64;
     let mut buf = vec![0u8; 256 * 1024];
     while got < size {
@@ -60,7 +68,11 @@ fn two_hundred_megabytes_each_way_in_bounded_memory() {
     // Upload (chunk by chunk; the echo upstream only counts).
     let mut s = TcpStream::connect(("127.0.0.1", weir.proc.port)).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(120))).unwrap();
-    write!(s, "POST /up HTTP/1.1\r\nHost: t\r\nContent-Length: {size}\r\n\r\n").unwrap();
+    write!(
+        s,
+        "POST /up HTTP/1.1\r\nHost: t\r\nContent-Length: {size}\r\n\r\n"
+    )
+    .unwrap();
     let chunk = vec![b'u'; 256 * 1024];
     let mut sent = 0;
     while sent < size {
@@ -70,7 +82,13 @@ fn two_hundred_megabytes_each_way_in_bounded_memory() {
     let mut r = BufReader::new(s);
     let (status, headers) = read_head(&mut r);
     assert!(status.contains("200"), "{status}");
-    let len: usize = headers.iter().find(|(k, _)| k == "content-length").unwrap().1.parse().unwrap();
+    let len: usize = headers
+        .iter()
+        .find(|(k, _)| k == "content-length")
+        .unwrap()
+        .1
+        .parse()
+        .unwrap();
     let mut body = vec![0u8; len];
     r.read_exact(&mut body).unwrap();
     let info: serde_json::Value = serde_json::from_slice(&body).unwrap();
@@ -83,7 +101,10 @@ fn two_hundred_megabytes_each_way_in_bounded_memory() {
 #[test]
 fn websocket_echo_through_the_proxy() {
     let up = echo("ws");
-    let weir = Weir::start(&service_table(&format!("{{id: s, host: 127.0.0.1, port: {}}}", up.port)), &[]);
+    let weir = Weir::start(
+        &service_table(&format!("{{id: s, host: 127.0.0.1, port: {}}}", up.port)),
+        &[],
+    );
     let s = TcpStream::connect(("127.0.0.1", weir.proc.port)).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     let mut w = s.try_clone().unwrap();
@@ -95,7 +116,13 @@ fn websocket_echo_through_the_proxy() {
     let mut r = BufReader::new(s);
     let (status, headers) = read_head(&mut r);
     assert!(status.contains("101"), "{status}");
-    assert!(headers.contains(&("sec-websocket-accept".into(), "s3pPLMBiTxaQ9kYGzzhZRbK+xOo=".into())), "{headers:?}");
+    assert!(
+        headers.contains(&(
+            "sec-websocket-accept".into(),
+            "s3pPLMBiTxaQ9kYGzzhZRbK+xOo=".into()
+        )),
+        "{headers:?}"
+    );
 
     for msg in ["hello", "through weir", &"x".repeat(1000)] {
         // A masked text frame, as a client must send.
@@ -147,7 +174,10 @@ async fn upstream_down_is_502_and_retries_go_to_another_target() {
     assert!(r.json()["message"].is_string());
     for _ in 0..10 {
         let r = get(&c, &weir.url("/mixed"), &[]).await;
-        assert_eq!(r.status, 200, "a failed connect is retried on the live target");
+        assert_eq!(
+            r.status, 200,
+            "a failed connect is retried on the live target"
+        );
         assert_eq!(r.echo_name().as_deref(), Some("alive"));
     }
 }
@@ -156,21 +186,31 @@ async fn upstream_down_is_502_and_retries_go_to_another_target() {
 async fn slow_upstream_is_504() {
     let up = echo("slow");
     let weir = Weir::start(
-        &service_table(&format!("{{id: s, host: 127.0.0.1, port: {}, read_timeout: 300}}", up.port)),
+        &service_table(&format!(
+            "{{id: s, host: 127.0.0.1, port: {}, read_timeout: 300}}",
+            up.port
+        )),
         &[],
     );
     let c = client();
     let started = Instant::now();
     let r = get(&c, &weir.url("/?delay_ms=3000"), &[]).await;
     assert_eq!(r.status, 504);
-    assert!(started.elapsed() < Duration::from_millis(2500), "{:?}", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_millis(2500),
+        "{:?}",
+        started.elapsed()
+    );
     assert_eq!(get(&c, &weir.url("/?delay_ms=10"), &[]).await.status, 200);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn status_codes_from_the_upstream_pass_through() {
     let up = echo("up");
-    let weir = Weir::start(&service_table(&format!("{{id: s, host: 127.0.0.1, port: {}}}", up.port)), &[]);
+    let weir = Weir::start(
+        &service_table(&format!("{{id: s, host: 127.0.0.1, port: {}}}", up.port)),
+        &[],
+    );
     let c = client();
     for code in [201u16, 204, 302, 404, 500, 503] {
         let r = get(&c, &weir.url(&format!("/?status={code}")), &[]).await;
@@ -197,29 +237,55 @@ async fn h2c_on_both_sides() {
         .build_http::<http_body_util::Full<bytes::Bytes>>();
     let r = get(&h2, &weir.url("/h1/x"), &[]).await;
     assert_eq!(r.status, 200);
-    assert_eq!(r.json()["protocol"], "HTTP/1.1", "h2c client, HTTP/1.1 upstream");
-    assert_eq!(r.json()["headers"]["x-forwarded-host"], format!("127.0.0.1:{}", weir.proc.port));
+    assert_eq!(
+        r.json()["protocol"],
+        "HTTP/1.1",
+        "h2c client, HTTP/1.1 upstream"
+    );
+    assert_eq!(
+        r.json()["headers"]["x-forwarded-host"],
+        format!("127.0.0.1:{}", weir.proc.port)
+    );
     let r = get(&client(), &weir.url("/h2/x"), &[]).await;
     assert_eq!(r.status, 200);
-    assert_eq!(r.json()["protocol"], "HTTP/2.0", "HTTP/1.1 client, h2c upstream");
+    assert_eq!(
+        r.json()["protocol"],
+        "HTTP/2.0",
+        "HTTP/1.1 client, h2c upstream"
+    );
     assert_eq!(r.json()["path"], "/h2/x");
 }
 
 #[test]
 fn expect_100_continue() {
     let up = echo("up");
-    let weir = Weir::start(&service_table(&format!("{{id: s, host: 127.0.0.1, port: {}}}", up.port)), &[]);
+    let weir = Weir::start(
+        &service_table(&format!("{{id: s, host: 127.0.0.1, port: {}}}", up.port)),
+        &[],
+    );
     let s = TcpStream::connect(("127.0.0.1", weir.proc.port)).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     let mut w = s.try_clone().unwrap();
-    w.write_all(b"POST /upload HTTP/1.1\r\nHost: t\r\nContent-Length: 5\r\nExpect: 100-continue\r\n\r\n").unwrap();
+    w.write_all(
+        b"POST /upload HTTP/1.1\r\nHost: t\r\nContent-Length: 5\r\nExpect: 100-continue\r\n\r\n",
+    )
+    .unwrap();
     let mut r = BufReader::new(s);
     let (status, _) = read_head(&mut r);
-    assert!(status.contains("100"), "expected 100 Continue first, got {status}");
+    assert!(
+        status.contains("100"),
+        "expected 100 Continue first, got {status}"
+    );
     w.write_all(b"hello").unwrap();
     let (status, headers) = read_head(&mut r);
     assert!(status.contains("200"), "{status}");
-    let len: usize = headers.iter().find(|(k, _)| k == "content-length").unwrap().1.parse().unwrap();
+    let len: usize = headers
+        .iter()
+        .find(|(k, _)| k == "content-length")
+        .unwrap()
+        .1
+        .parse()
+        .unwrap();
     let mut body = vec![0u8; len];
     r.read_exact(&mut body).unwrap();
     let info: serde_json::Value = serde_json::from_slice(&body).unwrap();

@@ -65,12 +65,24 @@ async fn route(proxy: &Proxy, req: Request<Incoming>) -> Response<ProxyBody> {
                 Ok(b) => b.to_bytes(),
                 Err(e) => {
                     let (status, msg) = if e.is::<http_body_util::LengthLimitError>() {
-                        (StatusCode::PAYLOAD_TOO_LARGE, format!("routing table larger than {limit} bytes"))
+                        (
+                            StatusCode::PAYLOAD_TOO_LARGE,
+                            format!("routing table larger than {limit} bytes"),
+                        )
                     } else {
-                        (StatusCode::BAD_REQUEST, format!("reading the body failed: {e}"))
+                        (
+                            StatusCode::BAD_REQUEST,
+                            format!("reading the body failed: {e}"),
+                        )
                     };
-                    shared.metrics.config_failures.fetch_add(1, Ordering::Relaxed);
-                    return json_response(status, json!({ "errors": [{ "entity": "config", "id": "", "field": "", "message": msg }] }));
+                    shared
+                        .metrics
+                        .config_failures
+                        .fetch_add(1, Ordering::Relaxed);
+                    return json_response(
+                        status,
+                        json!({ "errors": [{ "entity": "config", "id": "", "field": "", "message": msg }] }),
+                    );
                 }
             };
             apply(proxy, &body)
@@ -79,7 +91,10 @@ async fn route(proxy: &Proxy, req: Request<Incoming>) -> Response<ProxyBody> {
             let rt = shared.runtime.load();
             match serde_json::to_value(&*rt.config) {
                 Ok(v) => json_response(StatusCode::OK, v),
-                Err(e) => json_response(StatusCode::INTERNAL_SERVER_ERROR, json!({ "message": e.to_string() })),
+                Err(e) => json_response(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    json!({ "message": e.to_string() }),
+                ),
             }
         }
         (&Method::GET, "/status") => {
@@ -102,9 +117,15 @@ async fn route(proxy: &Proxy, req: Request<Incoming>) -> Response<ProxyBody> {
         (&Method::GET, "/healthz") => json_response(StatusCode::OK, json!({ "status": "ok" })),
         (&Method::GET, "/readyz") => {
             if shared.ready.load(Ordering::Acquire) {
-                json_response(StatusCode::OK, json!({ "status": "ready", "hash": &*shared.runtime.load().hash }))
+                json_response(
+                    StatusCode::OK,
+                    json!({ "status": "ready", "hash": &*shared.runtime.load().hash }),
+                )
             } else {
-                json_response(StatusCode::SERVICE_UNAVAILABLE, json!({ "status": "no routing table yet" }))
+                json_response(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    json!({ "status": "no routing table yet" }),
+                )
             }
         }
         (&Method::GET, "/metrics") => {
@@ -119,9 +140,10 @@ async fn route(proxy: &Proxy, req: Request<Incoming>) -> Response<ProxyBody> {
                 .body(ProxyBody::bytes(text))
                 .expect("static parts are valid")
         }
-        (_, "/config" | "/status" | "/healthz" | "/readyz" | "/metrics") => {
-            json_response(StatusCode::METHOD_NOT_ALLOWED, json!({ "message": "method not allowed" }))
-        }
+        (_, "/config" | "/status" | "/healthz" | "/readyz" | "/metrics") => json_response(
+            StatusCode::METHOD_NOT_ALLOWED,
+            json!({ "message": "method not allowed" }),
+        ),
         _ => json_response(StatusCode::NOT_FOUND, json!({ "message": "not found" })),
     }
 }
@@ -130,7 +152,11 @@ fn apply(proxy: &Proxy, body: &Bytes) -> Response<ProxyBody> {
     let config = match Config::parse(body) {
         Ok(c) => c,
         Err(e) => {
-            proxy.shared().metrics.config_failures.fetch_add(1, Ordering::Relaxed);
+            proxy
+                .shared()
+                .metrics
+                .config_failures
+                .fetch_add(1, Ordering::Relaxed);
             return json_response(
                 StatusCode::BAD_REQUEST,
                 json!({ "errors": [{ "entity": "config", "id": "", "field": "", "message": e.to_string() }] }),

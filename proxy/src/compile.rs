@@ -89,19 +89,30 @@ impl Runtime {
         config.validate(registry)?;
         let config = config.with_hash();
         let internal = |entity: &'static str, id: &str, field: &str, message: String| {
-            vec![ConfigError { entity, id: id.to_string(), field: field.to_string(), message }]
+            vec![ConfigError {
+                entity,
+                id: id.to_string(),
+                field: field.to_string(),
+                message,
+            }]
         };
 
-        let router = Router::new(&config.routes).map_err(|e| internal("config", "", "routes", e.to_string()))?;
+        let router = Router::new(&config.routes, config.settings.merge_slashes)
+            .map_err(|e| internal("config", "", "routes", e.to_string()))?;
 
         let mut instances: Vec<(&PluginConfig, PluginInstance)> = Vec::new();
         for p in config.plugins.iter().filter(|p| p.enabled) {
-            let inst = registry.instantiate(p).map_err(|m| internal("plugin", &p.id, "config", m))?;
+            let inst = registry
+                .instantiate(p)
+                .map_err(|m| internal("plugin", &p.id, "config", m))?;
             instances.push((p, inst));
         }
 
-        let upstreams: HashMap<&str, &crate::config::Upstream> =
-            config.upstreams.iter().map(|u| (u.id.as_str(), u)).collect();
+        let upstreams: HashMap<&str, &crate::config::Upstream> = config
+            .upstreams
+            .iter()
+            .map(|u| (u.id.as_str(), u))
+            .collect();
         let mut services = Vec::with_capacity(config.services.len());
         let mut service_index = HashMap::new();
         for (i, s) in config.services.iter().enumerate() {
@@ -130,19 +141,28 @@ impl Runtime {
             });
         }
 
-        let consumers_with_plugins: BTreeSet<&str> =
-            instances.iter().filter_map(|(p, _)| p.consumer.as_deref()).collect();
+        let consumers_with_plugins: BTreeSet<&str> = instances
+            .iter()
+            .filter_map(|(p, _)| p.consumer.as_deref())
+            .collect();
         let routes = config
             .routes
             .iter()
             .map(|r| {
                 let service = r.service.as_deref().map(|s| service_index[s]);
-                let scope = Scope { route: &r.id, service: r.service.as_deref(), consumer: None };
+                let scope = Scope {
+                    route: &r.id,
+                    service: r.service.as_deref(),
+                    consumer: None,
+                };
                 let base = resolve_chain(&instances, &scope);
                 let by_consumer = consumers_with_plugins
                     .iter()
                     .map(|c| {
-                        let scope = Scope { consumer: Some(c), ..scope };
+                        let scope = Scope {
+                            consumer: Some(c),
+                            ..scope
+                        };
                         (Arc::from(*c), resolve_chain(&instances, &scope))
                     })
                     .collect();
@@ -150,14 +170,21 @@ impl Runtime {
                     id: r.id.as_str().into(),
                     strip_path: r.strip_path,
                     preserve_host: r.preserve_host,
-                    https_redirect: StatusCode::from_u16(r.https_redirect_status_code).expect("validated"),
+                    https_redirect: StatusCode::from_u16(r.https_redirect_status_code)
+                        .expect("validated"),
                     service,
                     chain: RouteChain { base, by_consumer },
                 }
             })
             .collect();
 
-        let global = sorted(instances.iter().filter(|(p, _)| p.is_global()).map(|(_, i)| i.clone()).collect());
+        let global = sorted(
+            instances
+                .iter()
+                .filter(|(p, _)| p.is_global())
+                .map(|(_, i)| i.clone())
+                .collect(),
+        );
         Ok(Runtime {
             hash: config.hash.clone().unwrap_or_default().into(),
             settings: config.settings.clone(),
@@ -171,11 +198,16 @@ impl Runtime {
 }
 
 fn target(host: &str, port: u16) -> Target {
-    let bracketed = if host.contains(':') { format!("[{host}]") } else { host.to_string() };
+    let bracketed = if host.contains(':') {
+        format!("[{host}]")
+    } else {
+        host.to_string()
+    };
     let addr = format!("{bracketed}:{port}");
     let host_header = if port == 80 { bracketed } else { addr.clone() };
     Target {
-        host_header: HeaderValue::from_str(&host_header).unwrap_or_else(|_| HeaderValue::from_static("localhost")),
+        host_header: HeaderValue::from_str(&host_header)
+            .unwrap_or_else(|_| HeaderValue::from_static("localhost")),
         addr: addr.into(),
     }
 }
@@ -219,7 +251,10 @@ fn specificity(p: &PluginConfig, scope: &Scope<'_>) -> Option<u8> {
     })
 }
 
-fn resolve_chain(instances: &[(&PluginConfig, PluginInstance)], scope: &Scope<'_>) -> Arc<[PluginInstance]> {
+fn resolve_chain(
+    instances: &[(&PluginConfig, PluginInstance)],
+    scope: &Scope<'_>,
+) -> Arc<[PluginInstance]> {
     let mut best: HashMap<&str, (u8, &PluginInstance)> = HashMap::new();
     for (cfg, inst) in instances {
         if let Some(rank) = specificity(cfg, scope) {
@@ -266,9 +301,16 @@ mod tests {
              - {id: off, name: test-phases, config: {tag: x}, enabled: false}\n",
         );
         assert_eq!(ids(&rt.routes[0].chain.base), ["rt"]);
-        assert_eq!(ids(&rt.routes[1].chain.base), ["svc", "term"], "priority order: correlation-id first");
+        assert_eq!(
+            ids(&rt.routes[1].chain.base),
+            ["svc", "term"],
+            "priority order: correlation-id first"
+        );
         assert_eq!(ids(&rt.routes[0].chain.by_consumer["alice"]), ["rc"]);
-        assert_eq!(ids(&rt.routes[1].chain.by_consumer["alice"]), ["cons", "term"]);
+        assert_eq!(
+            ids(&rt.routes[1].chain.by_consumer["alice"]),
+            ["cons", "term"]
+        );
         assert_eq!(ids(&rt.global), ["g"]);
     }
 

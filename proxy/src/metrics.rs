@@ -85,7 +85,14 @@ impl Metrics {
     }
 
     /// Records one finished request.
-    pub fn record(&self, route: &Arc<str>, service: &Arc<str>, status: u16, total_s: f64, upstream_s: Option<f64>) {
+    pub fn record(
+        &self,
+        route: &Arc<str>,
+        service: &Arc<str>,
+        status: u16,
+        total_s: f64,
+        upstream_s: Option<f64>,
+    ) {
         let mut s = self.shard();
         let key = (route.clone(), service.clone(), status);
         *s.requests.entry(key).or_default() += 1;
@@ -98,7 +105,10 @@ impl Metrics {
             }
         }
         if let Some(u) = upstream_s {
-            s.upstream_latency.entry(service.clone()).or_default().observe(u);
+            s.upstream_latency
+                .entry(service.clone())
+                .or_default()
+                .observe(u);
         }
     }
 
@@ -131,18 +141,41 @@ impl Metrics {
                 escape(&service)
             );
         }
-        histogram(&mut out, "weir_request_duration_seconds", "Total request time by route.", "route", req_lat);
-        histogram(&mut out, "weir_upstream_duration_seconds", "Upstream response-head time by service.", "service", up_lat);
+        histogram(
+            &mut out,
+            "weir_request_duration_seconds",
+            "Total request time by route.",
+            "route",
+            req_lat,
+        );
+        histogram(
+            &mut out,
+            "weir_upstream_duration_seconds",
+            "Upstream response-head time by service.",
+            "service",
+            up_lat,
+        );
         for (name, help, v) in [
-            ("weir_config_applies_total", "Routing tables applied.", self.config_applies.load(Ordering::Relaxed) as f64),
-            ("weir_config_failures_total", "Routing tables rejected.", self.config_failures.load(Ordering::Relaxed) as f64),
+            (
+                "weir_config_applies_total",
+                "Routing tables applied.",
+                self.config_applies.load(Ordering::Relaxed) as f64,
+            ),
+            (
+                "weir_config_failures_total",
+                "Routing tables rejected.",
+                self.config_failures.load(Ordering::Relaxed) as f64,
+            ),
             (
                 "weir_connections_refused_total",
                 "Connections closed at accept because of --max-connections.",
                 self.connections_refused.load(Ordering::Relaxed) as f64,
             ),
         ] {
-            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter\n{name} {v}");
+            let _ = writeln!(
+                out,
+                "# HELP {name} {help}\n# TYPE {name} counter\n{name} {v}"
+            );
         }
         for (name, help, v) in gauges {
             let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {v}");
@@ -151,7 +184,13 @@ impl Metrics {
     }
 }
 
-fn histogram(out: &mut String, name: &str, help: &str, label: &str, data: HashMap<Arc<str>, Histogram>) {
+fn histogram(
+    out: &mut String,
+    name: &str,
+    help: &str,
+    label: &str,
+    data: HashMap<Arc<str>, Histogram>,
+) {
     let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} histogram");
     let mut rows: Vec<_> = data.into_iter().collect();
     rows.sort_by(|a, b| a.0.cmp(&b.0));
@@ -160,16 +199,25 @@ fn histogram(out: &mut String, name: &str, help: &str, label: &str, data: HashMa
         let mut cumulative = 0;
         for (b, c) in BUCKETS.iter().zip(h.counts) {
             cumulative += c;
-            let _ = writeln!(out, "{name}_bucket{{{label}=\"{key}\",le=\"{b}\"}} {cumulative}");
+            let _ = writeln!(
+                out,
+                "{name}_bucket{{{label}=\"{key}\",le=\"{b}\"}} {cumulative}"
+            );
         }
-        let _ = writeln!(out, "{name}_bucket{{{label}=\"{key}\",le=\"+Inf\"}} {}", h.count);
+        let _ = writeln!(
+            out,
+            "{name}_bucket{{{label}=\"{key}\",le=\"+Inf\"}} {}",
+            h.count
+        );
         let _ = writeln!(out, "{name}_sum{{{label}=\"{key}\"}} {}", h.sum);
         let _ = writeln!(out, "{name}_count{{{label}=\"{key}\"}} {}", h.count);
     }
 }
 
 fn escape(s: &str) -> String {
-    s.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
+    s.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
 }
 
 #[cfg(test)]
@@ -186,9 +234,15 @@ mod tests {
         m.record(&r, &s, 200, 0.2, None);
         m.record(&r, &s, 404, 0.0001, None);
         let text = m.render(&[("weir_up", "Up.", 1.0)]);
-        assert!(text.contains("weir_requests_total{route=\"r\\\"1\",service=\"s\",status=\"200\"} 2"), "{text}");
+        assert!(
+            text.contains("weir_requests_total{route=\"r\\\"1\",service=\"s\",status=\"200\"} 2"),
+            "{text}"
+        );
         assert!(text.contains("status=\"404\"} 1"));
-        assert!(text.contains("weir_request_duration_seconds_bucket{route=\"r\\\"1\",le=\"0.0025\"} 2"), "{text}");
+        assert!(
+            text.contains("weir_request_duration_seconds_bucket{route=\"r\\\"1\",le=\"0.0025\"} 2"),
+            "{text}"
+        );
         assert!(text.contains("weir_request_duration_seconds_count{route=\"r\\\"1\"} 3"));
         assert!(text.contains("weir_upstream_duration_seconds_count{service=\"s\"} 1"));
         assert!(text.contains("weir_up 1"));

@@ -18,7 +18,11 @@ pub const WEIR: &str = env!("CARGO_BIN_EXE_weir");
 
 /// A loopback port nobody listens on right now.
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 /// Waits until something accepts connections on `port` (bounded).
@@ -56,7 +60,13 @@ impl Proc {
 pub fn echo(name: &str) -> Proc {
     let port = free_port();
     let child = Command::new(WEIR)
-        .args(["echo", "--listen", &format!("127.0.0.1:{port}"), "--name", name])
+        .args([
+            "echo",
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+            "--name",
+            name,
+        ])
         .env("RUST_LOG", "warn")
         .stdout(Stdio::null())
         .spawn()
@@ -73,7 +83,11 @@ pub struct Weir {
 }
 
 pub fn temp_dir(tag: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("weir-test-{tag}-{}-{}", std::process::id(), free_port()));
+    let dir = std::env::temp_dir().join(format!(
+        "weir-test-{tag}-{}-{}",
+        std::process::id(),
+        free_port()
+    ));
     std::fs::create_dir_all(&dir).unwrap();
     dir
 }
@@ -109,7 +123,11 @@ impl Weir {
             .stdout(stdout)
             .spawn()
             .expect("spawn weir proxy");
-        let w = Weir { proc: Proc { child, port }, admin, dir };
+        let w = Weir {
+            proc: Proc { child, port },
+            admin,
+            dir,
+        };
         wait_for_port(port);
         wait_for_port(admin);
         w
@@ -126,7 +144,10 @@ impl Weir {
     /// Peak resident set size of the proxy process, in bytes (VmHWM).
     pub fn peak_rss(&self) -> u64 {
         let status = std::fs::read_to_string(format!("/proc/{}/status", self.proc.pid())).unwrap();
-        let line = status.lines().find(|l| l.starts_with("VmHWM:")).expect("VmHWM");
+        let line = status
+            .lines()
+            .find(|l| l.starts_with("VmHWM:"))
+            .expect("VmHWM");
         let kb: u64 = line.split_whitespace().nth(1).unwrap().parse().unwrap();
         kb * 1024
     }
@@ -148,7 +169,8 @@ pub struct Resp {
 
 impl Resp {
     pub fn json(&self) -> serde_json::Value {
-        serde_json::from_slice(&self.body).unwrap_or_else(|e| panic!("not JSON ({e}): {:?}", String::from_utf8_lossy(&self.body)))
+        serde_json::from_slice(&self.body)
+            .unwrap_or_else(|e| panic!("not JSON ({e}): {:?}", String::from_utf8_lossy(&self.body)))
     }
 
     pub fn header(&self, name: &str) -> Option<&str> {
@@ -168,7 +190,13 @@ pub fn client() -> HttpClient {
 }
 
 /// Sends one request; `headers` are (name, value) pairs; `Host` may be among them.
-pub async fn send(c: &HttpClient, method: &str, url: &str, headers: &[(&str, &str)], body: impl Into<Bytes>) -> Resp {
+pub async fn send(
+    c: &HttpClient,
+    method: &str,
+    url: &str,
+    headers: &[(&str, &str)],
+    body: impl Into<Bytes>,
+) -> Resp {
     let mut b = http::Request::builder().method(method).uri(url);
     for (k, v) in headers {
         b = b.header(*k, *v);
@@ -180,7 +208,11 @@ pub async fn send(c: &HttpClient, method: &str, url: &str, headers: &[(&str, &st
         .expect("request failed");
     let (parts, body) = resp.into_parts();
     let body = body.collect().await.expect("body").to_bytes();
-    Resp { status: parts.status.as_u16(), headers: parts.headers, body }
+    Resp {
+        status: parts.status.as_u16(),
+        headers: parts.headers,
+        body,
+    }
 }
 
 pub async fn get(c: &HttpClient, url: &str, headers: &[(&str, &str)]) -> Resp {
@@ -189,7 +221,14 @@ pub async fn get(c: &HttpClient, url: &str, headers: &[(&str, &str)]) -> Resp {
 
 /// Pushes a routing table to the admin API.
 pub async fn push(c: &HttpClient, w: &Weir, config: &str) -> Resp {
-    send(c, "POST", &w.admin_url("/config"), &[("content-type", "application/yaml")], config.to_string()).await
+    send(
+        c,
+        "POST",
+        &w.admin_url("/config"),
+        &[("content-type", "application/yaml")],
+        config.to_string(),
+    )
+    .await
 }
 
 /// Writes raw bytes to the proxy and reads until the peer closes or `timeout` passes.

@@ -79,12 +79,19 @@ impl Balancer {
         let mut fallback = None;
         for i in 0..n.min(64) {
             let t = &self.targets[self.schedule[(start + i) % n] as usize];
-            if !exclude.iter().any(|e| Arc::ptr_eq(e, &t.addr) || **e == *t.addr) {
+            if !exclude
+                .iter()
+                .any(|e| Arc::ptr_eq(e, &t.addr) || **e == *t.addr)
+            {
                 return Some(t);
             }
             fallback.get_or_insert(t);
         }
-        fallback
+        // Heavily skewed weights can fill the window with tried targets: look at the rest.
+        let mut weighted = self.schedule.iter().map(|&i| &self.targets[i as usize]);
+        weighted
+            .find(|t| !exclude.iter().any(|e| **e == *t.addr))
+            .or(fallback)
     }
 
     /// Number of targets with a non-zero weight.
@@ -111,11 +118,16 @@ mod tests {
     use super::*;
 
     fn t(name: &str) -> Target {
-        Target { addr: name.into(), host_header: HeaderValue::from_static("h") }
+        Target {
+            addr: name.into(),
+            host_header: HeaderValue::from_static("h"),
+        }
     }
 
     fn picks(b: &Balancer, n: usize) -> Vec<String> {
-        (0..n).map(|_| b.pick(&[]).unwrap().addr.to_string()).collect()
+        (0..n)
+            .map(|_| b.pick(&[]).unwrap().addr.to_string())
+            .collect()
     }
 
     #[test]
@@ -144,7 +156,18 @@ mod tests {
         for _ in 0..5 {
             assert_eq!(&*b.pick(&["a".into()]).unwrap().addr, "b");
         }
-        assert!(b.pick(&["a".into(), "b".into()]).is_some(), "falls back to a tried target");
+        assert!(
+            b.pick(&["a".into(), "b".into()]).is_some(),
+            "falls back to a tried target"
+        );
+    }
+
+    #[test]
+    fn retries_find_the_rare_target_with_skewed_weights() {
+        let b = Balancer::new(vec![(t("big"), 1000), (t("small"), 1)]);
+        for _ in 0..20 {
+            assert_eq!(&*b.pick(&["big".into()]).unwrap().addr, "small");
+        }
     }
 
     #[test]

@@ -284,7 +284,11 @@ pub fn parse_target(s: &str) -> Result<(&str, u16), String> {
     if host.is_empty() || host.contains(['/', ' ']) || (host.contains(':') && !s.starts_with('[')) {
         return Err(bad());
     }
-    let port = port.parse::<u16>().ok().filter(|p| *p != 0).ok_or_else(bad)?;
+    let port = port
+        .parse::<u16>()
+        .ok()
+        .filter(|p| *p != 0)
+        .ok_or_else(bad)?;
     Ok((host, port))
 }
 

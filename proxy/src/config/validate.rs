@@ -37,7 +37,13 @@ pub trait PluginValidator {
 struct Errors(Vec<ConfigError>);
 
 impl Errors {
-    fn push(&mut self, entity: &'static str, id: &str, field: impl Into<String>, msg: impl Into<String>) {
+    fn push(
+        &mut self,
+        entity: &'static str,
+        id: &str,
+        field: impl Into<String>,
+        msg: impl Into<String>,
+    ) {
         self.0.push(ConfigError {
             entity,
             id: id.to_string(),
@@ -48,7 +54,11 @@ impl Errors {
 }
 
 /// Collects the ids of one entity kind, reporting empty and duplicate ones.
-fn ids<'a>(errs: &mut Errors, entity: &'static str, all: impl Iterator<Item = &'a str>) -> HashSet<&'a str> {
+fn ids<'a>(
+    errs: &mut Errors,
+    entity: &'static str,
+    all: impl Iterator<Item = &'a str>,
+) -> HashSet<&'a str> {
     let mut seen = HashSet::new();
     for id in all {
         if id.is_empty() {
@@ -69,15 +79,43 @@ impl Config {
                 "config",
                 "",
                 "version",
-                format!("unsupported version {}, expected {}", self.version, super::CONFIG_VERSION),
+                format!(
+                    "unsupported version {}, expected {}",
+                    self.version,
+                    super::CONFIG_VERSION
+                ),
             );
         }
-        let route_ids = ids(&mut errs, "route", self.routes.iter().map(|r| r.id.as_str()));
-        let service_ids = ids(&mut errs, "service", self.services.iter().map(|s| s.id.as_str()));
-        let upstream_ids = ids(&mut errs, "upstream", self.upstreams.iter().map(|u| u.id.as_str()));
-        let consumer_ids = ids(&mut errs, "consumer", self.consumers.iter().map(|c| c.id.as_str()));
-        ids(&mut errs, "plugin", self.plugins.iter().map(|p| p.id.as_str()));
-        ids(&mut errs, "certificate", self.certificates.iter().map(|c| c.id.as_str()));
+        let route_ids = ids(
+            &mut errs,
+            "route",
+            self.routes.iter().map(|r| r.id.as_str()),
+        );
+        let service_ids = ids(
+            &mut errs,
+            "service",
+            self.services.iter().map(|s| s.id.as_str()),
+        );
+        let upstream_ids = ids(
+            &mut errs,
+            "upstream",
+            self.upstreams.iter().map(|u| u.id.as_str()),
+        );
+        let consumer_ids = ids(
+            &mut errs,
+            "consumer",
+            self.consumers.iter().map(|c| c.id.as_str()),
+        );
+        ids(
+            &mut errs,
+            "plugin",
+            self.plugins.iter().map(|p| p.id.as_str()),
+        );
+        ids(
+            &mut errs,
+            "certificate",
+            self.certificates.iter().map(|c| c.id.as_str()),
+        );
 
         for r in &self.routes {
             for (i, h) in r.hosts.iter().enumerate() {
@@ -90,9 +128,21 @@ impl Config {
                 match p.kind {
                     PathKind::Exact | PathKind::Prefix => {
                         if !p.path.starts_with('/') {
-                            errs.push("route", &r.id, field, format!("{:?} must start with \"/\"", p.path));
-                        } else if p.path.contains(['?', '#']) || p.path.chars().any(|c| c.is_ascii_control() || c == ' ') {
-                            errs.push("route", &r.id, field, format!("{:?} contains characters not allowed in a path", p.path));
+                            errs.push(
+                                "route",
+                                &r.id,
+                                field,
+                                format!("{:?} must start with \"/\"", p.path),
+                            );
+                        } else if p.path.contains(['?', '#'])
+                            || p.path.chars().any(|c| c.is_ascii_control() || c == ' ')
+                        {
+                            errs.push(
+                                "route",
+                                &r.id,
+                                field,
+                                format!("{:?} contains characters not allowed in a path", p.path),
+                            );
                         }
                     }
                     PathKind::Regex => {
@@ -103,18 +153,52 @@ impl Config {
                 }
             }
             for (i, m) in r.methods.iter().enumerate() {
-                if m.is_empty() || !m.bytes().all(|b| b.is_ascii_uppercase()) {
-                    errs.push("route", &r.id, format!("methods[{i}]"), format!("{m:?} is not an upper-case HTTP method"));
+                if m.is_empty()
+                    || !m.bytes().all(|b| {
+                        b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'-' || b == b'_'
+                    })
+                {
+                    errs.push(
+                        "route",
+                        &r.id,
+                        format!("methods[{i}]"),
+                        format!("{m:?} is not an upper-case HTTP method"),
+                    );
                 }
             }
             for (name, values) in &r.headers {
                 if http::HeaderName::from_bytes(name.as_bytes()).is_err() {
-                    errs.push("route", &r.id, format!("headers.{name}"), "not a valid header name");
+                    errs.push(
+                        "route",
+                        &r.id,
+                        format!("headers.{name}"),
+                        "not a valid header name",
+                    );
                 } else if name.eq_ignore_ascii_case("host") {
-                    errs.push("route", &r.id, format!("headers.{name}"), "match hosts with `hosts`, not a header rule");
+                    errs.push(
+                        "route",
+                        &r.id,
+                        format!("headers.{name}"),
+                        "match hosts with `hosts`, not a header rule",
+                    );
                 }
                 if values.is_empty() {
-                    errs.push("route", &r.id, format!("headers.{name}"), "needs at least one value");
+                    errs.push(
+                        "route",
+                        &r.id,
+                        format!("headers.{name}"),
+                        "needs at least one value",
+                    );
+                }
+                for (i, v) in values.iter().enumerate() {
+                    if http::HeaderValue::from_str(v).is_err() {
+                        errs.push(
+                            "route",
+                            &r.id,
+                            format!("headers.{name}[{i}]"),
+                            format!("{v:?} is not a valid header value"),
+                        );
+                    }
                 }
             }
             if !matches!(r.https_redirect_status_code, 301 | 302 | 307 | 308 | 426) {
@@ -122,46 +206,99 @@ impl Config {
                     "route",
                     &r.id,
                     "https_redirect_status_code",
-                    format!("{} is not one of 301, 302, 307, 308, 426", r.https_redirect_status_code),
+                    format!(
+                        "{} is not one of 301, 302, 307, 308, 426",
+                        r.https_redirect_status_code
+                    ),
                 );
             }
             if let Some(s) = &r.service {
                 if !service_ids.contains(s.as_str()) {
-                    errs.push("route", &r.id, "service", format!("no service with id {s:?}"));
+                    errs.push(
+                        "route",
+                        &r.id,
+                        "service",
+                        format!("no service with id {s:?}"),
+                    );
                 }
             }
         }
 
         for s in &self.services {
             match (&s.host, &s.upstream) {
-                (Some(_), Some(_)) => errs.push("service", &s.id, "upstream", "set either `host` and `port` or `upstream`, not both"),
-                (None, None) => errs.push("service", &s.id, "host", "needs `host` and `port`, or `upstream`"),
+                (Some(_), Some(_)) => errs.push(
+                    "service",
+                    &s.id,
+                    "upstream",
+                    "set either `host` and `port` or `upstream`, not both",
+                ),
+                (None, None) => errs.push(
+                    "service",
+                    &s.id,
+                    "host",
+                    "needs `host` and `port`, or `upstream`",
+                ),
                 (Some(h), None) => {
-                    if h.is_empty() || h.contains(['/', ' ', ':']) && h.parse::<std::net::Ipv6Addr>().is_err() {
-                        errs.push("service", &s.id, "host", format!("{h:?} is not a host name or IP address"));
+                    if h.is_empty()
+                        || h.contains(['/', ' ', ':']) && h.parse::<std::net::Ipv6Addr>().is_err()
+                    {
+                        errs.push(
+                            "service",
+                            &s.id,
+                            "host",
+                            format!("{h:?} is not a host name or IP address"),
+                        );
                     }
-                    if s.port.is_none() {
-                        errs.push("service", &s.id, "port", "required with `host`");
+                    match s.port {
+                        None => errs.push("service", &s.id, "port", "required with `host`"),
+                        Some(0) => {
+                            errs.push("service", &s.id, "port", "must be between 1 and 65535")
+                        }
+                        Some(_) => {}
                     }
                 }
                 (None, Some(u)) => {
                     if !upstream_ids.contains(u.as_str()) {
-                        errs.push("service", &s.id, "upstream", format!("no upstream with id {u:?}"));
+                        errs.push(
+                            "service",
+                            &s.id,
+                            "upstream",
+                            format!("no upstream with id {u:?}"),
+                        );
                     }
                 }
             }
             if let Some(p) = &s.path {
                 if !p.starts_with('/') {
-                    errs.push("service", &s.id, "path", format!("{p:?} must start with \"/\""));
+                    errs.push(
+                        "service",
+                        &s.id,
+                        "path",
+                        format!("{p:?} must start with \"/\""),
+                    );
                 }
             }
-            for (field, v) in [("connect_timeout", s.connect_timeout), ("read_timeout", s.read_timeout), ("write_timeout", s.write_timeout)] {
+            for (field, v) in [
+                ("connect_timeout", s.connect_timeout),
+                ("read_timeout", s.read_timeout),
+                ("write_timeout", s.write_timeout),
+            ] {
                 if v == 0 {
                     errs.push("service", &s.id, field, "must be at least 1 millisecond");
                 }
             }
-            if !matches!(s.protocol, super::UpstreamProtocol::Http | super::UpstreamProtocol::H2c | super::UpstreamProtocol::Grpc) {
-                errs.push("service", &s.id, "protocol", "upstream TLS (https, grpcs) is not supported by this proxy version");
+            if !matches!(
+                s.protocol,
+                super::UpstreamProtocol::Http
+                    | super::UpstreamProtocol::H2c
+                    | super::UpstreamProtocol::Grpc
+            ) {
+                errs.push(
+                    "service",
+                    &s.id,
+                    "protocol",
+                    "upstream TLS (https, grpcs) is not supported by this proxy version",
+                );
             }
         }
 
@@ -171,16 +308,28 @@ impl Config {
                     errs.push("upstream", &u.id, format!("targets[{i}].target"), m);
                 }
                 if t.weight > 65_535 {
-                    errs.push("upstream", &u.id, format!("targets[{i}].weight"), "must be between 0 and 65535");
+                    errs.push(
+                        "upstream",
+                        &u.id,
+                        format!("targets[{i}].weight"),
+                        "must be between 0 and 65535",
+                    );
                 }
             }
         }
 
-        let mut scopes: HashMap<(&str, Option<&str>, Option<&str>, Option<&str>), &str> = HashMap::new();
+        // (name, route, service, consumer) → the first plugin id with that exact scope.
+        type Scope<'a> = (&'a str, Option<&'a str>, Option<&'a str>, Option<&'a str>);
+        let mut scopes: HashMap<Scope<'_>, &str> = HashMap::new();
         for p in &self.plugins {
             match plugins.check(&p.name, &p.config) {
                 Ok(()) => {}
-                Err(None) => errs.push("plugin", &p.id, "name", format!("unknown plugin {:?}", p.name)),
+                Err(None) => errs.push(
+                    "plugin",
+                    &p.id,
+                    "name",
+                    format!("unknown plugin {:?}", p.name),
+                ),
                 Err(Some(m)) => errs.push("plugin", &p.id, "config", m),
             }
             for (field, target, known) in [
@@ -194,13 +343,21 @@ impl Config {
                     }
                 }
             }
-            let scope = (p.name.as_str(), p.route.as_deref(), p.service.as_deref(), p.consumer.as_deref());
+            let scope = (
+                p.name.as_str(),
+                p.route.as_deref(),
+                p.service.as_deref(),
+                p.consumer.as_deref(),
+            );
             if let Some(other) = scopes.insert(scope, &p.id) {
                 errs.push(
                     "plugin",
                     &p.id,
                     "name",
-                    format!("plugin {:?} {:?} already has this exact scope", other, p.name),
+                    format!(
+                        "plugin {:?} {:?} already has this exact scope",
+                        other, p.name
+                    ),
                 );
             }
         }
@@ -222,7 +379,9 @@ fn check_host(h: &str) -> Result<(), String> {
     for label in name.split('.') {
         let ok = !label.is_empty()
             && label.len() <= 63
-            && label.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+            && label
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
             && !label.starts_with('-');
         if !ok {
             return Err(format!(

@@ -111,14 +111,30 @@ impl ProxyBody {
     /// A complete body known up front (errors, short-circuits).
     pub(crate) fn full(bytes: Bytes, finish: Option<Box<Finish>>) -> ProxyBody {
         let filter = finish.as_ref().is_some_and(|f| super::filters_body(&f.ctx));
-        ProxyBody { inner: Inner::Full(Some(bytes)), filter, filtered_eof: false, sent: 0, finish }
+        ProxyBody {
+            inner: Inner::Full(Some(bytes)),
+            filter,
+            filtered_eof: false,
+            sent: 0,
+            finish,
+        }
     }
 
     /// A body streamed from the upstream; `conn` goes back to the pool at its end.
-    pub(crate) fn upstream(body: Incoming, conn: Option<UpstreamConn>, read_timeout: Duration, finish: Box<Finish>) -> ProxyBody {
+    pub(crate) fn upstream(
+        body: Incoming,
+        conn: Option<UpstreamConn>,
+        read_timeout: Duration,
+        finish: Box<Finish>,
+    ) -> ProxyBody {
         let filter = super::filters_body(&finish.ctx);
         ProxyBody {
-            inner: Inner::Upstream { body, conn, read_timeout, timer: None },
+            inner: Inner::Upstream {
+                body,
+                conn,
+                read_timeout,
+                timer: None,
+            },
             filter,
             filtered_eof: false,
             sent: 0,
@@ -152,8 +168,17 @@ impl ProxyBody {
 
     fn poll_inner(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         match &mut self.inner {
-            Inner::Full(b) => Poll::Ready(b.take().filter(|b| !b.is_empty()).map(|b| Ok(Frame::data(b)))),
-            Inner::Upstream { body, conn, read_timeout, timer } => match Pin::new(&mut *body).poll_frame(cx) {
+            Inner::Full(b) => Poll::Ready(
+                b.take()
+                    .filter(|b| !b.is_empty())
+                    .map(|b| Ok(Frame::data(b))),
+            ),
+            Inner::Upstream {
+                body,
+                conn,
+                read_timeout,
+                timer,
+            } => match Pin::new(&mut *body).poll_frame(cx) {
                 Poll::Ready(r) => {
                     *timer = None;
                     if r.is_none() {
@@ -164,7 +189,8 @@ impl ProxyBody {
                     Poll::Ready(r.map(|f| f.map_err(|e| Box::new(e) as BoxError)))
                 }
                 Poll::Pending => {
-                    let t = timer.get_or_insert_with(|| Box::pin(tokio::time::sleep(*read_timeout)));
+                    let t =
+                        timer.get_or_insert_with(|| Box::pin(tokio::time::sleep(*read_timeout)));
                     match t.as_mut().poll(cx) {
                         Poll::Ready(()) => {
                             *conn = None;
@@ -184,7 +210,10 @@ impl Body for ProxyBody {
     type Data = Bytes;
     type Error = BoxError;
 
-    fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         let this = self.get_mut();
         loop {
             match this.poll_inner(cx) {
@@ -218,7 +247,10 @@ impl Body for ProxyBody {
                     if this.filter && !this.filtered_eof {
                         this.filtered_eof = true;
                         let f = this.finish.as_mut().expect("filtering implies a pipeline");
-                        let mut chunk = BodyChunk { data: Bytes::new(), eof: true };
+                        let mut chunk = BodyChunk {
+                            data: Bytes::new(),
+                            eof: true,
+                        };
                         super::body_filter(&mut f.ctx, &mut chunk);
                         if !chunk.data.is_empty() {
                             this.sent += chunk.data.len() as u64;

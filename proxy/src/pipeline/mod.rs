@@ -15,10 +15,12 @@ use std::time::{Duration, Instant};
 
 use http::{Extensions, Method, StatusCode};
 
-use crate::plugins::{BodyChunk, EarlyResponse, Flow, PluginError, PluginInstance, RequestHead, ResponseHead};
+use crate::plugins::{
+    BodyChunk, EarlyResponse, Flow, PluginError, PluginInstance, RequestHead, ResponseHead,
+};
 
-pub use body::{ConnActivity, InFlight, LogSink, ProxyBody, ReadTimeout, UpstreamConn};
 pub(crate) use body::Finish;
+pub use body::{ConnActivity, InFlight, LogSink, ProxyBody, ReadTimeout, UpstreamConn};
 
 /// Per-request state shared by the phases and the plugins.
 pub struct RequestCtx {
@@ -105,7 +107,11 @@ pub struct RouteChain {
 
 const INTERNAL_ERROR: &str = "An unexpected error occurred";
 
-fn guarded<T>(plugin: &PluginInstance, phase: &str, f: impl FnOnce() -> Result<T, PluginError>) -> Result<T, ()> {
+fn guarded<T>(
+    plugin: &PluginInstance,
+    phase: &str,
+    f: impl FnOnce() -> Result<T, PluginError>,
+) -> Result<T, ()> {
     match catch_unwind(AssertUnwindSafe(f)) {
         Ok(Ok(v)) => Ok(v),
         Ok(Err(e)) => {
@@ -146,7 +152,11 @@ pub fn rewrite(ctx: &mut RequestCtx, req: &mut RequestHead) -> Option<EarlyRespo
 /// When a plugin sets [`RequestCtx::consumer`] and the route has a list for that consumer,
 /// the remaining plugins come from that list (consumer-scoped configs win). The list in use at
 /// the end is the one replayed by the later phases, also after a short-circuit.
-pub fn access(ctx: &mut RequestCtx, req: &mut RequestHead, chain: &RouteChain) -> Option<EarlyResponse> {
+pub fn access(
+    ctx: &mut RequestCtx,
+    req: &mut RequestHead,
+    chain: &RouteChain,
+) -> Option<EarlyResponse> {
     let mut list = chain.base.clone();
     let mut consumer = ctx.consumer.clone();
     let mut i = 0;
@@ -173,7 +183,10 @@ pub fn access(ctx: &mut RequestCtx, req: &mut RequestHead, chain: &RouteChain) -
                 // Resume after the plugin that just ran, in the new list's order.
                 i = list
                     .iter()
-                    .position(|q| (q.priority, std::cmp::Reverse(q.name)) < (done_prio, std::cmp::Reverse(done_name)))
+                    .position(|q| {
+                        (q.priority, std::cmp::Reverse(q.name))
+                            < (done_prio, std::cmp::Reverse(done_name))
+                    })
                     .unwrap_or(list.len());
             }
         }
@@ -301,34 +314,70 @@ mod tests {
     }
 
     impl Plugin for Probe {
-        fn access(&self, ctx: &mut RequestCtx, _req: &mut RequestHead) -> Result<Flow, PluginError> {
-            self.journal.lock().unwrap().push(format!("{}:access", self.name));
+        fn access(
+            &self,
+            ctx: &mut RequestCtx,
+            _req: &mut RequestHead,
+        ) -> Result<Flow, PluginError> {
+            self.journal
+                .lock()
+                .unwrap()
+                .push(format!("{}:access", self.name));
             if let Some(c) = self.set_consumer {
                 ctx.consumer = Some(c.into());
             }
             if self.stop {
-                return Ok(Flow::Respond(EarlyResponse::message(StatusCode::FORBIDDEN, "no")));
+                return Ok(Flow::Respond(EarlyResponse::message(
+                    StatusCode::FORBIDDEN,
+                    "no",
+                )));
             }
             Ok(Flow::Continue)
         }
         fn log(&self, _ctx: &RequestCtx, _r: &LogRecord) {
-            self.journal.lock().unwrap().push(format!("{}:log", self.name));
+            self.journal
+                .lock()
+                .unwrap()
+                .push(format!("{}:log", self.name));
         }
     }
 
     struct Boom;
     impl Plugin for Boom {
-        fn access(&self, _ctx: &mut RequestCtx, _req: &mut RequestHead) -> Result<Flow, PluginError> {
+        fn access(
+            &self,
+            _ctx: &mut RequestCtx,
+            _req: &mut RequestHead,
+        ) -> Result<Flow, PluginError> {
             panic!("boom")
         }
     }
 
     fn inst(name: &'static str, priority: i32, plugin: Arc<dyn Plugin>) -> PluginInstance {
-        PluginInstance { name, id: name.into(), priority, plugin }
+        PluginInstance {
+            name,
+            id: name.into(),
+            priority,
+            plugin,
+        }
     }
 
-    fn probe(j: &Arc<Mutex<Vec<String>>>, name: &'static str, prio: i32, stop: bool) -> PluginInstance {
-        inst(name, prio, Arc::new(Probe { name, stop, journal: j.clone(), set_consumer: None }))
+    fn probe(
+        j: &Arc<Mutex<Vec<String>>>,
+        name: &'static str,
+        prio: i32,
+        stop: bool,
+    ) -> PluginInstance {
+        inst(
+            name,
+            prio,
+            Arc::new(Probe {
+                name,
+                stop,
+                journal: j.clone(),
+                set_consumer: None,
+            }),
+        )
     }
 
     fn head() -> RequestHead {
@@ -358,21 +407,33 @@ mod tests {
     fn short_circuit_skips_later_access_but_every_log_runs() {
         let j = Arc::new(Mutex::new(Vec::new()));
         let chain = RouteChain {
-            base: vec![probe(&j, "a", 30, false), probe(&j, "b", 20, true), probe(&j, "c", 10, false)].into(),
+            base: vec![
+                probe(&j, "a", 30, false),
+                probe(&j, "b", 20, true),
+                probe(&j, "c", 10, false),
+            ]
+            .into(),
             by_consumer: HashMap::new(),
         };
         let mut ctx = RequestCtx::new([127, 0, 0, 1].into(), 1, Arc::from(vec![]));
         let answer = access(&mut ctx, &mut head(), &chain).expect("b answers");
         assert_eq!(answer.status, StatusCode::FORBIDDEN);
         log(&ctx, &record());
-        assert_eq!(*j.lock().unwrap(), ["a:access", "b:access", "a:log", "b:log", "c:log"]);
+        assert_eq!(
+            *j.lock().unwrap(),
+            ["a:access", "b:access", "a:log", "b:log", "c:log"]
+        );
     }
 
     #[test]
     fn a_panic_becomes_500_and_the_chain_survives() {
         let j = Arc::new(Mutex::new(Vec::new()));
         let chain = RouteChain {
-            base: vec![inst("boom", 50, Arc::new(Boom)), probe(&j, "after", 10, false)].into(),
+            base: vec![
+                inst("boom", 50, Arc::new(Boom)),
+                probe(&j, "after", 10, false),
+            ]
+            .into(),
             by_consumer: HashMap::new(),
         };
         let mut ctx = RequestCtx::new([127, 0, 0, 1].into(), 1, Arc::from(vec![]));
@@ -388,14 +449,31 @@ mod tests {
         let auth = inst(
             "auth",
             1000,
-            Arc::new(Probe { name: "auth", stop: false, journal: j.clone(), set_consumer: Some("alice") }),
+            Arc::new(Probe {
+                name: "auth",
+                stop: false,
+                journal: j.clone(),
+                set_consumer: Some("alice"),
+            }),
         );
-        let base: Arc<[PluginInstance]> = vec![auth.clone(), probe(&j, "limit-default", 900, false)].into();
-        let alice: Arc<[PluginInstance]> = vec![auth, probe(&j, "limit-alice", 900, false), probe(&j, "extra", 5, false)].into();
-        let chain = RouteChain { base, by_consumer: HashMap::from([(Arc::from("alice"), alice)]) };
+        let base: Arc<[PluginInstance]> =
+            vec![auth.clone(), probe(&j, "limit-default", 900, false)].into();
+        let alice: Arc<[PluginInstance]> = vec![
+            auth,
+            probe(&j, "limit-alice", 900, false),
+            probe(&j, "extra", 5, false),
+        ]
+        .into();
+        let chain = RouteChain {
+            base,
+            by_consumer: HashMap::from([(Arc::from("alice"), alice)]),
+        };
         let mut ctx = RequestCtx::new([127, 0, 0, 1].into(), 1, Arc::from(vec![]));
         assert!(access(&mut ctx, &mut head(), &chain).is_none());
-        assert_eq!(*j.lock().unwrap(), ["auth:access", "limit-alice:access", "extra:access"]);
+        assert_eq!(
+            *j.lock().unwrap(),
+            ["auth:access", "limit-alice:access", "extra:access"]
+        );
         assert_eq!(ctx.plugins().len(), 3);
     }
 }

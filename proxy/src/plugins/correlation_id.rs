@@ -53,8 +53,12 @@ struct Id(HeaderValue);
 
 fn build(config: &serde_json::Value) -> Result<Arc<dyn Plugin>, String> {
     let conf: Conf = parse_config(config)?;
-    let header = HeaderName::from_bytes(conf.header_name.as_bytes())
-        .map_err(|_| format!("header_name: {:?} is not a valid header name", conf.header_name))?;
+    let header = HeaderName::from_bytes(conf.header_name.as_bytes()).map_err(|_| {
+        format!(
+            "header_name: {:?} is not a valid header name",
+            conf.header_name
+        )
+    })?;
     Ok(Arc::new(CorrelationId {
         header,
         generator: conf.generator,
@@ -99,7 +103,11 @@ impl Plugin for CorrelationId {
         Ok(Flow::Continue)
     }
 
-    fn header_filter(&self, ctx: &mut RequestCtx, resp: &mut ResponseHead) -> Result<(), PluginError> {
+    fn header_filter(
+        &self,
+        ctx: &mut RequestCtx,
+        resp: &mut ResponseHead,
+    ) -> Result<(), PluginError> {
         if let Some(Id(v)) = ctx.slots.get::<Id>() {
             resp.headers.insert(self.header.clone(), v.clone());
         }

@@ -53,7 +53,11 @@ impl EarlyResponse {
         if let Ok(v) = HeaderValue::from_str(content_type) {
             headers.insert(http::header::CONTENT_TYPE, v);
         }
-        EarlyResponse { status, headers, body }
+        EarlyResponse {
+            status,
+            headers,
+            body,
+        }
     }
 }
 
@@ -94,12 +98,20 @@ pub trait Plugin: Send + Sync + 'static {
     }
 
     /// When the response head is known (from the upstream or a short-circuit).
-    fn header_filter(&self, _ctx: &mut RequestCtx, _resp: &mut ResponseHead) -> Result<(), PluginError> {
+    fn header_filter(
+        &self,
+        _ctx: &mut RequestCtx,
+        _resp: &mut ResponseHead,
+    ) -> Result<(), PluginError> {
         Ok(())
     }
 
     /// For every response body chunk; only called when [`Plugin::filters_body`] is true.
-    fn body_filter(&self, _ctx: &mut RequestCtx, _chunk: &mut BodyChunk) -> Result<(), PluginError> {
+    fn body_filter(
+        &self,
+        _ctx: &mut RequestCtx,
+        _chunk: &mut BodyChunk,
+    ) -> Result<(), PluginError> {
         Ok(())
     }
 
@@ -132,7 +144,9 @@ impl std::fmt::Debug for PluginInstance {
 }
 
 /// Deserialises a plugin's `config`, naming the offending field on error.
-pub fn parse_config<T: serde::de::DeserializeOwned>(config: &serde_json::Value) -> Result<T, String> {
+pub fn parse_config<T: serde::de::DeserializeOwned>(
+    config: &serde_json::Value,
+) -> Result<T, String> {
     serde_path_to_error::deserialize(config).map_err(|e| {
         let path = e.path().to_string();
         if path == "." {

@@ -24,7 +24,10 @@ impl Registry {
     /// The plugins that ship with Weir.
     pub fn builtin() -> Registry {
         Registry {
-            specs: vec![super::correlation_id::SPEC, super::request_termination::SPEC],
+            specs: vec![
+                super::correlation_id::SPEC,
+                super::request_termination::SPEC,
+            ],
         }
     }
 
@@ -46,7 +49,9 @@ impl Registry {
 
     /// Builds a configured plugin; the config has been validated by [`Registry::check`].
     pub fn instantiate(&self, cfg: &PluginConfig) -> Result<PluginInstance, String> {
-        let spec = self.get(&cfg.name).ok_or_else(|| format!("unknown plugin {:?}", cfg.name))?;
+        let spec = self
+            .get(&cfg.name)
+            .ok_or_else(|| format!("unknown plugin {:?}", cfg.name))?;
         Ok(PluginInstance {
             name: spec.name,
             id: cfg.id.as_str().into(),

@@ -49,7 +49,12 @@ fn build(config: &serde_json::Value) -> Result<Arc<dyn Plugin>, String> {
     let status = StatusCode::from_u16(conf.status_code)
         .ok()
         .filter(|_| (100..=599).contains(&conf.status_code))
-        .ok_or_else(|| format!("status_code: {} is not between 100 and 599", conf.status_code))?;
+        .ok_or_else(|| {
+            format!(
+                "status_code: {} is not between 100 and 599",
+                conf.status_code
+            )
+        })?;
     if conf.message.is_some() && conf.body.is_some() {
         return Err("message: set either `message` or `body`, not both".into());
     }
@@ -64,12 +69,15 @@ fn build(config: &serde_json::Value) -> Result<Arc<dyn Plugin>, String> {
         ),
     };
     if let Some(ct) = &conf.content_type {
-        http::HeaderValue::from_str(ct).map_err(|_| format!("content_type: {ct:?} is not a valid header value"))?;
+        http::HeaderValue::from_str(ct)
+            .map_err(|_| format!("content_type: {ct:?} is not a valid header value"))?;
     }
     let canned = match &conf.body {
         Some(body) => EarlyResponse::with_body(
             status,
-            conf.content_type.as_deref().unwrap_or("application/json; charset=utf-8"),
+            conf.content_type
+                .as_deref()
+                .unwrap_or("application/json; charset=utf-8"),
             Bytes::from(body.clone()),
         ),
         None => {
@@ -77,16 +85,24 @@ fn build(config: &serde_json::Value) -> Result<Arc<dyn Plugin>, String> {
             EarlyResponse::message(status, conf.message.as_deref().unwrap_or(default_msg))
         }
     };
-    Ok(Arc::new(RequestTermination { conf, status, trigger, canned }))
+    Ok(Arc::new(RequestTermination {
+        conf,
+        status,
+        trigger,
+        canned,
+    }))
 }
 
 impl Plugin for RequestTermination {
     fn access(&self, _ctx: &mut RequestCtx, req: &mut RequestHead) -> Result<Flow, PluginError> {
         if let Some(t) = &self.trigger {
-            let in_query = req
-                .uri
-                .query()
-                .is_some_and(|q| q.split('&').any(|kv| kv.split('=').next() == Some(t.as_str())));
+            let in_query = req.uri.query().is_some_and(|q| {
+                q.split('&').any(|kv| {
+                    kv.split('=')
+                        .next()
+                        .is_some_and(|k| k.eq_ignore_ascii_case(t.as_str()))
+                })
+            });
             if !req.headers.contains_key(t) && !in_query {
                 return Ok(Flow::Continue);
             }

@@ -10,15 +10,38 @@ use bytes::{Bytes, BytesMut};
 use http::{HeaderValue, StatusCode};
 use serde::Deserialize;
 
-use super::{parse_config, BodyChunk, EarlyResponse, Flow, Plugin, PluginError, PluginSpec, RequestHead, ResponseHead};
+use super::{
+    parse_config, BodyChunk, EarlyResponse, Flow, Plugin, PluginError, PluginSpec, RequestHead,
+    ResponseHead,
+};
 use crate::pipeline::{LogRecord, RequestCtx};
 
 pub(super) const SPECS: [PluginSpec; 5] = [
-    PluginSpec { name: "test-phases", priority: 500, build: build_phases },
-    PluginSpec { name: "test-phases-2", priority: 499, build: build_phases },
-    PluginSpec { name: "test-phases-3", priority: 498, build: build_phases },
-    PluginSpec { name: "test-panic", priority: 400, build: build_panic },
-    PluginSpec { name: "test-body", priority: 300, build: build_body },
+    PluginSpec {
+        name: "test-phases",
+        priority: 500,
+        build: build_phases,
+    },
+    PluginSpec {
+        name: "test-phases-2",
+        priority: 499,
+        build: build_phases,
+    },
+    PluginSpec {
+        name: "test-phases-3",
+        priority: 498,
+        build: build_phases,
+    },
+    PluginSpec {
+        name: "test-panic",
+        priority: 400,
+        build: build_panic,
+    },
+    PluginSpec {
+        name: "test-body",
+        priority: 300,
+        build: build_body,
+    },
 ];
 
 /// Records which phases ran: `x-test-rewrite` and `x-test-access` on the forwarded request,
@@ -52,20 +75,30 @@ impl Plugin for Phases {
     }
 
     fn access(&self, ctx: &mut RequestCtx, req: &mut RequestHead) -> Result<Flow, PluginError> {
-        ctx.slots.get_or_insert_default::<Ran>().0.insert(self.tag.clone());
+        ctx.slots
+            .get_or_insert_default::<Ran>()
+            .0
+            .insert(self.tag.clone());
         if let Ok(v) = HeaderValue::from_str(&self.tag) {
             req.headers.append("x-test-access", v);
         }
         match self.respond {
             Some(code) => {
                 let status = StatusCode::from_u16(code).map_err(|e| PluginError(e.to_string()))?;
-                Ok(Flow::Respond(EarlyResponse::message(status, &format!("stopped by {}", self.tag))))
+                Ok(Flow::Respond(EarlyResponse::message(
+                    status,
+                    &format!("stopped by {}", self.tag),
+                )))
             }
             None => Ok(Flow::Continue),
         }
     }
 
-    fn header_filter(&self, _ctx: &mut RequestCtx, resp: &mut ResponseHead) -> Result<(), PluginError> {
+    fn header_filter(
+        &self,
+        _ctx: &mut RequestCtx,
+        resp: &mut ResponseHead,
+    ) -> Result<(), PluginError> {
         if let Ok(v) = HeaderValue::from_str(&self.tag) {
             resp.headers.append("x-test-header-filter", v);
         }
@@ -74,9 +107,16 @@ impl Plugin for Phases {
 
     fn log(&self, ctx: &RequestCtx, record: &LogRecord) {
         let Some(path) = &self.log_file else { return };
-        let ran = ctx.slots.get::<Ran>().is_some_and(|r| r.0.contains(&self.tag));
+        let ran = ctx
+            .slots
+            .get::<Ran>()
+            .is_some_and(|r| r.0.contains(&self.tag));
         let line = serde_json::json!({"tag": self.tag, "access": ran, "status": record.status, "path": record.path});
-        if let Ok(mut f) = std::fs::OpenOptions::new().create(true).append(true).open(path) {
+        if let Ok(mut f) = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+        {
             let _ = writeln!(f, "{line}");
         }
     }
@@ -119,10 +159,18 @@ impl Plugin for Panic {
     fn access(&self, _ctx: &mut RequestCtx, _req: &mut RequestHead) -> Result<Flow, PluginError> {
         self.fail("access").map(|_| Flow::Continue)
     }
-    fn header_filter(&self, _ctx: &mut RequestCtx, _resp: &mut ResponseHead) -> Result<(), PluginError> {
+    fn header_filter(
+        &self,
+        _ctx: &mut RequestCtx,
+        _resp: &mut ResponseHead,
+    ) -> Result<(), PluginError> {
         self.fail("header_filter")
     }
-    fn body_filter(&self, _ctx: &mut RequestCtx, _chunk: &mut BodyChunk) -> Result<(), PluginError> {
+    fn body_filter(
+        &self,
+        _ctx: &mut RequestCtx,
+        _chunk: &mut BodyChunk,
+    ) -> Result<(), PluginError> {
         self.fail("body_filter")
     }
     fn filters_body(&self) -> bool {
@@ -149,7 +197,11 @@ fn build_body(c: &serde_json::Value) -> Result<Arc<dyn Plugin>, String> {
 }
 
 impl Plugin for Body {
-    fn header_filter(&self, _ctx: &mut RequestCtx, resp: &mut ResponseHead) -> Result<(), PluginError> {
+    fn header_filter(
+        &self,
+        _ctx: &mut RequestCtx,
+        resp: &mut ResponseHead,
+    ) -> Result<(), PluginError> {
         resp.headers.remove(http::header::CONTENT_LENGTH);
         Ok(())
     }

@@ -126,12 +126,17 @@ struct HostTable {
 }
 
 impl HostTable {
+    /// `path` starts with `/` and has no trailing `/` (empty for the root).
     fn insert_prefix(&mut self, path: &str, cand: Candidate) {
         if self.trie.is_empty() {
             self.trie.push(TrieNode::default());
         }
         let mut node = 0usize;
-        for seg in path.split('/').filter(|s| !s.is_empty()) {
+        let segments = path
+            .get(1..)
+            .filter(|p| !p.is_empty())
+            .map(|p| p.split('/'));
+        for seg in segments.into_iter().flatten() {
             node = match self.trie[node].children.get(seg) {
                 Some(&n) => n as usize,
                 None => {
@@ -150,7 +155,9 @@ impl HostTable {
             sort_candidates(c);
         }
         self.regex.sort_by(|a, b| {
-            b.1.priority.cmp(&a.1.priority).then(a.1.route.cmp(&b.1.route))
+            b.1.priority
+                .cmp(&a.1.priority)
+                .then(a.1.route.cmp(&b.1.route))
         });
         for n in &mut self.trie {
             sort_candidates(&mut n.routes);
@@ -161,37 +168,48 @@ impl HostTable {
         let ok = |c: &Candidate| conds[c.route].matches(req);
         if let Some(cands) = self.exact.get(req.path) {
             if let Some(c) = cands.iter().find(|c| ok(c)) {
-                return Some(RouteMatch { route: c.route, matched_len: req.path.len() });
+                return Some(RouteMatch {
+                    route: c.route,
+                    matched_len: req.path.len(),
+                });
             }
         }
         for (re, c) in &self.regex {
             if let Some(m) = re.find(req.path) {
                 if ok(c) {
-                    return Some(RouteMatch { route: c.route, matched_len: m.end() });
+                    return Some(RouteMatch {
+                        route: c.route,
+                        matched_len: m.end(),
+                    });
                 }
             }
         }
         if self.trie.is_empty() {
             return None;
         }
-        self.walk(0, req.path.strip_prefix('/').unwrap_or(req.path), req, &ok)
+        self.walk(0, req.path.strip_prefix('/').unwrap_or(req.path), &ok)
     }
 
     /// Deepest prefix first; recursion depth is bounded by the deepest configured rule.
-    fn walk(&self, node: usize, rest: &str, req: &RequestView<'_>, ok: &dyn Fn(&Candidate) -> bool) -> Option<RouteMatch> {
+    fn walk(
+        &self,
+        node: usize,
+        rest: &str,
+        ok: &dyn Fn(&Candidate) -> bool,
+    ) -> Option<RouteMatch> {
         let n = &self.trie[node];
         if !rest.is_empty() && !n.children.is_empty() {
             let (seg, tail) = rest.split_once('/').unwrap_or((rest, ""));
             if let Some(&child) = n.children.get(seg) {
-                if let Some(m) = self.walk(child as usize, tail, req, ok) {
+                if let Some(m) = self.walk(child as usize, tail, ok) {
                     return Some(m);
                 }
             }
         }
-        n.routes
-            .iter()
-            .find(|c| ok(c))
-            .map(|c| RouteMatch { route: c.route, matched_len: c.len })
+        n.routes.iter().find(|c| ok(c)).map(|c| RouteMatch {
+            route: c.route,
+            matched_len: c.len,
+        })
     }
 }
 
@@ -218,7 +236,10 @@ pub enum Lookup {
 
 impl Router {
     /// Compiles validated routes; regexes are assumed to compile (checked by validation).
-    pub fn new(routes: &[Route]) -> Result<Router, regex::Error> {
+    ///
+    /// Exact and Prefix rule paths are normalised like request paths (`merge_slashes` as in
+    /// the table's settings), so `/a/./b` or `/%7Euser` match what clients send.
+    pub fn new(routes: &[Route], merge_slashes: bool) -> Result<Router, regex::Error> {
         let mut r = Router::default();
         for (idx, route) in routes.iter().enumerate() {
             let conds = Conditions {
@@ -232,7 +253,10 @@ impl Router {
                     .iter()
                     .filter_map(|(k, vs)| {
                         let name = HeaderName::from_bytes(k.as_bytes()).ok()?;
-                        let values = vs.iter().filter_map(|v| HeaderValue::from_str(v).ok()).collect();
+                        let values = vs
+                            .iter()
+                            .filter_map(|v| HeaderValue::from_str(v).ok())
+                            .collect();
                         Some((name, values))
                     })
                     .collect(),
@@ -267,28 +291,43 @@ impl Router {
                     }
                 }
                 for (h, t) in r.wildcard_hosts.iter_mut() {
-                    if route
-                        .hosts
-                        .iter()
-                        .any(|rh| rh.strip_prefix("*.").is_some_and(|s| s.eq_ignore_ascii_case(h)))
-                    {
+                    if route.hosts.iter().any(|rh| {
+                        rh.strip_prefix("*.")
+                            .is_some_and(|s| s.eq_ignore_ascii_case(h))
+                    }) {
                         tables.push(t);
                     }
                 }
             }
 
-            let default_rule = [crate::config::PathRule { path: "/".into(), kind: PathKind::Prefix }];
-            let rules = if route.paths.is_empty() { &default_rule[..] } else { &route.paths[..] };
+            let default_rule = [crate::config::PathRule {
+                path: "/".into(),
+                kind: PathKind::Prefix,
+            }];
+            let rules = if route.paths.is_empty() {
+                &default_rule[..]
+            } else {
+                &route.paths[..]
+            };
             for table in tables {
                 for rule in rules {
-                    let mut cand = Candidate { route: idx, priority: route.priority, specificity, len: 0 };
+                    let mut cand = Candidate {
+                        route: idx,
+                        priority: route.priority,
+                        specificity,
+                        len: 0,
+                    };
                     match rule.kind {
                         PathKind::Exact => {
-                            cand.len = rule.path.len();
-                            table.exact.entry(rule.path.as_str().into()).or_default().push(cand);
+                            let path = normalize_path(&rule.path, merge_slashes)
+                                .map_or_else(|_| rule.path.clone(), |p| p.into_owned());
+                            cand.len = path.len();
+                            table.exact.entry(path.into()).or_default().push(cand);
                         }
                         PathKind::Prefix => {
-                            let trimmed = rule.path.trim_end_matches('/');
+                            let path = normalize_path(&rule.path, merge_slashes)
+                                .map_or_else(|_| rule.path.clone(), |p| p.into_owned());
+                            let trimmed = path.trim_end_matches('/');
                             cand.len = trimmed.len();
                             table.insert_prefix(trimmed, cand);
                         }
@@ -301,7 +340,11 @@ impl Router {
             }
         }
         r.any_host.finish();
-        for t in r.exact_hosts.values_mut().chain(r.wildcard_hosts.values_mut()) {
+        for t in r
+            .exact_hosts
+            .values_mut()
+            .chain(r.wildcard_hosts.values_mut())
+        {
             t.finish();
         }
         Ok(r)
@@ -322,7 +365,9 @@ impl Router {
             .and_then(|t| t.lookup(req, &self.conditions))
             .or_else(|| {
                 let (_, suffix) = host.split_once('.')?;
-                self.wildcard_hosts.get(suffix)?.lookup(req, &self.conditions)
+                self.wildcard_hosts
+                    .get(suffix)?
+                    .lookup(req, &self.conditions)
             })
             .or_else(|| self.any_host.lookup(req, &self.conditions));
         match found {
@@ -371,15 +416,27 @@ mod tests {
     fn router(yaml: &str) -> (Router, Vec<String>) {
         let cfg = Config::parse(yaml.as_bytes()).unwrap();
         let ids = cfg.routes.iter().map(|r| r.id.clone()).collect();
-        (Router::new(&cfg.routes).unwrap(), ids)
+        (Router::new(&cfg.routes, true).unwrap(), ids)
     }
 
     fn find(r: &(Router, Vec<String>), host: &str, path: &str) -> Option<(String, usize)> {
         find_with(r, host, path, &Method::GET, &HeaderMap::new())
     }
 
-    fn find_with(r: &(Router, Vec<String>), host: &str, path: &str, m: &Method, h: &HeaderMap) -> Option<(String, usize)> {
-        let view = RequestView { host, path, method: m, headers: h, protocol: ClientProtocol::Http };
+    fn find_with(
+        r: &(Router, Vec<String>),
+        host: &str,
+        path: &str,
+        m: &Method,
+        h: &HeaderMap,
+    ) -> Option<(String, usize)> {
+        let view = RequestView {
+            host,
+            path,
+            method: m,
+            headers: h,
+            protocol: ClientProtocol::Http,
+        };
         match r.0.lookup(&view) {
             Lookup::Matched(m) => Some((r.1[m.route].clone(), m.matched_len)),
             _ => None,
@@ -392,12 +449,17 @@ mod tests {
 
     #[test]
     fn prefix_matches_by_element() {
-        let r = router("routes: [{id: foo, paths: [{path: /foo}]}, {id: bar, paths: [{path: /bar/}]}]");
+        let r =
+            router("routes: [{id: foo, paths: [{path: /foo}]}, {id: bar, paths: [{path: /bar/}]}]");
         assert_eq!(id(&r, "x", "/foo"), Some("foo".into()));
         assert_eq!(id(&r, "x", "/foo/"), Some("foo".into()));
         assert_eq!(id(&r, "x", "/foo/bar"), Some("foo".into()));
         assert_eq!(id(&r, "x", "/foobar"), None);
-        assert_eq!(id(&r, "x", "/bar"), Some("bar".into()), "trailing slash in the rule is ignored");
+        assert_eq!(
+            id(&r, "x", "/bar"),
+            Some("bar".into()),
+            "trailing slash in the rule is ignored"
+        );
         assert_eq!(id(&r, "x", "/bar/baz"), Some("bar".into()));
         assert_eq!(find(&r, "x", "/foo/bar"), Some(("foo".into(), 4)));
     }
@@ -409,11 +471,24 @@ mod tests {
              {id: exact, paths: [{path: /a/b, kind: Exact}]}]",
         );
         assert_eq!(id(&r, "h", "/a/b"), Some("exact".into()));
-        assert_eq!(id(&r, "h", "/a/b/"), Some("ab".into()), "Exact is slash-sensitive");
+        assert_eq!(
+            id(&r, "h", "/a/b/"),
+            Some("ab".into()),
+            "Exact is slash-sensitive"
+        );
         assert_eq!(id(&r, "h", "/a/b/c"), Some("ab".into()));
         assert_eq!(id(&r, "h", "/a/c"), Some("a".into()));
         assert_eq!(id(&r, "h", "/z"), Some("root".into()));
         assert_eq!(id(&r, "h", "/"), Some("root".into()));
+    }
+
+    #[test]
+    fn rule_paths_are_normalised_like_requests() {
+        let r = router(
+            "routes: [{id: e, paths: [{path: '/a/./b', kind: Exact}]}, {id: p, paths: [{path: '/%7Euser//x/'}]}]",
+        );
+        assert_eq!(id(&r, "h", "/a/b"), Some("e".into()));
+        assert_eq!(find(&r, "h", "/~user/x/y"), Some(("p".into(), 8)));
     }
 
     #[test]
@@ -432,9 +507,17 @@ mod tests {
         assert_eq!(id(&r, "api.example.com", "/"), Some("exact".into()));
         assert_eq!(id(&r, "API.Example.COM", "/"), Some("exact".into()));
         assert_eq!(id(&r, "www.example.com", "/"), Some("wild".into()));
-        assert_eq!(id(&r, "a.b.example.com", "/"), Some("any".into()), "wildcard covers one label");
+        assert_eq!(
+            id(&r, "a.b.example.com", "/"),
+            Some("any".into()),
+            "wildcard covers one label"
+        );
         assert_eq!(id(&r, "example.com", "/only"), Some("deep".into()));
-        assert_eq!(id(&r, "example.com", "/other"), Some("any".into()), "falls through to host-less");
+        assert_eq!(
+            id(&r, "example.com", "/other"),
+            Some("any".into()),
+            "falls through to host-less"
+        );
         assert_eq!(id(&r, "other.org", "/"), Some("any".into()));
     }
 
@@ -459,12 +542,21 @@ mod tests {
              {id: hdr, headers: {x-version: [v2, V3]}, paths: [{path: /}]}]",
         );
         let mut h = HeaderMap::new();
-        assert_eq!(find_with(&r, "h", "/", &Method::GET, &h).unwrap().0, "plain");
-        assert_eq!(find_with(&r, "h", "/", &Method::POST, &h).unwrap().0, "post");
+        assert_eq!(
+            find_with(&r, "h", "/", &Method::GET, &h).unwrap().0,
+            "plain"
+        );
+        assert_eq!(
+            find_with(&r, "h", "/", &Method::POST, &h).unwrap().0,
+            "post"
+        );
         h.insert("x-version", HeaderValue::from_static("v3"));
         assert_eq!(find_with(&r, "h", "/", &Method::GET, &h).unwrap().0, "hdr");
         h.insert("x-version", HeaderValue::from_static("v9"));
-        assert_eq!(find_with(&r, "h", "/", &Method::GET, &h).unwrap().0, "plain");
+        assert_eq!(
+            find_with(&r, "h", "/", &Method::GET, &h).unwrap().0,
+            "plain"
+        );
     }
 
     #[test]
@@ -477,14 +569,23 @@ mod tests {
     fn protocols() {
         let r = router("routes: [{id: s, protocols: [https]}]");
         let h = HeaderMap::new();
-        let view = RequestView { host: "h", path: "/", method: &Method::GET, headers: &h, protocol: ClientProtocol::Http };
+        let view = RequestView {
+            host: "h",
+            path: "/",
+            method: &Method::GET,
+            headers: &h,
+            protocol: ClientProtocol::Http,
+        };
         assert!(matches!(r.0.lookup(&view), Lookup::WrongProtocol(_)));
     }
 
     #[test]
     fn host_extraction() {
         let h = HeaderMap::new();
-        assert_eq!(request_host(&"http://Example.com:8080/x".parse().unwrap(), &h), "Example.com");
+        assert_eq!(
+            request_host(&"http://Example.com:8080/x".parse().unwrap(), &h),
+            "Example.com"
+        );
         let mut h = HeaderMap::new();
         h.insert("host", HeaderValue::from_static("a.example.com:80"));
         assert_eq!(request_host(&"/x".parse().unwrap(), &h), "a.example.com");

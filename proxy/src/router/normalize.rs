@@ -74,7 +74,10 @@ pub fn normalize_path(path: &str, merge_slashes: bool) -> Result<Cow<'_, str>, B
     while i < bytes.len() {
         let b = bytes[i];
         if b == b'%' {
-            let (hi, lo) = match (bytes.get(i + 1).and_then(|&c| hex(c)), bytes.get(i + 2).and_then(|&c| hex(c))) {
+            let (hi, lo) = match (
+                bytes.get(i + 1).and_then(|&c| hex(c)),
+                bytes.get(i + 2).and_then(|&c| hex(c)),
+            ) {
                 (Some(h), Some(l)) => (h, l),
                 _ => return Err(BadPath::BadEscape),
             };
@@ -83,13 +86,24 @@ pub fn normalize_path(path: &str, merge_slashes: bool) -> Result<Cow<'_, str>, B
                 decoded.push(c as char);
             } else {
                 decoded.push('%');
-                decoded.push(char::from_digit(hi as u32, 16).unwrap().to_ascii_uppercase());
-                decoded.push(char::from_digit(lo as u32, 16).unwrap().to_ascii_uppercase());
+                decoded.push(
+                    char::from_digit(hi as u32, 16)
+                        .unwrap()
+                        .to_ascii_uppercase(),
+                );
+                decoded.push(
+                    char::from_digit(lo as u32, 16)
+                        .unwrap()
+                        .to_ascii_uppercase(),
+                );
             }
             i += 3;
         } else {
             // Copy the run up to the next escape in one go (keeps multi-byte UTF-8 intact).
-            let run = bytes[i..].iter().position(|&c| c == b'%').map_or(bytes.len(), |p| i + p);
+            let run = bytes[i..]
+                .iter()
+                .position(|&c| c == b'%')
+                .map_or(bytes.len(), |p| i + p);
             decoded.push_str(&path[i..run]);
             i = run;
         }
@@ -138,7 +152,10 @@ mod tests {
     #[test]
     fn normal_paths_are_borrowed() {
         for p in ["/", "/a", "/a/b/", "/a.b/c..d/.e"] {
-            assert!(matches!(normalize_path(p, true), Ok(Cow::Borrowed(_))), "{p}");
+            assert!(
+                matches!(normalize_path(p, true), Ok(Cow::Borrowed(_))),
+                "{p}"
+            );
         }
     }
 

@@ -16,7 +16,9 @@ use super::headers::{self, Forwarding};
 use super::Shared;
 use crate::compile::{CompiledRoute, CompiledService};
 use crate::config::ClientProtocol;
-use crate::pipeline::{self, ConnActivity, Finish, InFlight, LogRecord, ProxyBody, RequestCtx, Try};
+use crate::pipeline::{
+    self, ConnActivity, Finish, InFlight, LogRecord, ProxyBody, RequestCtx, Try,
+};
 use crate::plugins::{EarlyResponse, RequestHead};
 use crate::router::{normalize_path, request_host, Lookup, RequestView};
 use crate::upstream::{self, BodyStats, PoolKey, UpstreamBody};
@@ -92,7 +94,12 @@ impl Pending {
 }
 
 /// Handles one request; never fails (errors become responses).
-pub async fn handle(shared: Arc<Shared>, conn: ConnInfo, activity: Arc<ConnActivity>, req: Request<Incoming>) -> Response<ProxyBody> {
+pub async fn handle(
+    shared: Arc<Shared>,
+    conn: ConnInfo,
+    activity: Arc<ConnActivity>,
+    req: Request<Incoming>,
+) -> Response<ProxyBody> {
     let guard = InFlight::new(&activity);
     let rt = shared.runtime.load_full();
     let (mut head, body) = req.into_parts();
@@ -114,7 +121,13 @@ pub async fn handle(shared: Arc<Shared>, conn: ConnInfo, activity: Arc<ConnActiv
         latencies: Default::default(),
         aborted: false,
     };
-    let mut p = Pending { shared, ctx, record, guard, stats: None };
+    let mut p = Pending {
+        shared,
+        ctx,
+        record,
+        guard,
+        stats: None,
+    };
 
     // rewrite: global plugins only.
     if let Some(r) = pipeline::rewrite(&mut p.ctx, &mut head) {
@@ -137,7 +150,9 @@ pub async fn handle(shared: Arc<Shared>, conn: ConnInfo, activity: Arc<ConnActiv
     };
     let m = match rt.router.lookup(&view) {
         Lookup::Matched(m) => m,
-        Lookup::NotFound => return p.error(StatusCode::NOT_FOUND, "no Route matched with those values"),
+        Lookup::NotFound => {
+            return p.error(StatusCode::NOT_FOUND, "no Route matched with those values")
+        }
         Lookup::WrongProtocol(m) => {
             let route = &rt.routes[m.route];
             return redirect_to_https(p, route, host, &head);
@@ -157,7 +172,10 @@ pub async fn handle(shared: Arc<Shared>, conn: ConnInfo, activity: Arc<ConnActiv
         return p.respond(r);
     }
     let Some(service) = service else {
-        return p.error(StatusCode::SERVICE_UNAVAILABLE, "no Service configured for this Route");
+        return p.error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "no Service configured for this Route",
+        );
     };
 
     // access, after: build the upstream request.
@@ -166,8 +184,19 @@ pub async fn handle(shared: Arc<Shared>, conn: ConnInfo, activity: Arc<ConnActiv
         return p.error(StatusCode::PAYLOAD_TOO_LARGE, "request body too large");
     }
     let upgrade = headers::is_upgrade(&head.headers) && head.version <= http::Version::HTTP_11;
-    let client_upgrade = if upgrade { head.extensions.remove::<hyper::upgrade::OnUpgrade>() } else { None };
-    let upstream_path = upstream_path(&mut p.ctx, route, service, &path, m.matched_len, head.uri.query());
+    let client_upgrade = if upgrade {
+        head.extensions.remove::<hyper::upgrade::OnUpgrade>()
+    } else {
+        None
+    };
+    let upstream_path = upstream_path(
+        &mut p.ctx,
+        route,
+        service,
+        &path,
+        m.matched_len,
+        head.uri.query(),
+    );
     let stripped = (route.strip_path && m.matched_len > 0).then(|| &path[..m.matched_len]);
     prepare_request_headers(&mut head, &p, conn, route, stripped, upgrade);
 
@@ -190,21 +219,39 @@ pub async fn handle(shared: Arc<Shared>, conn: ConnInfo, activity: Arc<ConnActiv
     let mut last_timeout = false;
     let (response, conn_used) = loop {
         if p.ctx.tries.len() > service.retries as usize {
-            let status = if last_timeout { StatusCode::GATEWAY_TIMEOUT } else { StatusCode::BAD_GATEWAY };
-            return p.error(status, "An invalid response was received from the upstream server");
+            let status = if last_timeout {
+                StatusCode::GATEWAY_TIMEOUT
+            } else {
+                StatusCode::BAD_GATEWAY
+            };
+            return p.error(
+                status,
+                "An invalid response was received from the upstream server",
+            );
         }
         let Some(target) = service.balancer.pick(&excluded) else {
-            return p.error(StatusCode::SERVICE_UNAVAILABLE, "no healthy upstream targets");
+            return p.error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "no healthy upstream targets",
+            );
         };
-        p.ctx.tries.push(Try { target: target.addr.clone(), error: None });
+        p.ctx.tries.push(Try {
+            target: target.addr.clone(),
+            error: None,
+        });
         p.record.target = Some(target.addr.clone());
         if !route.preserve_host {
-            request.headers_mut().insert(header::HOST, target.host_header.clone());
+            request
+                .headers_mut()
+                .insert(header::HOST, target.host_header.clone());
         }
         if service.h2 {
             set_absolute_uri(&mut request, &target.addr);
         }
-        let key = PoolKey { target: target.addr.clone(), h2: service.h2 };
+        let key = PoolKey {
+            target: target.addr.clone(),
+            h2: service.h2,
+        };
         let mut conn = match upstream::checkout(&key, service.connect_timeout).await {
             Ok(c) => c,
             Err(e) => {
@@ -228,15 +275,24 @@ pub async fn handle(shared: Arc<Shared>, conn: ConnInfo, activity: Arc<ConnActiv
                 }
                 None => {
                     fail_try(&mut p.ctx, &e.error.to_string());
-                    if p.stats.as_ref().is_some_and(|s| s.too_large.load(Ordering::Relaxed)) {
+                    if p.stats
+                        .as_ref()
+                        .is_some_and(|s| s.too_large.load(Ordering::Relaxed))
+                    {
                         return p.error(StatusCode::PAYLOAD_TOO_LARGE, "request body too large");
                     }
-                    return p.error(StatusCode::BAD_GATEWAY, "An invalid response was received from the upstream server");
+                    return p.error(
+                        StatusCode::BAD_GATEWAY,
+                        "An invalid response was received from the upstream server",
+                    );
                 }
             },
             Err(TimedOut) => {
                 fail_try(&mut p.ctx, "upstream timed out");
-                return p.error(StatusCode::GATEWAY_TIMEOUT, "The upstream server is timing out");
+                return p.error(
+                    StatusCode::GATEWAY_TIMEOUT,
+                    "The upstream server is timing out",
+                );
             }
         }
     };
@@ -248,24 +304,38 @@ pub async fn handle(shared: Arc<Shared>, conn: ConnInfo, activity: Arc<ConnActiv
     let switching = parts.status == StatusCode::SWITCHING_PROTOCOLS;
     let mut conn_used = Some(conn_used);
     if switching {
-        match (client_upgrade, parts.extensions.remove::<hyper::upgrade::OnUpgrade>()) {
+        match (
+            client_upgrade,
+            parts.extensions.remove::<hyper::upgrade::OnUpgrade>(),
+        ) {
             (Some(client), Some(upstream)) => {
                 conn_used = None;
                 tokio::spawn(tunnel(client, upstream));
             }
-            _ => return p.error(StatusCode::BAD_GATEWAY, "upstream switched protocols unasked"),
+            _ => {
+                return p.error(
+                    StatusCode::BAD_GATEWAY,
+                    "upstream switched protocols unasked",
+                )
+            }
         }
     }
     headers::remove_hop_by_hop(&mut parts.headers, switching);
     if rt.settings.latency_headers {
         let t = p.ctx.timings;
-        let proxy_ms = t.upstream_sent.map_or(0, |s| (s - t.start).as_millis() as u64);
+        let proxy_ms = t
+            .upstream_sent
+            .map_or(0, |s| (s - t.start).as_millis() as u64);
         let upstream_ms = match (t.upstream_sent, t.upstream_headers) {
             (Some(s), Some(h)) => (h - s).as_millis() as u64,
             _ => 0,
         };
-        parts.headers.insert(PROXY_LATENCY, HeaderValue::from(proxy_ms));
-        parts.headers.insert(UPSTREAM_LATENCY, HeaderValue::from(upstream_ms));
+        parts
+            .headers
+            .insert(PROXY_LATENCY, HeaderValue::from(proxy_ms));
+        parts
+            .headers
+            .insert(UPSTREAM_LATENCY, HeaderValue::from(upstream_ms));
     }
     pipeline::header_filter(&mut p.ctx, &mut parts);
     parts.headers.append(header::VIA, headers::VIA);
@@ -279,7 +349,11 @@ fn fail_try(ctx: &mut RequestCtx, error: &str) {
     if let Some(t) = ctx.tries.last_mut() {
         t.error = Some(error.to_string());
     }
-    tracing::debug!(target = ctx.tries.last().map(|t| &*t.target), error, "upstream try failed");
+    tracing::debug!(
+        target = ctx.tries.last().map(|t| &*t.target),
+        error,
+        "upstream try failed"
+    );
 }
 
 fn content_length(head: &RequestHead) -> Option<u64> {
@@ -289,7 +363,12 @@ fn content_length(head: &RequestHead) -> Option<u64> {
         .and_then(|v| v.parse().ok())
 }
 
-fn redirect_to_https(p: Pending, route: &CompiledRoute, host: &str, head: &RequestHead) -> Response<ProxyBody> {
+fn redirect_to_https(
+    p: Pending,
+    route: &CompiledRoute,
+    host: &str,
+    head: &RequestHead,
+) -> Response<ProxyBody> {
     let mut location = format!("https://{host}{}", head.uri.path());
     if let Some(q) = head.uri.query() {
         location.push('?');
@@ -314,7 +393,11 @@ fn upstream_path(
     if let Some(uri) = ctx.upstream_uri.take() {
         return uri;
     }
-    let rest = if route.strip_path { &path[matched_len.min(path.len())..] } else { path };
+    let rest = if route.strip_path {
+        &path[matched_len.min(path.len())..]
+    } else {
+        path
+    };
     let mut out = String::with_capacity(path.len() + 16);
     match service.path.as_deref() {
         Some(prefix) if prefix != "/" => {
@@ -352,11 +435,11 @@ fn prepare_request_headers(
 ) {
     // The original Host survives in X-Forwarded-Host (and in Host with preserve_host); for h2
     // clients it comes from :authority.
-    let original_host = head
-        .headers
-        .get(header::HOST)
-        .cloned()
-        .or_else(|| head.uri.authority().and_then(|a| HeaderValue::from_str(a.as_str()).ok()));
+    let original_host = head.headers.get(header::HOST).cloned().or_else(|| {
+        head.uri
+            .authority()
+            .and_then(|a| HeaderValue::from_str(a.as_str()).ok())
+    });
     headers::remove_hop_by_hop(&mut head.headers, upgrade);
     headers::set_forwarded(
         &mut head.headers,
@@ -381,7 +464,11 @@ fn prepare_request_headers(
 }
 
 fn set_absolute_uri(req: &mut Request<UpstreamBody>, authority: &str) {
-    let pq = req.uri().path_and_query().map_or("/", |p| p.as_str()).to_string();
+    let pq = req
+        .uri()
+        .path_and_query()
+        .map_or("/", |p| p.as_str())
+        .to_string();
     if let Ok(uri) = format!("http://{authority}{pq}").parse() {
         *req.uri_mut() = uri;
     }
@@ -393,7 +480,11 @@ struct TimedOut;
 
 /// Waits for the response head: the write timeout applies while the request body is still
 /// streaming (between two forwarded frames), the read timeout after it.
-async fn wait_response<F, T>(fut: F, stats: Option<&BodyStats>, service: &CompiledService) -> Result<T, TimedOut>
+async fn wait_response<F, T>(
+    fut: F,
+    stats: Option<&BodyStats>,
+    service: &CompiledService,
+) -> Result<T, TimedOut>
 where
     F: std::future::Future<Output = T>,
 {
@@ -401,7 +492,9 @@ where
     let sent = Instant::now();
     let deadline = || -> Instant {
         match stats {
-            Some(s) if !s.done.load(Ordering::Relaxed) => s.last_progress().max(sent) + service.write_timeout,
+            Some(s) if !s.done.load(Ordering::Relaxed) => {
+                s.last_progress().max(sent) + service.write_timeout
+            }
             Some(s) => s.last_progress().max(sent) + service.read_timeout,
             None => sent + service.read_timeout,
         }
@@ -447,7 +540,10 @@ mod tests {
             preserve_host: false,
             https_redirect: StatusCode::UPGRADE_REQUIRED,
             service: Some(0),
-            chain: RouteChain { base: Arc::from(vec![]), by_consumer: Default::default() },
+            chain: RouteChain {
+                base: Arc::from(vec![]),
+                by_consumer: Default::default(),
+            },
         }
     }
 
@@ -464,7 +560,13 @@ mod tests {
         }
     }
 
-    fn up(strip: bool, prefix: Option<&str>, path: &str, matched: usize, q: Option<&str>) -> String {
+    fn up(
+        strip: bool,
+        prefix: Option<&str>,
+        path: &str,
+        matched: usize,
+        q: Option<&str>,
+    ) -> String {
         let mut ctx = RequestCtx::new([127, 0, 0, 1].into(), 1, Arc::from(vec![]));
         upstream_path(&mut ctx, &route(strip), &service(prefix), path, matched, q)
     }

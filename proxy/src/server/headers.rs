@@ -17,7 +17,10 @@ impl FromStr for Cidr {
     type Err = String;
     fn from_str(s: &str) -> Result<Cidr, String> {
         let (a, p) = s.split_once('/').map_or((s, None), |(a, p)| (a, Some(p)));
-        let addr: IpAddr = a.trim().parse().map_err(|_| format!("{s:?} is not an IP address or CIDR"))?;
+        let addr: IpAddr = a
+            .trim()
+            .parse()
+            .map_err(|_| format!("{s:?} is not an IP address or CIDR"))?;
         let max = if addr.is_ipv4() { 32 } else { 128 };
         let prefix = match p {
             None => max,
@@ -43,11 +46,19 @@ impl Cidr {
         };
         match (self.addr, ip) {
             (IpAddr::V4(net), IpAddr::V4(ip)) => {
-                let mask = if self.prefix == 0 { 0 } else { u32::MAX << (32 - self.prefix) };
+                let mask = if self.prefix == 0 {
+                    0
+                } else {
+                    u32::MAX << (32 - self.prefix)
+                };
                 u32::from(net) & mask == u32::from(ip) & mask
             }
             (IpAddr::V6(net), IpAddr::V6(ip)) => {
-                let mask = if self.prefix == 0 { 0 } else { u128::MAX << (128 - self.prefix) };
+                let mask = if self.prefix == 0 {
+                    0
+                } else {
+                    u128::MAX << (128 - self.prefix)
+                };
                 u128::from(net) & mask == u128::from(ip) & mask
             }
             _ => false,
@@ -135,8 +146,10 @@ pub fn remove_hop_by_hop(headers: &mut HeaderMap, keep_upgrade: bool) {
 pub fn is_upgrade(headers: &HeaderMap) -> bool {
     headers.contains_key(header::UPGRADE)
         && headers.get_all(header::CONNECTION).iter().any(|v| {
-            v.to_str()
-                .is_ok_and(|s| s.split(',').any(|t| t.trim().eq_ignore_ascii_case("upgrade")))
+            v.to_str().is_ok_and(|s| {
+                s.split(',')
+                    .any(|t| t.trim().eq_ignore_ascii_case("upgrade"))
+            })
         })
 }
 
@@ -161,9 +174,19 @@ pub struct Forwarding<'a> {
 pub fn set_forwarded(headers: &mut HeaderMap, f: &Forwarding<'_>, trusted_list: &[Cidr]) {
     let from_trusted = trusted(trusted_list, f.peer);
     let peer = f.peer.to_string();
-    let xff = match headers.get(X_FORWARDED_FOR).and_then(|v| v.to_str().ok()) {
-        Some(prev) if from_trusted => format!("{prev}, {peer}"),
-        _ => peer,
+    let prev: Vec<&str> = if from_trusted {
+        headers
+            .get_all(X_FORWARDED_FOR)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .collect()
+    } else {
+        Vec::new()
+    };
+    let xff = if prev.is_empty() {
+        peer
+    } else {
+        format!("{}, {peer}", prev.join(", "))
     };
     if let Ok(v) = HeaderValue::from_str(&xff) {
         headers.insert(X_FORWARDED_FOR, v);
@@ -184,7 +207,10 @@ pub fn set_forwarded(headers: &mut HeaderMap, f: &Forwarding<'_>, trusted_list: 
     if !(from_trusted && headers.contains_key(X_FORWARDED_PORT)) {
         headers.insert(X_FORWARDED_PORT, HeaderValue::from(f.port));
     }
-    match f.stripped_prefix.and_then(|p| HeaderValue::from_str(p).ok()) {
+    match f
+        .stripped_prefix
+        .and_then(|p| HeaderValue::from_str(p).ok())
+    {
         Some(v) => {
             headers.insert(X_FORWARDED_PREFIX, v);
         }
@@ -215,16 +241,25 @@ mod tests {
         let c: Cidr = "::1".parse().unwrap();
         assert!(c.contains("::1".parse().unwrap()));
         assert!("1.2.3.4/33".parse::<Cidr>().is_err());
-        assert!("0.0.0.0/0".parse::<Cidr>().unwrap().contains("8.8.8.8".parse().unwrap()));
+        assert!("0.0.0.0/0"
+            .parse::<Cidr>()
+            .unwrap()
+            .contains("8.8.8.8".parse().unwrap()));
     }
 
     #[test]
     fn client_ip_only_trusts_trusted_peers() {
         let mut h = HeaderMap::new();
-        h.insert(X_FORWARDED_FOR, HeaderValue::from_static("1.1.1.1, 10.0.0.5"));
+        h.insert(
+            X_FORWARDED_FOR,
+            HeaderValue::from_static("1.1.1.1, 10.0.0.5"),
+        );
         let peer: IpAddr = "10.0.0.9".parse().unwrap();
         assert_eq!(client_ip(peer, &h, &[]), peer);
-        assert_eq!(client_ip(peer, &h, &cidrs(&["10.0.0.0/8"])), "1.1.1.1".parse::<IpAddr>().unwrap());
+        assert_eq!(
+            client_ip(peer, &h, &cidrs(&["10.0.0.0/8"])),
+            "1.1.1.1".parse::<IpAddr>().unwrap()
+        );
     }
 
     #[test]
@@ -242,7 +277,10 @@ mod tests {
             stripped_prefix: Some("/api"),
         };
         set_forwarded(&mut h, &f, &[]);
-        assert_eq!(h[X_FORWARDED_FOR], "127.0.0.1", "spoofed value from an untrusted peer is replaced");
+        assert_eq!(
+            h[X_FORWARDED_FOR], "127.0.0.1",
+            "spoofed value from an untrusted peer is replaced"
+        );
         assert_eq!(h[X_FORWARDED_PROTO], "http");
         assert_eq!(h[X_FORWARDED_HOST], "example.com");
         assert_eq!(h[X_FORWARDED_PORT], "8080");
@@ -251,16 +289,20 @@ mod tests {
 
         let mut h = HeaderMap::new();
         h.insert(X_FORWARDED_FOR, HeaderValue::from_static("6.6.6.6"));
+        h.append(X_FORWARDED_FOR, HeaderValue::from_static("7.7.7.7"));
         h.insert(X_FORWARDED_PROTO, HeaderValue::from_static("https"));
         set_forwarded(&mut h, &f, &cidrs(&["127.0.0.0/8"]));
-        assert_eq!(h[X_FORWARDED_FOR], "6.6.6.6, 127.0.0.1");
+        assert_eq!(h[X_FORWARDED_FOR], "6.6.6.6, 7.7.7.7, 127.0.0.1");
         assert_eq!(h[X_FORWARDED_PROTO], "https");
     }
 
     #[test]
     fn hop_by_hop() {
         let mut h = HeaderMap::new();
-        h.insert(header::CONNECTION, HeaderValue::from_static("keep-alive, x-secret, upgrade"));
+        h.insert(
+            header::CONNECTION,
+            HeaderValue::from_static("keep-alive, x-secret, upgrade"),
+        );
         h.insert("x-secret", HeaderValue::from_static("1"));
         h.insert("keep-alive", HeaderValue::from_static("timeout=5"));
         h.insert(header::UPGRADE, HeaderValue::from_static("websocket"));

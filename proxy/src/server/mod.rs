@@ -141,19 +141,29 @@ impl Proxy {
     ///
     /// On error the table in service is kept.
     pub fn apply(&self, config: Config) -> Result<Arc<str>, Vec<ConfigError>> {
-        let _serial = self.shared.apply_lock.lock().unwrap_or_else(|e| e.into_inner());
+        let _serial = self
+            .shared
+            .apply_lock
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
         let started = Instant::now();
         match Runtime::compile(config, &self.shared.registry) {
             Ok(rt) => {
                 let hash = rt.hash.clone();
                 self.shared.runtime.store(Arc::new(rt));
                 self.shared.ready.store(true, Ordering::Release);
-                self.shared.metrics.config_applies.fetch_add(1, Ordering::Relaxed);
+                self.shared
+                    .metrics
+                    .config_applies
+                    .fetch_add(1, Ordering::Relaxed);
                 tracing::info!(%hash, elapsed_ms = started.elapsed().as_millis() as u64, "routing table applied");
                 Ok(hash)
             }
             Err(errors) => {
-                self.shared.metrics.config_failures.fetch_add(1, Ordering::Relaxed);
+                self.shared
+                    .metrics
+                    .config_failures
+                    .fetch_add(1, Ordering::Relaxed);
                 for e in &errors {
                     tracing::warn!(error = %e, "routing table rejected");
                 }
@@ -190,12 +200,17 @@ impl Proxy {
             );
         }
 
-        let main_rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+        let main_rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
         main_rt.block_on(async {
             let admin = tokio::net::TcpListener::from_std(admin)?;
             let admin_task = tokio::spawn(crate::admin::serve(self.clone(), admin));
             wait_for_signal().await;
-            tracing::info!(grace_s = opts.shutdown_grace.as_secs_f64(), "shutting down: draining connections");
+            tracing::info!(
+                grace_s = opts.shutdown_grace.as_secs_f64(),
+                "shutting down: draining connections"
+            );
             let _ = stop_tx.send(true);
             admin_task.abort();
             io::Result::Ok(())
@@ -234,9 +249,17 @@ fn bind_reuseport(addr: SocketAddr) -> io::Result<std::net::TcpListener> {
     Ok(socket.into())
 }
 
-fn worker(index: usize, shared: Arc<Shared>, listener: std::net::TcpListener, mut stop: watch::Receiver<bool>) {
+fn worker(
+    index: usize,
+    shared: Arc<Shared>,
+    listener: std::net::TcpListener,
+    mut stop: watch::Receiver<bool>,
+) {
     crate::metrics::set_worker_shard(index);
-    let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+    let rt = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(e) => {
             tracing::error!(error = %e, "worker runtime failed to start");

@@ -39,7 +39,8 @@ impl BodyStats {
 
     /// When a frame last moved (or when streaming started).
     pub fn last_progress(&self) -> Instant {
-        self.origin + std::time::Duration::from_millis(self.last_progress_ms.load(Ordering::Relaxed))
+        self.origin
+            + std::time::Duration::from_millis(self.last_progress_ms.load(Ordering::Relaxed))
     }
 
     fn progress(&self, n: usize) {
@@ -64,12 +65,20 @@ pub struct UpstreamBody {
 impl UpstreamBody {
     /// No body.
     pub fn empty() -> UpstreamBody {
-        UpstreamBody { inner: None, stats: None, limit: 0 }
+        UpstreamBody {
+            inner: None,
+            stats: None,
+            limit: 0,
+        }
     }
 
     /// Streams `body`, recording progress in `stats`; `limit` 0 means unlimited.
     pub fn streamed(body: Incoming, stats: Arc<BodyStats>, limit: u64) -> UpstreamBody {
-        UpstreamBody { inner: Some(body), stats: Some(stats), limit }
+        UpstreamBody {
+            inner: Some(body),
+            stats: Some(stats),
+            limit,
+        }
     }
 }
 
@@ -77,7 +86,10 @@ impl Body for UpstreamBody {
     type Data = Bytes;
     type Error = Box<dyn std::error::Error + Send + Sync>;
 
-    fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
         let this = self.get_mut();
         let Some(inner) = this.inner.as_mut() else {
             return Poll::Ready(None);
@@ -116,6 +128,8 @@ impl Body for UpstreamBody {
     }
 
     fn size_hint(&self) -> SizeHint {
-        self.inner.as_ref().map_or(SizeHint::with_exact(0), |b| b.size_hint())
+        self.inner
+            .as_ref()
+            .map_or(SizeHint::with_exact(0), |b| b.size_hint())
     }
 }

@@ -76,14 +76,23 @@ pub struct Conn {
 /// Returns an idle pooled connection for `key`, or connects a new one.
 pub async fn checkout(key: &PoolKey, connect_timeout: Duration) -> Result<Conn, ConnectError> {
     if let Some(sender) = take_idle(key) {
-        return Ok(Conn { key: key.clone(), sender });
+        return Ok(Conn {
+            key: key.clone(),
+            sender,
+        });
     }
+    // The connect timeout covers resolution, TCP connect and the HTTP handshake.
+    match tokio::time::timeout(connect_timeout, connect(key)).await {
+        Ok(r) => r,
+        Err(_) => Err(ConnectError::Timeout(key.target.clone())),
+    }
+}
+
+async fn connect(key: &PoolKey) -> Result<Conn, ConnectError> {
     let addr = resolve(&key.target).await?;
-    let stream = match tokio::time::timeout(connect_timeout, TcpStream::connect(addr)).await {
-        Ok(Ok(s)) => s,
-        Ok(Err(e)) => return Err(ConnectError::Connect(key.target.clone(), e)),
-        Err(_) => return Err(ConnectError::Timeout(key.target.clone())),
-    };
+    let stream = TcpStream::connect(addr)
+        .await
+        .map_err(|e| ConnectError::Connect(key.target.clone(), e))?;
     let _ = stream.set_nodelay(true);
     let io = TokioIo::new(stream);
     let sender = if key.h2 {
@@ -95,7 +104,12 @@ pub async fn checkout(key: &PoolKey, connect_timeout: Duration) -> Result<Conn, 
             let _ = conn.await;
         });
         // h2 connections are shared: keep a handle in the pool right away.
-        IDLE.with(|m| m.borrow_mut().entry(key.clone()).or_default().push(Sender::H2(sender.clone())));
+        IDLE.with(|m| {
+            m.borrow_mut()
+                .entry(key.clone())
+                .or_default()
+                .push(Sender::H2(sender.clone()))
+        });
         Sender::H2(sender)
     } else {
         let (sender, conn) = http1::Builder::new()
@@ -107,7 +121,10 @@ pub async fn checkout(key: &PoolKey, connect_timeout: Duration) -> Result<Conn, 
         });
         Sender::H1(sender)
     };
-    Ok(Conn { key: key.clone(), sender })
+    Ok(Conn {
+        key: key.clone(),
+        sender,
+    })
 }
 
 fn take_idle(key: &PoolKey) -> Option<Sender> {
@@ -142,11 +159,17 @@ async fn resolve(target: &Arc<str>) -> Result<SocketAddr, ConnectError> {
 
 impl Conn {
     /// Sends a request; on failure, hands the request back if it was never written.
-    pub async fn send(&mut self, req: http::Request<UpstreamBody>) -> Result<http::Response<Incoming>, SendError> {
+    pub async fn send(
+        &mut self,
+        req: http::Request<UpstreamBody>,
+    ) -> Result<http::Response<Incoming>, SendError> {
         let res = match &mut self.sender {
             Sender::H1(s) => {
                 if let Err(error) = s.ready().await {
-                    return Err(SendError { error, unsent: Some(req) });
+                    return Err(SendError {
+                        error,
+                        unsent: Some(req),
+                    });
                 }
                 s.try_send_request(req).await
             }
@@ -154,7 +177,10 @@ impl Conn {
         };
         res.map_err(|mut e| {
             let unsent = e.take_message();
-            SendError { error: e.into_error(), unsent }
+            SendError {
+                error: e.into_error(),
+                unsent,
+            }
         })
     }
 
@@ -173,5 +199,4 @@ impl Conn {
             });
         }
     }
-
 }

@@ -1,0 +1,208 @@
+//! The admin API and the process lifecycle: config pushes (good and bad), readiness, status,
+//! metrics, graceful shutdown.
+
+mod common;
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::*;
+
+fn table(echo_port: u16, path: &str) -> String {
+    format!("routes:\n- {{id: r, paths: [{{path: {path}}}], service: s}}\nservices:\n- {{id: s, host: 127.0.0.1, port: {echo_port}}}\n")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn invalid_push_is_400_and_the_old_table_keeps_serving() {
+    let up = echo("up");
+    let weir = Weir::start(&table(up.port, "/old"), &[]);
+    let c = client();
+    let before = get(&c, &weir.admin_url("/status"), &[]).await.json()["hash"].clone();
+
+    // Semantically invalid: every problem named with entity, id and field.
+    let bad = "routes:\n- {id: r, paths: [{path: nope}], service: missing}\n\
+               plugins:\n- {id: p, name: no-such-plugin}\n- {id: q, name: request-termination, config: {status_code: 1000}}\n";
+    let r = push(&c, &weir, bad).await;
+    assert_eq!(r.status, 400);
+    let errors = r.json()["errors"].as_array().unwrap().clone();
+    let has = |entity: &str, id: &str, field: &str| {
+        errors.iter().any(|e| {
+            e["entity"] == entity
+                && e["id"] == id
+                && e["field"].as_str().unwrap().starts_with(field)
+        })
+    };
+    assert!(has("route", "r", "paths[0].path"), "{errors:?}");
+    assert!(has("route", "r", "service"), "{errors:?}");
+    assert!(has("plugin", "p", "name"), "{errors:?}");
+    assert!(has("plugin", "q", "config"), "{errors:?}");
+    let q = errors.iter().find(|e| e["id"] == "q").unwrap();
+    assert!(
+        q["message"].as_str().unwrap().contains("status_code"),
+        "{q}"
+    );
+
+    // Syntactically invalid: the path of the bad field is named.
+    let r = push(&c, &weir, "routes: [{id: r, strip_path: maybe}]").await;
+    assert_eq!(r.status, 400);
+    assert!(r.json()["errors"][0]["message"]
+        .as_str()
+        .unwrap()
+        .contains("routes[0].strip_path"));
+    let r = send(&c, "POST", &weir.admin_url("/config"), &[], "{not json").await;
+    assert_eq!(r.status, 400);
+
+    // Nothing changed.
+    assert_eq!(get(&c, &weir.url("/old"), &[]).await.status, 200);
+    let status = get(&c, &weir.admin_url("/status"), &[]).await.json();
+    assert_eq!(status["hash"], before);
+    assert_eq!(status["routes"], 1);
+    let served = get(&c, &weir.admin_url("/config"), &[]).await.json();
+    assert_eq!(served["routes"][0]["paths"][0]["path"], "/old");
+
+    // A good push takes effect at once and reports its hash.
+    let r = push(&c, &weir, &table(up.port, "/new")).await;
+    assert_eq!(r.status, 200);
+    let hash = r.json()["hash"].as_str().unwrap().to_string();
+    assert_eq!(hash.len(), 64);
+    assert_eq!(get(&c, &weir.url("/new"), &[]).await.status, 200);
+    assert_eq!(get(&c, &weir.url("/old"), &[]).await.status, 404);
+    assert_eq!(
+        get(&c, &weir.admin_url("/readyz"), &[]).await.json()["hash"],
+        hash.as_str()
+    );
+
+    let metrics = String::from_utf8(
+        get(&c, &weir.admin_url("/metrics"), &[])
+            .await
+            .body
+            .to_vec(),
+    )
+    .unwrap();
+    assert!(
+        metrics.contains("weir_config_failures_total 3"),
+        "{metrics}"
+    );
+    assert!(metrics.contains("weir_config_applies_total 2"), "{metrics}");
+    assert!(
+        metrics.contains(r#"weir_requests_total{route="r",service="s",status="200"}"#),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains(r#"weir_requests_total{route="",service="",status="404"}"#),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("weir_request_duration_seconds_bucket{route=\"r\",le=\"+Inf\"}"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("weir_upstream_duration_seconds_count{service=\"s\"}"),
+        "{metrics}"
+    );
+
+    assert_eq!(get(&c, &weir.admin_url("/nope"), &[]).await.status, 404);
+    assert_eq!(
+        send(&c, "DELETE", &weir.admin_url("/config"), &[], "")
+            .await
+            .status,
+        405
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn not_ready_until_a_first_table() {
+    let port = free_port();
+    let admin = free_port();
+    let _proxy = Proc {
+        child: Command::new(WEIR)
+            .args([
+                "proxy",
+                "--listen",
+                &format!("127.0.0.1:{port}"),
+                "--admin-listen",
+                &format!("127.0.0.1:{admin}"),
+            ])
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap(),
+        port,
+    };
+    wait_for_port(admin);
+    let c = client();
+    let admin_url = |p: &str| format!("http://127.0.0.1:{admin}{p}");
+    assert_eq!(get(&c, &admin_url("/healthz"), &[]).await.status, 200);
+    assert_eq!(get(&c, &admin_url("/readyz"), &[]).await.status, 503);
+    assert_eq!(
+        get(&c, &format!("http://127.0.0.1:{port}/"), &[])
+            .await
+            .status,
+        404
+    );
+    let r = send(&c, "POST", &admin_url("/config"), &[], "{}").await;
+    assert_eq!(r.status, 200);
+    assert_eq!(get(&c, &admin_url("/readyz"), &[]).await.status, 200);
+}
+
+#[test]
+fn a_table_file_that_does_not_validate_stops_startup_with_the_errors() {
+    let dir = temp_dir("badfile");
+    let cfg = dir.join("bad.yaml");
+    std::fs::write(&cfg, "routes: [{id: r, service: ghost}]").unwrap();
+    let out = Command::new(WEIR)
+        .args([
+            "proxy",
+            "--listen",
+            "127.0.0.1:0",
+            "--admin-listen",
+            "127.0.0.1:0",
+            "--config",
+        ])
+        .arg(&cfg)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("route \"r\": service: no service with id \"ghost\""),
+        "{err}"
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn sigterm_drains_in_flight_requests_then_exits_zero() {
+    let up = echo("up");
+    let mut weir = Weir::start(&table(up.port, "/"), &["--shutdown-grace", "10s"]);
+    let port = weir.proc.port;
+    let slow = std::thread::spawn(move || {
+        raw(
+            port,
+            b"GET /?delay_ms=1500 HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n",
+            Duration::from_secs(10),
+        )
+    });
+    std::thread::sleep(Duration::from_millis(400));
+    let started = Instant::now();
+    let kill = Command::new("kill")
+        .args(["-TERM", &weir.proc.pid().to_string()])
+        .status()
+        .unwrap();
+    assert!(kill.success());
+
+    let answer = slow.join().unwrap();
+    assert!(
+        answer.starts_with("HTTP/1.1 200"),
+        "in-flight request was cut: {answer:?}"
+    );
+    let mut status = None;
+    assert!(eventually(Duration::from_secs(10), || {
+        status = weir.proc.child.try_wait().unwrap();
+        status.is_some()
+    }));
+    assert!(status.unwrap().success(), "exit status {status:?}");
+    assert!(started.elapsed() < Duration::from_secs(8));
+    // The listener is gone.
+    assert!(std::net::TcpStream::connect(("127.0.0.1", port)).is_err());
+}
