@@ -23,6 +23,8 @@ fn table(echo_port: u16) -> String {
 - {id: fallback-host, hosts: [other.test], paths: [{path: /only}]}
 - {id: stripped, strip_path: true, paths: [{path: /strip}]}
 - {id: keep-host, preserve_host: true, paths: [{path: /keep}]}
+- {id: rewrite-re, rewrite: '/api/$1/$2', paths: [{path: '/re/v([0-9]+)/(.*)', kind: Regex}]}
+- {id: host-h, host_header: upstream.internal, preserve_host: true, paths: [{path: /hh}]}
 "#;
     let ids: Vec<&str> = routes
         .lines()
@@ -51,7 +53,13 @@ fn table(echo_port: u16) -> String {
 }
 
 /// (host, method, path, extra header, expected route id or None for 404).
-type Case = (&'static str, &'static str, &'static str, Option<(&'static str, &'static str)>, Option<&'static str>);
+type Case = (
+    &'static str,
+    &'static str,
+    &'static str,
+    Option<(&'static str, &'static str)>,
+    Option<&'static str>,
+);
 
 const MATRIX: &[Case] = &[
     // Hosts: exact (any case, port ignored) > one-label wildcard > host-less.
@@ -186,6 +194,13 @@ async fn forwarding_paths_hosts_and_headers() {
         .await
         .json();
     assert_eq!(r["host"], "Client.Example:81");
+
+    // host_header wins over preserve_host; rewrite replaces the path with capture groups.
+    let r = get(&c, &weir.url("/hh/x"), &[("host", "h.test")]).await.json();
+    assert_eq!(r["host"], "upstream.internal");
+    let r = get(&c, &weir.url("/re/v3/users/9?all=1"), &[("host", "h.test")]).await.json();
+    assert_eq!(r["path"], "/api/3/users/9");
+    assert_eq!(r["query"], "all=1");
 
     // X-Forwarded-*: spoofed values from an untrusted client are replaced.
     let r = get(

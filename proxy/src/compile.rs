@@ -47,6 +47,10 @@ pub struct CompiledRoute {
     pub service: Option<usize>,
     /// The route's plugins.
     pub chain: RouteChain,
+    /// Fixed `Host` header for the upstream.
+    pub host_header: Option<HeaderValue>,
+    /// Upstream path template and the route's regex rules for its `$n` captures.
+    pub rewrite: Option<(String, Vec<regex::Regex>)>,
 }
 
 /// A service, ready for requests.
@@ -174,6 +178,19 @@ impl Runtime {
                         .expect("validated"),
                     service,
                     chain: RouteChain { base, by_consumer },
+                    host_header: r
+                        .host_header
+                        .as_deref()
+                        .and_then(|h| HeaderValue::from_str(h).ok()),
+                    rewrite: r.rewrite.as_ref().map(|rw| {
+                        let regexes = r
+                            .paths
+                            .iter()
+                            .filter(|p| p.kind == crate::config::PathKind::Regex)
+                            .filter_map(|p| regex::Regex::new(&format!("^(?:{})", p.path)).ok())
+                            .collect();
+                        (rw.clone(), regexes)
+                    }),
                 }
             })
             .collect();

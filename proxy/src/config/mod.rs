@@ -131,6 +131,13 @@ pub struct Route {
     /// Order among routes matching the same request (higher first).
     #[serde(default)]
     pub priority: i32,
+    /// The `Host` header sent upstream (wins over `preserve_host`).
+    #[serde(default)]
+    pub host_header: Option<String>,
+    /// The upstream path, replacing the request path (strip_path and the service path do not
+    /// apply); `$1`…`$9` insert capture groups of the matching `Regex` rule.
+    #[serde(default)]
+    pub rewrite: Option<String>,
     /// The service matched requests go to; a route without one must be answered by a plugin.
     #[serde(default)]
     pub service: Option<String>,

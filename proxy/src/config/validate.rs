@@ -212,6 +212,26 @@ impl Config {
                     ),
                 );
             }
+            if let Some(h) = &r.host_header {
+                if h.is_empty() || http::HeaderValue::from_str(h).is_err() {
+                    errs.push(
+                        "route",
+                        &r.id,
+                        "host_header",
+                        format!("{h:?} is not a valid Host header value"),
+                    );
+                }
+            }
+            if let Some(rw) = &r.rewrite {
+                if !rw.starts_with('/') || rw.contains(['?', '#', ' ']) {
+                    errs.push(
+                        "route",
+                        &r.id,
+                        "rewrite",
+                        format!("{rw:?} must be a path starting with \"/\" (no query)"),
+                    );
+                }
+            }
             if let Some(s) = &r.service {
                 if !service_ids.contains(s.as_str()) {
                     errs.push(

@@ -191,12 +191,7 @@ impl HostTable {
     }
 
     /// Deepest prefix first; recursion depth is bounded by the deepest configured rule.
-    fn walk(
-        &self,
-        node: usize,
-        rest: &str,
-        ok: &dyn Fn(&Candidate) -> bool,
-    ) -> Option<RouteMatch> {
+    fn walk(&self, node: usize, rest: &str, ok: &dyn Fn(&Candidate) -> bool) -> Option<RouteMatch> {
         let n = &self.trie[node];
         if !rest.is_empty() && !n.children.is_empty() {
             let (seg, tail) = rest.split_once('/').unwrap_or((rest, ""));

@@ -240,7 +240,9 @@ pub async fn handle(
             error: None,
         });
         p.record.target = Some(target.addr.clone());
-        if !route.preserve_host {
+        if let Some(h) = &route.host_header {
+            request.headers_mut().insert(header::HOST, h.clone());
+        } else if !route.preserve_host {
             request
                 .headers_mut()
                 .insert(header::HOST, target.host_header.clone());
@@ -393,6 +395,14 @@ fn upstream_path(
     if let Some(uri) = ctx.upstream_uri.take() {
         return uri;
     }
+    if let Some((template, regexes)) = &route.rewrite {
+        let mut out = expand_rewrite(template, regexes, path);
+        if let Some(q) = query {
+            out.push('?');
+            out.push_str(q);
+        }
+        return out;
+    }
     let rest = if route.strip_path {
         &path[matched_len.min(path.len())..]
     } else {
@@ -421,6 +431,28 @@ fn upstream_path(
     if let Some(q) = query {
         out.push('?');
         out.push_str(q);
+    }
+    out
+}
+
+/// Fills `$1`…`$9` in `template` from the first regex rule that matches `path`.
+fn expand_rewrite(template: &str, regexes: &[regex::Regex], path: &str) -> String {
+    if !template.contains('$') {
+        return template.to_string();
+    }
+    let caps = regexes.iter().find_map(|re| re.captures(path));
+    let mut out = String::with_capacity(template.len() + path.len());
+    let mut chars = template.chars().peekable();
+    while let Some(c) = chars.next() {
+        match (c, chars.peek().and_then(|d| d.to_digit(10))) {
+            ('$', Some(n)) if n > 0 => {
+                chars.next();
+                if let Some(m) = caps.as_ref().and_then(|c| c.get(n as usize)) {
+                    out.push_str(m.as_str());
+                }
+            }
+            _ => out.push(c),
+        }
     }
     out
 }
@@ -544,6 +576,8 @@ mod tests {
                 base: Arc::from(vec![]),
                 by_consumer: Default::default(),
             },
+            host_header: None,
+            rewrite: None,
         }
     }
 
@@ -569,6 +603,18 @@ mod tests {
     ) -> String {
         let mut ctx = RequestCtx::new([127, 0, 0, 1].into(), 1, Arc::from(vec![]));
         upstream_path(&mut ctx, &route(strip), &service(prefix), path, matched, q)
+    }
+
+    #[test]
+    fn rewrites_fill_capture_groups() {
+        let re = vec![regex::Regex::new("^(?:/api/v([0-9]+)/(.*))").unwrap()];
+        assert_eq!(
+            expand_rewrite("/v$1/$2", &re, "/api/v2/users/7"),
+            "/v2/users/7"
+        );
+        assert_eq!(expand_rewrite("/fixed", &re, "/api/v2/x"), "/fixed");
+        assert_eq!(expand_rewrite("/x/$3$", &re, "/api/v2/x"), "/x/$");
+        assert_eq!(expand_rewrite("/$1", &re, "/nomatch"), "/");
     }
 
     #[test]
