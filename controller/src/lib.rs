@@ -1,1 +1,11 @@
+//! Weir's controller: Kubernetes objects (from the API or a folder of manifests) → the proxy's
+//! routing table, with every problem reported on the object that causes it.
 
+pub mod manifests;
+pub mod problem;
+pub mod store;
+pub mod translate;
+
+pub use problem::{ObjectRef, Problem, Reason};
+pub use store::{Key, Kind, Object, Store};
+pub use translate::{translate, Options, Translation};

@@ -1,1 +1,391 @@
+//! Weir's Kubernetes API: the `weir.dev/v1alpha1` custom resources (`Plugin`, `ClusterPlugin`,
+//! `Upstream`) and the annotation keys users put on Ingresses and Services.
+//!
+//! Types and constants only; `weir crds` prints [`crds_yaml`], and the committed copy in
+//! `crds/weir.dev.yaml` is checked against it by a test.
 
+pub mod annotations;
+
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::{CustomResource, CustomResourceExt};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// The API group of Weir's resources.
+pub const GROUP: &str = "weir.dev";
+/// The controller name an IngressClass's `spec.controller` must carry.
+pub const CONTROLLER_NAME: &str = "weir.dev/ingress-controller";
+/// Label that marks a Secret as holding Weir credentials or plugin configuration.
+pub const CREDENTIAL_LABEL: &str = "weir.dev/credential";
+
+/// A free-form object the API server keeps as is (validated by the proxy's plugin registry).
+fn free_form(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "type": "object",
+        "x-kubernetes-preserve-unknown-fields": true
+    })
+}
+
+/// Conditions list with the merge semantics Kubernetes tooling expects.
+fn conditions_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    let mut s = generator.subschema_for::<Vec<Condition>>();
+    s.insert("x-kubernetes-list-type".into(), "map".into());
+    s.insert("x-kubernetes-list-map-keys".into(), serde_json::json!(["type"]));
+    s
+}
+
+/// A plugin configuration, applied to the Ingresses and Services that name it in their
+/// `weir.dev/plugins` annotation.
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[kube(
+    group = "weir.dev",
+    version = "v1alpha1",
+    kind = "Plugin",
+    namespaced,
+    status = "ResourceStatus",
+    shortname = "wplugin",
+    category = "weir",
+    printcolumn(name = "Plugin", type_ = "string", json_path = ".spec.plugin"),
+    printcolumn(name = "Disabled", type_ = "boolean", json_path = ".spec.disabled"),
+    printcolumn(name = "Accepted", type_ = "string", json_path = ".status.conditions[?(@.type==\"Accepted\")].status"),
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+)]
+#[serde(rename_all = "camelCase")]
+pub struct PluginSpec {
+    /// The plugin to run (`correlation-id`, `request-termination`, …).
+    #[schemars(length(min = 1, max = 128))]
+    pub plugin: String,
+    /// The plugin's configuration (Kong's field names).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "free_form")]
+    pub config: Option<serde_json::Value>,
+    /// Read the configuration from a Secret key instead (for credentials); the Secret must be
+    /// labelled `weir.dev/credential: "true"`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config_from: Option<ConfigFrom>,
+    /// Keep the resource but do not run the plugin.
+    #[serde(default)]
+    pub disabled: bool,
+    /// Overrides the plugin's default priority (higher runs first).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority: Option<i32>,
+}
+
+/// Where a Plugin's configuration comes from.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ConfigFrom {
+    /// A key of a Secret in the Plugin's namespace, holding JSON or YAML.
+    pub secret_key_ref: SecretKeyRef,
+}
+
+/// A key of a Secret.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SecretKeyRef {
+    /// Secret name.
+    pub name: String,
+    /// Key within the Secret's data.
+    pub key: String,
+}
+
+/// A cluster-wide plugin configuration: named from any namespace, or applied to every route
+/// with `global: true`.
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[kube(
+    group = "weir.dev",
+    version = "v1alpha1",
+    kind = "ClusterPlugin",
+    status = "ResourceStatus",
+    shortname = "wcplugin",
+    category = "weir",
+    printcolumn(name = "Plugin", type_ = "string", json_path = ".spec.plugin"),
+    printcolumn(name = "Global", type_ = "boolean", json_path = ".spec.global"),
+    printcolumn(name = "Disabled", type_ = "boolean", json_path = ".spec.disabled"),
+    printcolumn(name = "Accepted", type_ = "string", json_path = ".status.conditions[?(@.type==\"Accepted\")].status"),
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterPluginSpec {
+    /// The plugin to run.
+    #[schemars(length(min = 1, max = 128))]
+    pub plugin: String,
+    /// The plugin's configuration.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "free_form")]
+    pub config: Option<serde_json::Value>,
+    /// Read the configuration from a Secret key (the Secret names its namespace).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config_from: Option<ClusterConfigFrom>,
+    /// Keep the resource but do not run the plugin.
+    #[serde(default)]
+    pub disabled: bool,
+    /// Overrides the plugin's default priority.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority: Option<i32>,
+    /// Apply to every route.
+    #[serde(default)]
+    pub global: bool,
+}
+
+/// Where a ClusterPlugin's configuration comes from.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterConfigFrom {
+    /// A key of a Secret.
+    pub secret_key_ref: NamespacedSecretKeyRef,
+}
+
+/// A key of a Secret in a given namespace.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NamespacedSecretKeyRef {
+    /// Secret namespace.
+    pub namespace: String,
+    /// Secret name.
+    pub name: String,
+    /// Key within the Secret's data.
+    pub key: String,
+}
+
+/// How traffic to a Service is balanced, retried, timed out and health-checked; attached to
+/// the Service by `targetRef` (or by the Service's `weir.dev/upstream` annotation).
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema, Default)]
+#[kube(
+    group = "weir.dev",
+    version = "v1alpha1",
+    kind = "Upstream",
+    namespaced,
+    status = "ResourceStatus",
+    shortname = "wupstream",
+    category = "weir",
+    printcolumn(name = "Service", type_ = "string", json_path = ".spec.targetRef.name"),
+    printcolumn(name = "Algorithm", type_ = "string", json_path = ".spec.algorithm"),
+    printcolumn(name = "Accepted", type_ = "string", json_path = ".status.conditions[?(@.type==\"Accepted\")].status"),
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+)]
+#[serde(rename_all = "camelCase")]
+pub struct UpstreamSpec {
+    /// The Service this Upstream configures (same namespace).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target_ref: Option<TargetRef>,
+    /// Load-balancing algorithm.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub algorithm: Option<Algorithm>,
+    /// What consistent hashing hashes on (with `algorithm: consistent-hashing`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hash_on: Option<HashOn>,
+    /// Connection retries on another target.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = 32))]
+    pub retries: Option<u32>,
+    /// Timeouts in milliseconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeouts: Option<Timeouts>,
+    /// Passive and active health checks.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub healthchecks: Option<Healthchecks>,
+    /// TLS towards the targets.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls: Option<UpstreamTls>,
+}
+
+/// The Service an Upstream applies to.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+pub struct TargetRef {
+    /// Service name.
+    #[schemars(length(min = 1, max = 63))]
+    pub name: String,
+}
+
+/// Load-balancing algorithms.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum Algorithm {
+    /// Weighted round-robin.
+    RoundRobin,
+    /// Fewest requests in flight.
+    LeastConnections,
+    /// Consistent hashing on `hashOn`.
+    ConsistentHashing,
+    /// Lowest peak-EWMA latency.
+    PeakEwma,
+}
+
+/// The input of consistent hashing.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct HashOn {
+    /// What to hash.
+    pub by: HashBy,
+    /// Header, cookie or query-argument name (for those kinds).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+}
+
+/// Kinds of consistent-hashing input.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum HashBy {
+    /// Client IP.
+    Ip,
+    /// A request header.
+    Header,
+    /// A cookie.
+    Cookie,
+    /// The request path.
+    Path,
+    /// A query argument.
+    QueryArg,
+}
+
+/// Timeouts in milliseconds.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct Timeouts {
+    /// Connection establishment.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub connect: Option<u64>,
+    /// Response head, and between two reads.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub read: Option<u64>,
+    /// Between two writes of the request body.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub write: Option<u64>,
+}
+
+/// Health checks.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct Healthchecks {
+    /// Failures counted from real traffic.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub passive: Option<PassiveHealthcheck>,
+    /// Periodic probes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub active: Option<ActiveHealthcheck>,
+}
+
+/// Passive health checking thresholds.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct PassiveHealthcheck {
+    /// Consecutive failures (connect errors, timeouts, `unhealthyStatuses`) that mark a target down.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 255))]
+    pub failures: Option<u32>,
+    /// Response statuses counted as failures.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unhealthy_statuses: Vec<u16>,
+}
+
+/// Active health checking.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct ActiveHealthcheck {
+    /// Path probed with GET.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+    /// Seconds between probes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 3600))]
+    pub interval: Option<u32>,
+    /// Consecutive successes that mark a target up again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 255))]
+    pub healthy_threshold: Option<u32>,
+    /// Consecutive failures that mark a target down.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 255))]
+    pub unhealthy_threshold: Option<u32>,
+}
+
+/// TLS towards the targets.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct UpstreamTls {
+    /// Secret (key `ca.crt`) with the CA bundle to verify targets.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ca_secret: Option<String>,
+    /// `kubernetes.io/tls` Secret with a client certificate.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_certificate_secret: Option<String>,
+    /// Server name sent in SNI and verified.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sni: Option<String>,
+    /// Verify the target's certificate (default true).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verify: Option<bool>,
+}
+
+/// Status of every Weir resource: `Accepted` and `Programmed` conditions.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct ResourceStatus {
+    /// Standard conditions, one per type.
+    #[serde(default)]
+    #[schemars(schema_with = "conditions_schema")]
+    pub conditions: Vec<Condition>,
+}
+
+/// The CustomResourceDefinitions of every Weir resource.
+pub fn crds() -> Vec<CustomResourceDefinition> {
+    vec![Plugin::crd(), ClusterPlugin::crd(), Upstream::crd()]
+}
+
+/// The CRDs as one multi-document YAML file (what `weir crds` prints).
+pub fn crds_yaml() -> String {
+    let mut out = String::from("# Generated by `weir crds`; do not edit.\n");
+    for crd in crds() {
+        out.push_str("---\n");
+        out.push_str(&serde_yaml::to_string(&crd).expect("a CRD always serialises"));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn committed_crds_match_the_types() {
+        let committed = include_str!("../weir.dev.yaml");
+        if committed != crds_yaml() {
+            if std::env::var("WEIR_BLESS").is_ok() {
+                std::fs::write(concat!(env!("CARGO_MANIFEST_DIR"), "/weir.dev.yaml"), crds_yaml()).unwrap();
+            }
+            panic!("crds/weir.dev.yaml is stale: run `WEIR_BLESS=1 cargo test -p weir-crds` (or `weir crds > crds/weir.dev.yaml`)");
+        }
+    }
+
+    #[test]
+    fn config_is_preserved_free_form_and_conditions_are_a_map_list() {
+        let yaml = crds_yaml();
+        assert!(yaml.contains("x-kubernetes-preserve-unknown-fields: true"));
+        assert!(yaml.contains("x-kubernetes-list-type: map"));
+        let crd = Plugin::crd();
+        let v = &crd.spec.versions[0];
+        assert!(v.subresources.as_ref().unwrap().status.is_some());
+        let schema = serde_json::to_value(v.schema.as_ref().unwrap()).unwrap();
+        let spec = &schema["openAPIV3Schema"]["properties"]["spec"];
+        assert_eq!(spec["required"], serde_json::json!(["plugin"]));
+        assert_eq!(spec["properties"]["config"]["type"], "object");
+        let up = serde_json::to_value(Upstream::crd().spec.versions[0].schema.as_ref().unwrap()).unwrap();
+        let alg = &up["openAPIV3Schema"]["properties"]["spec"]["properties"]["algorithm"];
+        assert_eq!(alg["enum"], serde_json::json!(["round-robin", "least-connections", "consistent-hashing", "peak-ewma"]));
+    }
+
+    #[test]
+    fn manifests_parse() {
+        let p: Plugin = serde_yaml::from_str(
+            "apiVersion: weir.dev/v1alpha1\nkind: Plugin\nmetadata: {name: rl, namespace: default}\n\
+             spec: {plugin: rate-limiting, config: {minute: 5, policy: local}, disabled: false}\n",
+        )
+        .unwrap();
+        assert_eq!(p.spec.config.unwrap()["minute"], 5);
+    }
+}

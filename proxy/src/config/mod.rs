@@ -132,14 +132,14 @@ pub struct Route {
     #[serde(default)]
     pub priority: i32,
     /// The `Host` header sent upstream (wins over `preserve_host`).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host_header: Option<String>,
     /// The upstream path, replacing the request path (strip_path and the service path do not
     /// apply); `$1`…`$9` insert capture groups of the matching `Regex` rule.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rewrite: Option<String>,
     /// The service matched requests go to; a route without one must be answered by a plugin.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub service: Option<String>,
 }
 
@@ -190,16 +190,16 @@ pub struct Service {
     #[serde(default)]
     pub protocol: UpstreamProtocol,
     /// A host name or IP to connect to (with `port`), when `upstream` is not set.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host: Option<String>,
     /// Port for `host`.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub port: Option<u16>,
     /// The id of an [`Upstream`] to balance over, instead of `host`/`port`.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub upstream: Option<String>,
     /// A path prefix prepended to the forwarded path.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub path: Option<String>,
     /// Milliseconds to establish a connection to a target.
     #[serde(default = "default_timeout")]
@@ -313,19 +313,19 @@ pub struct PluginConfig {
     #[serde(default = "empty_object")]
     pub config: serde_json::Value,
     /// Limit to one route.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub route: Option<String>,
     /// Limit to one service.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub service: Option<String>,
     /// Limit to one consumer.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub consumer: Option<String>,
     /// A disabled plugin is validated but never runs.
     #[serde(default = "yes")]
     pub enabled: bool,
     /// Overrides the plugin's default priority (higher runs first).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub priority: Option<i32>,
 }
 
@@ -347,7 +347,7 @@ pub struct Consumer {
     /// Unique id.
     pub id: String,
     /// Human-readable name, sent upstream by authentication plugins.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub username: Option<String>,
 }
 

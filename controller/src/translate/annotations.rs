@@ -1,0 +1,268 @@
+//! Typed parsing of `weir.dev/` annotations, once, with errors naming the annotation.
+
+use std::collections::BTreeMap;
+
+use weir_crds::annotations as a;
+use weir_proxy::config::{ClientProtocol, UpstreamProtocol};
+
+/// A malformed annotation: (the annotation key, what was wrong).
+pub type AnnotationError = (String, String);
+
+/// What an Ingress's annotations ask for.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct IngressAnnotations {
+    /// Plugin names.
+    pub plugins: Vec<String>,
+    /// `strip-path`.
+    pub strip_path: bool,
+    /// `preserve-host` (the client's Host is forwarded unless this says `"false"`).
+    pub preserve_host: Option<bool>,
+    /// `host-header`.
+    pub host_header: Option<String>,
+    /// `methods`.
+    pub methods: Vec<String>,
+    /// `headers.<name>`.
+    pub headers: BTreeMap<String, Vec<String>>,
+    /// `protocols`.
+    pub protocols: Vec<ClientProtocol>,
+    /// `https-redirect-status-code`.
+    pub https_redirect_status_code: Option<u16>,
+    /// `rewrite`.
+    pub rewrite: Option<String>,
+    /// `regex-priority`.
+    pub regex_priority: i32,
+}
+
+/// What a Service's annotations ask for.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct ServiceAnnotations {
+    /// Plugin names.
+    pub plugins: Vec<String>,
+    /// `upstream`: an Upstream resource name.
+    pub upstream: Option<String>,
+    /// `protocol`.
+    pub protocol: Option<UpstreamProtocol>,
+    /// `connect-timeout` (ms).
+    pub connect_timeout: Option<u64>,
+    /// `read-timeout` (ms).
+    pub read_timeout: Option<u64>,
+    /// `write-timeout` (ms).
+    pub write_timeout: Option<u64>,
+    /// `retries`.
+    pub retries: Option<u32>,
+    /// `path`.
+    pub path: Option<String>,
+}
+
+fn list(v: &str) -> Vec<String> {
+    v.split(',').map(str::trim).filter(|s| !s.is_empty()).map(str::to_string).collect()
+}
+
+fn boolean(key: &str, v: &str) -> Result<bool, AnnotationError> {
+    match v.trim() {
+        "true" => Ok(true),
+        "false" => Ok(false),
+        other => Err((key.into(), format!("{other:?} is not \"true\" or \"false\""))),
+    }
+}
+
+fn number<T: std::str::FromStr + PartialOrd + std::fmt::Display>(key: &str, v: &str, min: T, max: T) -> Result<T, AnnotationError> {
+    match v.trim().parse::<T>() {
+        Ok(n) if n >= min && n <= max => Ok(n),
+        _ => Err((key.into(), format!("{v:?} is not a whole number between {min} and {max}"))),
+    }
+}
+
+fn plugin_names(key: &str, v: &str) -> Result<Vec<String>, AnnotationError> {
+    let names = list(v);
+    for n in &names {
+        let ok = !n.is_empty() && n.len() <= 253 && n.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.');
+        if !ok {
+            return Err((key.into(), format!("{n:?} is not a resource name")));
+        }
+    }
+    Ok(names)
+}
+
+fn path(key: &str, v: &str) -> Result<String, AnnotationError> {
+    if v.starts_with('/') && !v.contains(['?', '#', ' ']) {
+        Ok(v.to_string())
+    } else {
+        Err((key.into(), format!("{v:?} must be a path starting with \"/\"")))
+    }
+}
+
+/// Parses an Ingress's annotations; every problem is returned, unknown `weir.dev/` keys too
+/// (those in the second list, which do not stop the Ingress from being served).
+pub fn ingress(annotations: &BTreeMap<String, String>) -> (Result<IngressAnnotations, Vec<AnnotationError>>, Vec<String>) {
+    let mut out = IngressAnnotations::default();
+    let mut errors = Vec::new();
+    let mut unknown = Vec::new();
+    for (key, v) in annotations.iter().filter(|(k, _)| k.starts_with(a::PREFIX)) {
+        let r: Result<(), AnnotationError> = (|| {
+            match key.as_str() {
+                a::PLUGINS => out.plugins = plugin_names(key, v)?,
+                a::STRIP_PATH => out.strip_path = boolean(key, v)?,
+                a::PRESERVE_HOST => out.preserve_host = Some(boolean(key, v)?),
+                a::HOST_HEADER => {
+                    let h = v.trim();
+                    if h.is_empty() || http::HeaderValue::from_str(h).is_err() {
+                        return Err((key.clone(), format!("{v:?} is not a valid Host header")));
+                    }
+                    out.host_header = Some(h.to_string());
+                }
+                a::METHODS => {
+                    let methods: Vec<String> = list(v).into_iter().map(|m| m.to_ascii_uppercase()).collect();
+                    if let Some(bad) = methods.iter().find(|m| !m.bytes().all(|b| b.is_ascii_uppercase() || b == b'-' || b == b'_')) {
+                        return Err((key.clone(), format!("{bad:?} is not an HTTP method")));
+                    }
+                    out.methods = methods;
+                }
+                a::PROTOCOLS => {
+                    let mut protos = Vec::new();
+                    for p in list(v) {
+                        protos.push(match p.as_str() {
+                            "http" => ClientProtocol::Http,
+                            "https" => ClientProtocol::Https,
+                            other => return Err((key.clone(), format!("{other:?} is not http or https"))),
+                        });
+                    }
+                    out.protocols = protos;
+                }
+                a::HTTPS_REDIRECT_STATUS_CODE => {
+                    let code = number::<u16>(key, v, 300, 599)?;
+                    if ![301, 302, 307, 308, 426].contains(&code) {
+                        return Err((key.clone(), format!("{code} is not one of 301, 302, 307, 308, 426")));
+                    }
+                    out.https_redirect_status_code = Some(code);
+                }
+                a::REWRITE => out.rewrite = Some(path(key, v.trim())?),
+                a::REGEX_PRIORITY => out.regex_priority = number::<i32>(key, v, -1_000_000, 1_000_000)?,
+                k if k.starts_with(a::HEADERS_PREFIX) => {
+                    let name = &k[a::HEADERS_PREFIX.len()..];
+                    if http::HeaderName::from_bytes(name.as_bytes()).is_err() || name.eq_ignore_ascii_case("host") {
+                        return Err((key.clone(), format!("{name:?} is not a header name that can be matched")));
+                    }
+                    let values = list(v);
+                    if values.is_empty() || values.iter().any(|x| http::HeaderValue::from_str(x).is_err()) {
+                        return Err((key.clone(), format!("{v:?} is not a comma-separated list of header values")));
+                    }
+                    out.headers.insert(name.to_ascii_lowercase(), values);
+                }
+                // Service annotations on an Ingress are a mistake worth pointing out.
+                _ => unknown.push(key.clone()),
+            }
+            Ok(())
+        })();
+        if let Err(e) = r {
+            errors.push(e);
+        }
+    }
+    if errors.is_empty() {
+        (Ok(out), unknown)
+    } else {
+        (Err(errors), unknown)
+    }
+}
+
+/// Parses a Service's annotations.
+pub fn service(annotations: &BTreeMap<String, String>) -> (Result<ServiceAnnotations, Vec<AnnotationError>>, Vec<String>) {
+    let mut out = ServiceAnnotations::default();
+    let mut errors = Vec::new();
+    let mut unknown = Vec::new();
+    for (key, v) in annotations.iter().filter(|(k, _)| k.starts_with(a::PREFIX)) {
+        let r: Result<(), AnnotationError> = (|| {
+            match key.as_str() {
+                a::PLUGINS => out.plugins = plugin_names(key, v)?,
+                a::UPSTREAM => {
+                    let names = plugin_names(key, v)?;
+                    if names.len() != 1 {
+                        return Err((key.clone(), format!("{v:?} must name exactly one Upstream")));
+                    }
+                    out.upstream = names.into_iter().next();
+                }
+                a::PROTOCOL => {
+                    out.protocol = Some(match v.trim() {
+                        "http" => UpstreamProtocol::Http,
+                        "https" => UpstreamProtocol::Https,
+                        "h2c" => UpstreamProtocol::H2c,
+                        "grpc" => UpstreamProtocol::Grpc,
+                        "grpcs" => UpstreamProtocol::Grpcs,
+                        other => return Err((key.clone(), format!("{other:?} is not one of http, https, h2c, grpc, grpcs"))),
+                    })
+                }
+                a::CONNECT_TIMEOUT => out.connect_timeout = Some(number(key, v, 1, 86_400_000)?),
+                a::READ_TIMEOUT => out.read_timeout = Some(number(key, v, 1, 86_400_000)?),
+                a::WRITE_TIMEOUT => out.write_timeout = Some(number(key, v, 1, 86_400_000)?),
+                a::RETRIES => out.retries = Some(number(key, v, 0, 32)?),
+                a::PATH => out.path = Some(path(key, v.trim())?),
+                _ => unknown.push(key.clone()),
+            }
+            Ok(())
+        })();
+        if let Err(e) = r {
+            errors.push(e);
+        }
+    }
+    if errors.is_empty() {
+        (Ok(out), unknown)
+    } else {
+        (Err(errors), unknown)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn map(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    }
+
+    #[test]
+    fn ingress_annotations() {
+        let (r, unknown) = ingress(&map(&[
+            ("weir.dev/plugins", "rl, auth"),
+            ("weir.dev/strip-path", "true"),
+            ("weir.dev/methods", "get,POST"),
+            ("weir.dev/headers.X-Version", "v1,v2"),
+            ("weir.dev/protocols", "https"),
+            ("weir.dev/https-redirect-status-code", "308"),
+            ("weir.dev/regex-priority", "7"),
+            ("weir.dev/retries", "3"),
+            ("other.io/x", "y"),
+        ]));
+        let r = r.unwrap();
+        assert_eq!(r.plugins, ["rl", "auth"]);
+        assert!(r.strip_path);
+        assert_eq!(r.methods, ["GET", "POST"]);
+        assert_eq!(r.headers["x-version"], ["v1", "v2"]);
+        assert_eq!(r.protocols, [ClientProtocol::Https]);
+        assert_eq!(r.https_redirect_status_code, Some(308));
+        assert_eq!(r.regex_priority, 7);
+        assert_eq!(unknown, ["weir.dev/retries"]);
+    }
+
+    #[test]
+    fn every_bad_value_is_named() {
+        let (r, _) = ingress(&map(&[
+            ("weir.dev/strip-path", "yes"),
+            ("weir.dev/https-redirect-status-code", "300"),
+            ("weir.dev/rewrite", "no-slash"),
+            ("weir.dev/headers.host", "a"),
+        ]));
+        let errs = r.unwrap_err();
+        let keys: Vec<&str> = errs.iter().map(|e| e.0.as_str()).collect();
+        assert_eq!(keys, ["weir.dev/headers.host", "weir.dev/https-redirect-status-code", "weir.dev/rewrite", "weir.dev/strip-path"]);
+    }
+
+    #[test]
+    fn service_annotations() {
+        let (r, _) = service(&map(&[("weir.dev/protocol", "h2c"), ("weir.dev/read-timeout", "500"), ("weir.dev/path", "/v1")]));
+        let r = r.unwrap();
+        assert_eq!(r.protocol, Some(UpstreamProtocol::H2c));
+        assert_eq!(r.read_timeout, Some(500));
+        let (r, _) = service(&map(&[("weir.dev/retries", "99"), ("weir.dev/protocol", "ftp")]));
+        assert_eq!(r.unwrap_err().len(), 2);
+    }
+}

@@ -1,0 +1,239 @@
+//! Ingresses (networking.k8s.io/v1) → routes, per the Kubernetes spec.
+//!
+//! Class: `spec.ingressClassName` naming an IngressClass of this controller (or, with no such
+//! object, equal to `--ingress-class`), the legacy `kubernetes.io/ingress.class` annotation,
+//! or no class at all when this controller's IngressClass is the cluster default.
+//!
+//! Paths: `Exact` and `Prefix` as specified; `ImplementationSpecific` is `Prefix`, or a regex
+//! when the path starts with `/~` (`/~/api/v[0-9]+` is the regex `/api/v[0-9]+`).
+//!
+//! Conflicts (same host, path type and path in two Ingresses): the oldest Ingress wins, then
+//! namespace/name order; the other gets a `Conflict` problem for that path.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::networking::v1::{Ingress, IngressBackend};
+use weir_crds::annotations as a;
+use weir_proxy::config::{PathKind, PathRule, Route};
+
+use super::annotations::{self, IngressAnnotations};
+use super::{obj, Translator};
+use crate::problem::Reason;
+use crate::store::{Key, Kind};
+
+/// A path as Weir routes it, from an Ingress path and its type.
+fn path_rule(path: &str, path_type: &str) -> Result<PathRule, String> {
+    let (kind, path) = match path_type {
+        "Exact" => (PathKind::Exact, path.to_string()),
+        "Prefix" => (PathKind::Prefix, path.to_string()),
+        "ImplementationSpecific" => match path.strip_prefix("/~") {
+            Some(re) => (PathKind::Regex, re.to_string()),
+            None => (PathKind::Prefix, path.to_string()),
+        },
+        other => return Err(format!("unknown pathType {other:?} (Exact, Prefix or ImplementationSpecific)")),
+    };
+    match kind {
+        PathKind::Regex => {
+            regex::Regex::new(&path).map_err(|e| format!("invalid regex after \"/~\": {e}"))?;
+        }
+        _ => {
+            if !path.starts_with('/') {
+                return Err(format!("{path:?} must start with \"/\""));
+            }
+        }
+    }
+    Ok(PathRule { path, kind })
+}
+
+fn kind_name(k: PathKind) -> &'static str {
+    match k {
+        PathKind::Exact => "Exact",
+        PathKind::Prefix => "Prefix",
+        PathKind::Regex => "Regex",
+    }
+}
+
+impl Translator<'_> {
+    /// Whether this controller serves the Ingress.
+    fn owns(&self, ing: &Ingress) -> bool {
+        let ours = |class: &str| match self.store.ingress_classes.get(class) {
+            Some(ic) => ic.spec.as_ref().and_then(|s| s.controller.as_deref()) == Some(weir_crds::CONTROLLER_NAME),
+            None => class == self.opts.ingress_class,
+        };
+        if let Some(class) = ing.metadata.annotations.as_ref().and_then(|m| m.get(a::INGRESS_CLASS)) {
+            return class == &self.opts.ingress_class;
+        }
+        if let Some(class) = ing.spec.as_ref().and_then(|s| s.ingress_class_name.as_deref()) {
+            return ours(class);
+        }
+        // No class: adopted when one of our IngressClasses is the cluster default.
+        self.store.ingress_classes.values().any(|ic| {
+            ic.spec.as_ref().and_then(|s| s.controller.as_deref()) == Some(weir_crds::CONTROLLER_NAME)
+                && ic.metadata.annotations.as_ref().and_then(|m| m.get(a::DEFAULT_CLASS)).map(String::as_str) == Some("true")
+        })
+    }
+
+    pub(super) fn ingresses(&mut self) {
+        let store = self.store;
+        let mut owned: Vec<(&Key, &Ingress)> =
+            store.ingresses.iter().filter(|(k, i)| self.in_scope(&k.namespace) && self.owns(i)).collect();
+        // Oldest first, then namespace/name: who wins a conflict.
+        owned.sort_by(|(ka, a), (kb, b)| {
+            let ta = a.metadata.creation_timestamp.as_ref().map(|t| t.0);
+            let tb = b.metadata.creation_timestamp.as_ref().map(|t| t.0);
+            ta.cmp(&tb).then(ka.cmp(kb))
+        });
+        for (key, ing) in owned {
+            self.owned.push(key.clone());
+            self.ingress(key, ing);
+        }
+    }
+
+    fn ingress(&mut self, key: &Key, ing: &Ingress) {
+        let me = obj(Kind::Ingress, key);
+        let empty = BTreeMap::new();
+        let (ann, unknown) = annotations::ingress(ing.metadata.annotations.as_ref().unwrap_or(&empty));
+        for k in unknown {
+            self.problem(me.clone(), Reason::UnknownAnnotation, format!("metadata.annotations[{k:?}]"), "not an Ingress annotation Weir knows; ignored");
+        }
+        let ann = match ann {
+            Ok(a) => a,
+            Err(errors) => {
+                for (k, m) in errors {
+                    self.problem(me.clone(), Reason::InvalidAnnotation, format!("metadata.annotations[{k:?}]"), format!("{m}; this Ingress is not served"));
+                }
+                return;
+            }
+        };
+        let plugins = match self.resolve_names(&key.namespace, &ann.plugins) {
+            Ok(p) => p,
+            Err((reason, m)) => {
+                self.problem(me, reason, format!("metadata.annotations[{:?}]", a::PLUGINS), format!("{m}; this Ingress is not served"));
+                return;
+            }
+        };
+        self.tls(key, ing);
+        let Some(spec) = ing.spec.as_ref() else { return };
+
+        if let Some(backend) = &spec.default_backend {
+            let claim = (String::new(), "DefaultBackend", String::new());
+            match self.claimed.get(&claim) {
+                Some(winner) => {
+                    let m = format!("Ingress {winner} already provides the default backend; this one is not used");
+                    self.problem(me.clone(), Reason::Conflict, "spec.defaultBackend", m);
+                }
+                None => {
+                    let rule = PathRule { path: "/".into(), kind: PathKind::Prefix };
+                    let id = format!("{key}/default-backend");
+                    if self.add_route(key, &ann, &plugins, id, None, rule, backend, "spec.defaultBackend", -1) {
+                        self.claimed.insert(claim, key.clone());
+                    }
+                }
+            }
+        }
+
+        for (ri, rule) in spec.rules.iter().flatten().enumerate() {
+            let host = rule.host.clone().filter(|h| !h.is_empty());
+            let Some(http) = &rule.http else { continue };
+            for (pi, p) in http.paths.iter().enumerate() {
+                let field = format!("spec.rules[{ri}].http.paths[{pi}]");
+                let raw = p.path.clone().unwrap_or_else(|| "/".into());
+                let path = match path_rule(&raw, &p.path_type) {
+                    Ok(r) => r,
+                    Err(m) => {
+                        self.problem(me.clone(), Reason::InvalidPath, format!("{field}.path"), format!("{m}; this path is not served"));
+                        continue;
+                    }
+                };
+                let claim = (host.clone().unwrap_or_default().to_ascii_lowercase(), kind_name(path.kind), path.path.clone());
+                if let Some(winner) = self.claimed.get(&claim) {
+                    let m = format!(
+                        "{} {} on host {:?} is already served by Ingress {winner}; this path is not served",
+                        kind_name(path.kind),
+                        path.path,
+                        host.as_deref().unwrap_or("*")
+                    );
+                    self.problem(me.clone(), Reason::Conflict, format!("{field}.path"), m);
+                    continue;
+                }
+                let id = format!("{key}/r{ri}/p{pi}");
+                let priority = if path.kind == PathKind::Regex { ann.regex_priority } else { 0 };
+                if self.add_route(key, &ann, &plugins, id, host.clone(), path, &p.backend, &format!("{field}.backend"), priority) {
+                    self.claimed.insert(claim, key.clone());
+                }
+            }
+        }
+    }
+
+    /// Adds one route (and its plugin entries); false when its backend cannot be served.
+    #[allow(clippy::too_many_arguments)]
+    fn add_route(
+        &mut self,
+        key: &Key,
+        ann: &IngressAnnotations,
+        plugins: &[super::plugins::Resolved],
+        id: String,
+        host: Option<String>,
+        path: PathRule,
+        backend: &IngressBackend,
+        field: &str,
+        priority: i32,
+    ) -> bool {
+        let me = obj(Kind::Ingress, key);
+        let service = match (&backend.service, &backend.resource) {
+            (Some(s), _) => {
+                let port = s.port.clone().unwrap_or_default();
+                match self.backend(&key.namespace, &s.name, &port) {
+                    Ok(id) => id,
+                    Err((reason, m)) => {
+                        self.problem(me, reason, format!("{field}.service"), format!("{m}; this path is not served"));
+                        return false;
+                    }
+                }
+            }
+            (None, Some(_)) => {
+                self.problem(me, Reason::UnsupportedBackend, format!("{field}.resource"), "resource backends are not supported; this path is not served");
+                return false;
+            }
+            (None, None) => {
+                self.problem(me, Reason::UnsupportedBackend, field.to_string(), "a backend needs a service; this path is not served");
+                return false;
+            }
+        };
+        for p in plugins {
+            self.config.plugins.push(p.entry(Some(&id), None));
+        }
+        self.config.routes.push(Route {
+            id,
+            hosts: host.into_iter().collect(),
+            paths: vec![path],
+            methods: ann.methods.clone(),
+            headers: ann.headers.clone(),
+            protocols: ann.protocols.clone(),
+            https_redirect_status_code: ann.https_redirect_status_code.unwrap_or(426),
+            strip_path: ann.strip_path,
+            preserve_host: ann.preserve_host.unwrap_or(true),
+            priority,
+            host_header: ann.host_header.clone(),
+            rewrite: ann.rewrite.clone(),
+            service: Some(service),
+        });
+        true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn path_types() {
+        assert_eq!(path_rule("/a", "Exact").unwrap().kind, PathKind::Exact);
+        assert_eq!(path_rule("/a", "ImplementationSpecific").unwrap().kind, PathKind::Prefix);
+        let r = path_rule("/~/v[0-9]+/x", "ImplementationSpecific").unwrap();
+        assert_eq!((r.kind, r.path.as_str()), (PathKind::Regex, "/v[0-9]+/x"));
+        assert!(path_rule("/~/v[", "ImplementationSpecific").is_err());
+        assert!(path_rule("a", "Prefix").is_err());
+        assert!(path_rule("/a", "Fuzzy").is_err());
+    }
+}

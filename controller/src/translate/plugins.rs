@@ -1,0 +1,178 @@
+//! Plugin and ClusterPlugin resources → plugin entries of the routing table.
+//!
+//! Every resource is checked once (its config, or the Secret key it comes from, against the
+//! proxy's plugin registry). A route or service that names a missing or rejected plugin is
+//! left out rather than served without it: a broken authentication plugin must not open a
+//! route.
+
+use k8s_openapi::ByteString;
+use weir_proxy::config::PluginConfig;
+
+use super::{obj, Translator};
+use crate::problem::{ObjectRef, Reason};
+use crate::store::{Key, Kind};
+
+/// Which resource a plugin name resolved to.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub(super) enum PluginRef {
+    Namespaced(Key),
+    Cluster(String),
+}
+
+/// A checked plugin resource, ready to be attached to scopes.
+#[derive(Debug, Clone)]
+pub(super) struct Resolved {
+    /// `namespace/name` or `cluster/name`: the prefix of its entries' ids.
+    id: String,
+    plugin: String,
+    config: serde_json::Value,
+    enabled: bool,
+    priority: Option<i32>,
+}
+
+impl Resolved {
+    /// The routing-table entry for one scope.
+    pub(super) fn entry(&self, route: Option<&str>, service: Option<&str>) -> PluginConfig {
+        let scope = route.or(service).map_or(String::new(), |s| format!("@{s}"));
+        PluginConfig {
+            id: format!("{}{scope}", self.id),
+            name: self.plugin.clone(),
+            config: self.config.clone(),
+            route: route.map(str::to_string),
+            service: service.map(str::to_string),
+            consumer: None,
+            enabled: self.enabled,
+            priority: self.priority,
+        }
+    }
+}
+
+fn secret_text(data: Option<&ByteString>) -> Option<String> {
+    data.and_then(|b| String::from_utf8(b.0.clone()).ok())
+}
+
+impl Translator<'_> {
+    /// Reads a configuration from a labelled Secret key (JSON or YAML).
+    fn config_from_secret(&self, ns: &str, name: &str, key: &str) -> Result<serde_json::Value, String> {
+        let secret = self
+            .store
+            .secrets
+            .get(&Key::new(ns, name))
+            .ok_or_else(|| format!("Secret {ns}/{name} not found (it must carry the label {}=\"true\")", weir_crds::CREDENTIAL_LABEL))?;
+        let text = secret_text(secret.data.as_ref().and_then(|d| d.get(key)))
+            .or_else(|| secret.string_data.as_ref().and_then(|d| d.get(key)).cloned())
+            .ok_or_else(|| format!("Secret {ns}/{name} has no key {key:?}"))?;
+        // The error must not echo the Secret's contents.
+        serde_yaml::from_str::<serde_json::Value>(&text).map_err(|_| format!("Secret {ns}/{name} key {key:?} is not JSON or YAML"))
+    }
+
+    fn check(&mut self, r: &PluginRef) -> Result<Resolved, String> {
+        if let Some(done) = self.plugin_cache.get(r) {
+            return done.clone();
+        }
+        let (object, id, plugin, config, from, enabled, priority) = match r {
+            PluginRef::Namespaced(key) => {
+                let p = &self.store.plugins[key];
+                let from = p.spec.config_from.as_ref().map(|f| (key.namespace.clone(), f.secret_key_ref.name.clone(), f.secret_key_ref.key.clone()));
+                (obj(Kind::Plugin, key), key.to_string(), p.spec.plugin.clone(), p.spec.config.clone(), from, !p.spec.disabled, p.spec.priority)
+            }
+            PluginRef::Cluster(name) => {
+                let p = &self.store.cluster_plugins[name];
+                let f = p.spec.config_from.as_ref().map(|f| {
+                    let r = &f.secret_key_ref;
+                    (r.namespace.clone(), r.name.clone(), r.key.clone())
+                });
+                let object = ObjectRef { kind: Kind::ClusterPlugin, namespace: None, name: name.clone() };
+                (object, format!("cluster/{name}"), p.spec.plugin.clone(), p.spec.config.clone(), f, !p.spec.disabled, p.spec.priority)
+            }
+        };
+        self.checked.insert(object.clone());
+        let result = (|| {
+            let config = match (config, from) {
+                (Some(_), Some(_)) => {
+                    return Err(("spec.configFrom", "set either spec.config or spec.configFrom, not both".to_string()));
+                }
+                (None, Some((ns, name, key))) => self.config_from_secret(&ns, &name, &key).map_err(|m| ("spec.configFrom", m))?,
+                (Some(c), None) => c,
+                (None, None) => serde_json::json!({}),
+            };
+            match self.validator.check(&plugin, &config) {
+                Ok(()) => Ok(config),
+                Err(None) => Err(("spec.plugin", format!("unknown plugin {plugin:?}"))),
+                Err(Some(m)) => Err(("spec.config", m)),
+            }
+        })();
+        let out = match result {
+            Ok(config) => Ok(Resolved { id, plugin, config, enabled, priority }),
+            Err((field, message)) => {
+                let reason = if field == "spec.configFrom" { Reason::InvalidSecret } else { Reason::InvalidPluginConfig };
+                self.problem(object.clone(), reason, field, message.clone());
+                Err(format!("{object} is not accepted: {message}"))
+            }
+        };
+        self.plugin_cache.insert(r.clone(), out.clone());
+        out
+    }
+
+    /// Checks every plugin resource, referenced or not, so each gets its condition.
+    pub(super) fn check_all_plugins(&mut self) {
+        let keys: Vec<Key> = self.store.plugins.keys().filter(|k| self.in_scope(&k.namespace)).cloned().collect();
+        for k in keys {
+            let _ = self.check(&PluginRef::Namespaced(k));
+        }
+        let names: Vec<String> = self.store.cluster_plugins.keys().cloned().collect();
+        for n in names {
+            let _ = self.check(&PluginRef::Cluster(n));
+        }
+    }
+
+    /// ClusterPlugins with `global: true` apply to every route.
+    pub(super) fn global_plugins(&mut self) {
+        let globals: Vec<String> = self
+            .store
+            .cluster_plugins
+            .iter()
+            .filter(|(_, p)| p.spec.global)
+            .map(|(n, _)| n.clone())
+            .collect();
+        let mut seen = std::collections::BTreeMap::new();
+        for name in globals {
+            if let Ok(r) = self.check(&PluginRef::Cluster(name.clone())) {
+                // One global instance per plugin kind: the first by name wins.
+                if let Some(first) = seen.get(&r.plugin) {
+                    let object = ObjectRef { kind: Kind::ClusterPlugin, namespace: None, name };
+                    self.problem(object, Reason::Conflict, "spec.global", format!("ClusterPlugin {first} is already the global {:?} plugin; this one is not applied globally", r.plugin));
+                    continue;
+                }
+                seen.insert(r.plugin.clone(), name);
+                self.config.plugins.push(r.entry(None, None));
+            }
+        }
+    }
+
+    /// Resolves the names of a `weir.dev/plugins` annotation for an object in `namespace`:
+    /// a Plugin in the same namespace, else a ClusterPlugin.
+    pub(super) fn resolve_names(&mut self, namespace: &str, names: &[String]) -> Result<Vec<Resolved>, (Reason, String)> {
+        let mut out = Vec::new();
+        for name in names {
+            let key = Key::new(namespace, name.as_str());
+            let r = if self.store.plugins.contains_key(&key) {
+                PluginRef::Namespaced(key)
+            } else if self.store.cluster_plugins.contains_key(name) {
+                PluginRef::Cluster(name.clone())
+            } else {
+                return Err((Reason::PluginNotFound, format!("no Plugin {namespace}/{name} and no ClusterPlugin {name}")));
+            };
+            match self.check(&r) {
+                Ok(resolved) => {
+                    if out.iter().any(|o: &Resolved| o.plugin == resolved.plugin) {
+                        return Err((Reason::Conflict, format!("two plugins of kind {:?} are named; keep one", resolved.plugin)));
+                    }
+                    out.push(resolved)
+                }
+                Err(why) => return Err((Reason::PluginNotAccepted, why)),
+            }
+        }
+        Ok(out)
+    }
+}
