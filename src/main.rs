@@ -8,6 +8,9 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use clap::{Args, Parser, Subcommand};
+use k8s_openapi::api::networking::v1::ServiceBackendPort;
+use weir_controller::standalone::Standalone;
+use weir_controller::{Key, Options};
 use weir_proxy::server::Cidr;
 use weir_proxy::{Config, Proxy, ProxyOptions, Registry};
 
@@ -25,9 +28,71 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Run the proxy (data plane) with its admin API.
-    Proxy(ProxyArgs),
+    Proxy(ProxyCommand),
+    /// Serve a folder of Kubernetes manifests: translator and proxy in one process.
+    Standalone(StandaloneArgs),
+    /// Print Weir's CustomResourceDefinitions as YAML.
+    Crds,
     /// Run a small echo upstream (quick start, examples, tests).
     Echo(EchoArgs),
+}
+
+#[derive(Args)]
+struct ProxyCommand {
+    /// A routing table (JSON or YAML) to load at start.
+    #[arg(long, env = "WEIR_CONFIG")]
+    config: Option<PathBuf>,
+    #[command(flatten)]
+    proxy: ProxyArgs,
+}
+
+#[derive(Args)]
+struct StandaloneArgs {
+    /// Folder of manifests (multi-document YAML or JSON), re-read when it changes.
+    dir: PathBuf,
+    #[command(flatten)]
+    controller: ControllerArgs,
+    #[command(flatten)]
+    proxy: ProxyArgs,
+}
+
+/// How Kubernetes objects are translated.
+#[derive(Args)]
+struct ControllerArgs {
+    /// The Ingress class served (IngressClass name or legacy annotation value).
+    #[arg(long, env = "WEIR_INGRESS_CLASS", default_value = "weir")]
+    ingress_class: String,
+    /// A Service port answering requests no Ingress rule matches: `namespace/name:port`.
+    #[arg(long, env = "WEIR_DEFAULT_BACKEND", value_parser = parse_backend)]
+    default_backend: Option<(Key, ServiceBackendPort)>,
+    /// Only serve Ingresses (and read objects) of these namespaces (repeatable or comma-separated).
+    #[arg(long, env = "WEIR_WATCH_NAMESPACE", value_delimiter = ',')]
+    watch_namespace: Vec<String>,
+}
+
+impl ControllerArgs {
+    fn options(&self) -> Options {
+        Options {
+            ingress_class: self.ingress_class.clone(),
+            default_backend: self.default_backend.clone(),
+            watch_namespaces: (!self.watch_namespace.is_empty()).then(|| self.watch_namespace.iter().cloned().collect()),
+        }
+    }
+}
+
+/// `namespace/name:port` (port by number or name).
+fn parse_backend(s: &str) -> Result<(Key, ServiceBackendPort), String> {
+    let bad = || format!("{s:?} is not namespace/name:port");
+    let (svc, port) = s.rsplit_once(':').ok_or_else(bad)?;
+    let (ns, name) = svc.split_once('/').ok_or_else(bad)?;
+    if ns.is_empty() || name.is_empty() || port.is_empty() {
+        return Err(bad());
+    }
+    let port = match port.parse::<i32>() {
+        Ok(n) => ServiceBackendPort { number: Some(n), name: None },
+        Err(_) => ServiceBackendPort { number: None, name: Some(port.to_string()) },
+    };
+    Ok((Key::new(ns, name), port))
 }
 
 /// Flags of the proxy; every flag can also be set by the environment variable shown.
@@ -39,9 +104,6 @@ struct ProxyArgs {
     /// Address of the admin API (keep it on loopback unless it is protected otherwise).
     #[arg(long, env = "WEIR_ADMIN_LISTEN", default_value = "127.0.0.1:8100")]
     admin_listen: SocketAddr,
-    /// A routing table (JSON or YAML) to load at start.
-    #[arg(long, env = "WEIR_CONFIG")]
-    config: Option<PathBuf>,
     /// Worker threads, each with its own listener and runtime (default: one per core).
     #[arg(long, env = "WEIR_WORKER_THREADS")]
     worker_threads: Option<usize>,
@@ -118,6 +180,11 @@ fn main() -> anyhow::Result<()> {
         .init();
     match Cli::parse().command {
         Command::Proxy(args) => run_proxy(args),
+        Command::Standalone(args) => run_standalone(args),
+        Command::Crds => {
+            print!("{}", weir_crds::crds_yaml());
+            Ok(())
+        }
         Command::Echo(args) => echo::run(args.listen, args.name, args.worker_threads),
     }
 }
@@ -131,41 +198,49 @@ fn registry() -> Registry {
     }
 }
 
-fn run_proxy(args: ProxyArgs) -> anyhow::Result<()> {
-    let defaults = ProxyOptions::default();
-    let opts = ProxyOptions {
-        listen: args.listen,
-        admin_listen: args.admin_listen,
-        worker_threads: args
-            .worker_threads
-            .unwrap_or(defaults.worker_threads)
-            .max(1),
-        access_log: args.access_log,
-        trusted_proxies: args.trusted_proxies,
-        max_connections: args.max_connections,
-        header_read_timeout: args.header_read_timeout,
-        keepalive_timeout: args.keepalive_timeout,
-        max_header_bytes: args.max_header_bytes,
-        max_headers: args.max_headers,
-        max_body_size: args.max_body_size,
-        shutdown_grace: args.shutdown_grace,
-        ..defaults
-    };
-    let proxy = Proxy::new(opts, registry());
-    if let Some(path) = &args.config {
+fn run_proxy(cmd: ProxyCommand) -> anyhow::Result<()> {
+    let proxy = Proxy::new(cmd.proxy.options(), registry());
+    if let Some(path) = &cmd.config {
         let text = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
         let config = Config::parse(&text).with_context(|| format!("parsing {}", path.display()))?;
         if let Err(errors) = proxy.apply(config) {
             let list: Vec<String> = errors.iter().map(|e| format!("  - {e}")).collect();
-            anyhow::bail!(
-                "{} is not a valid routing table:\n{}",
-                path.display(),
-                list.join("\n")
-            );
+            anyhow::bail!("{} is not a valid routing table:\n{}", path.display(), list.join("\n"));
         }
     }
     proxy.serve().context("serving")?;
     Ok(())
+}
+
+fn run_standalone(args: StandaloneArgs) -> anyhow::Result<()> {
+    anyhow::ensure!(args.dir.is_dir(), "{} is not a folder of manifests", args.dir.display());
+    let proxy = Proxy::new(args.proxy.options(), registry());
+    let mut source = Standalone::new(args.dir.clone(), args.controller.options(), proxy.clone());
+    source.sync();
+    std::thread::Builder::new().name("weir-manifests".into()).spawn(move || source.run())?;
+    proxy.serve().context("serving")?;
+    Ok(())
+}
+
+impl ProxyArgs {
+    fn options(&self) -> ProxyOptions {
+        let defaults = ProxyOptions::default();
+        ProxyOptions {
+            listen: self.listen,
+            admin_listen: self.admin_listen,
+            worker_threads: self.worker_threads.unwrap_or(defaults.worker_threads).max(1),
+            access_log: self.access_log,
+            trusted_proxies: self.trusted_proxies.clone(),
+            max_connections: self.max_connections,
+            header_read_timeout: self.header_read_timeout,
+            keepalive_timeout: self.keepalive_timeout,
+            max_header_bytes: self.max_header_bytes,
+            max_headers: self.max_headers,
+            max_body_size: self.max_body_size,
+            shutdown_grace: self.shutdown_grace,
+            ..defaults
+        }
+    }
 }
 
 #[cfg(test)]
@@ -179,5 +254,13 @@ mod tests {
         assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
         assert!(parse_duration("ten").is_err());
         assert!(parse_duration("5d").is_err());
+    }
+
+    #[test]
+    fn backends() {
+        let (k, p) = parse_backend("default/web:80").unwrap();
+        assert_eq!((k.to_string(), p.number), ("default/web".to_string(), Some(80)));
+        assert_eq!(parse_backend("ns/web:http").unwrap().1.name.as_deref(), Some("http"));
+        assert!(parse_backend("web:80").is_err());
     }
 }

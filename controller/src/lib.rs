@@ -3,6 +3,7 @@
 
 pub mod manifests;
 pub mod problem;
+pub mod standalone;
 pub mod store;
 pub mod translate;
 

@@ -225,6 +225,11 @@ impl Proxy {
     pub(crate) fn shared(&self) -> &Arc<Shared> {
         &self.shared
     }
+
+    /// The plugins this proxy can run (also what validates plugin configurations).
+    pub fn registry(&self) -> &Registry {
+        &self.shared.registry
+    }
 }
 
 async fn wait_for_signal() {
