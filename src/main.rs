@@ -9,6 +9,7 @@ use std::time::Duration;
 use anyhow::Context as _;
 use clap::{Args, Parser, Subcommand};
 use k8s_openapi::api::networking::v1::ServiceBackendPort;
+use weir_controller::cluster::{ControllerOptions, Publish};
 use weir_controller::standalone::Standalone;
 use weir_controller::{Key, Options};
 use weir_proxy::server::Cidr;
@@ -31,6 +32,8 @@ enum Command {
     Proxy(ProxyCommand),
     /// Serve a folder of Kubernetes manifests: translator and proxy in one process.
     Standalone(StandaloneArgs),
+    /// Watch the Kubernetes API and push routing tables to proxies.
+    Controller(ControllerCommand),
     /// Print Weir's CustomResourceDefinitions as YAML.
     Crds,
     /// Run a small echo upstream (quick start, examples, tests).
@@ -44,6 +47,49 @@ struct ProxyCommand {
     config: Option<PathBuf>,
     #[command(flatten)]
     proxy: ProxyArgs,
+}
+
+#[derive(Args)]
+struct ControllerCommand {
+    #[command(flatten)]
+    controller: ControllerArgs,
+    /// Admin API base URL of a proxy to push routing tables to (repeatable or comma-separated).
+    #[arg(
+        long = "proxy-admin",
+        env = "WEIR_PROXY_ADMIN",
+        value_delimiter = ',',
+        default_value = "http://127.0.0.1:8100"
+    )]
+    proxy_admin: Vec<String>,
+    /// Copy this Service's load-balancer addresses into Ingress status: `namespace/name`.
+    #[arg(long, env = "WEIR_PUBLISH_SERVICE", value_parser = parse_key)]
+    publish_service: Option<Key>,
+    /// Fixed addresses (IPs or host names) for Ingress status (comma-separated).
+    #[arg(long, env = "WEIR_PUBLISH_STATUS_ADDRESS", value_delimiter = ',')]
+    publish_status_address: Vec<String>,
+    /// Namespace of the leader-election Lease (default: $POD_NAMESPACE, else `default`).
+    #[arg(long, env = "WEIR_ELECTION_NAMESPACE")]
+    election_namespace: Option<String>,
+    /// Name of the leader-election Lease.
+    #[arg(
+        long,
+        env = "WEIR_ELECTION_ID",
+        default_value = "weir-controller-leader"
+    )]
+    election_id: String,
+    /// Address of the controller's /metrics.
+    #[arg(long, env = "WEIR_METRICS_LISTEN", default_value = "127.0.0.1:8101")]
+    metrics_listen: SocketAddr,
+}
+
+/// `namespace/name`.
+fn parse_key(s: &str) -> Result<Key, String> {
+    match s.split_once('/') {
+        Some((ns, name)) if !ns.is_empty() && !name.is_empty() && !name.contains('/') => {
+            Ok(Key::new(ns, name))
+        }
+        _ => Err(format!("{s:?} is not namespace/name")),
+    }
 }
 
 #[derive(Args)]
@@ -75,7 +121,8 @@ impl ControllerArgs {
         Options {
             ingress_class: self.ingress_class.clone(),
             default_backend: self.default_backend.clone(),
-            watch_namespaces: (!self.watch_namespace.is_empty()).then(|| self.watch_namespace.iter().cloned().collect()),
+            watch_namespaces: (!self.watch_namespace.is_empty())
+                .then(|| self.watch_namespace.iter().cloned().collect()),
         }
     }
 }
@@ -89,8 +136,14 @@ fn parse_backend(s: &str) -> Result<(Key, ServiceBackendPort), String> {
         return Err(bad());
     }
     let port = match port.parse::<i32>() {
-        Ok(n) => ServiceBackendPort { number: Some(n), name: None },
-        Err(_) => ServiceBackendPort { number: None, name: Some(port.to_string()) },
+        Ok(n) => ServiceBackendPort {
+            number: Some(n),
+            name: None,
+        },
+        Err(_) => ServiceBackendPort {
+            number: None,
+            name: Some(port.to_string()),
+        },
     };
     Ok((Key::new(ns, name), port))
 }
@@ -181,6 +234,7 @@ fn main() -> anyhow::Result<()> {
     match Cli::parse().command {
         Command::Proxy(args) => run_proxy(args),
         Command::Standalone(args) => run_standalone(args),
+        Command::Controller(args) => run_controller(args),
         Command::Crds => {
             print!("{}", weir_crds::crds_yaml());
             Ok(())
@@ -205,7 +259,11 @@ fn run_proxy(cmd: ProxyCommand) -> anyhow::Result<()> {
         let config = Config::parse(&text).with_context(|| format!("parsing {}", path.display()))?;
         if let Err(errors) = proxy.apply(config) {
             let list: Vec<String> = errors.iter().map(|e| format!("  - {e}")).collect();
-            anyhow::bail!("{} is not a valid routing table:\n{}", path.display(), list.join("\n"));
+            anyhow::bail!(
+                "{} is not a valid routing table:\n{}",
+                path.display(),
+                list.join("\n")
+            );
         }
     }
     proxy.serve().context("serving")?;
@@ -213,13 +271,63 @@ fn run_proxy(cmd: ProxyCommand) -> anyhow::Result<()> {
 }
 
 fn run_standalone(args: StandaloneArgs) -> anyhow::Result<()> {
-    anyhow::ensure!(args.dir.is_dir(), "{} is not a folder of manifests", args.dir.display());
+    anyhow::ensure!(
+        args.dir.is_dir(),
+        "{} is not a folder of manifests",
+        args.dir.display()
+    );
     let proxy = Proxy::new(args.proxy.options(), registry());
     let mut source = Standalone::new(args.dir.clone(), args.controller.options(), proxy.clone());
     source.sync();
-    std::thread::Builder::new().name("weir-manifests".into()).spawn(move || source.run())?;
+    std::thread::Builder::new()
+        .name("weir-manifests".into())
+        .spawn(move || source.run())?;
     proxy.serve().context("serving")?;
     Ok(())
+}
+
+fn run_controller(args: ControllerCommand) -> anyhow::Result<()> {
+    let publish = match (args.publish_service, args.publish_status_address.is_empty()) {
+        (Some(_), false) => {
+            anyhow::bail!("use --publish-service or --publish-status-address, not both")
+        }
+        (Some(svc), true) => Publish::Service(svc),
+        (None, false) => Publish::Addresses(args.publish_status_address),
+        (None, true) => Publish::Nothing,
+    };
+    let identity = std::env::var("POD_NAME").unwrap_or_else(|_| {
+        let host = std::fs::read_to_string("/etc/hostname").unwrap_or_default();
+        format!("{}-{}", host.trim(), std::process::id())
+    });
+    let opts = ControllerOptions {
+        translate: args.controller.options(),
+        proxies: args.proxy_admin,
+        publish,
+        election_namespace: args
+            .election_namespace
+            .or_else(|| std::env::var("POD_NAMESPACE").ok())
+            .unwrap_or_else(|| "default".into()),
+        election_name: args.election_id,
+        identity,
+        metrics_listen: Some(args.metrics_listen),
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    rt.block_on(async move {
+        let client = kube::Client::try_default().await.context("connecting to the Kubernetes API")?;
+        tracing::info!(proxies = ?opts.proxies, class = %opts.translate.ingress_class, "weir controller started");
+        tokio::select! {
+            _ = weir_controller::cluster::run(client, opts, registry()) => {}
+            _ = tokio::signal::ctrl_c() => {}
+            _ = async {
+                let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("SIGTERM handler");
+                term.recv().await
+            } => {}
+        }
+        anyhow::Ok(())
+    })
 }
 
 impl ProxyArgs {
@@ -228,7 +336,10 @@ impl ProxyArgs {
         ProxyOptions {
             listen: self.listen,
             admin_listen: self.admin_listen,
-            worker_threads: self.worker_threads.unwrap_or(defaults.worker_threads).max(1),
+            worker_threads: self
+                .worker_threads
+                .unwrap_or(defaults.worker_threads)
+                .max(1),
             access_log: self.access_log,
             trusted_proxies: self.trusted_proxies.clone(),
             max_connections: self.max_connections,
@@ -259,8 +370,14 @@ mod tests {
     #[test]
     fn backends() {
         let (k, p) = parse_backend("default/web:80").unwrap();
-        assert_eq!((k.to_string(), p.number), ("default/web".to_string(), Some(80)));
-        assert_eq!(parse_backend("ns/web:http").unwrap().1.name.as_deref(), Some("http"));
+        assert_eq!(
+            (k.to_string(), p.number),
+            ("default/web".to_string(), Some(80))
+        );
+        assert_eq!(
+            parse_backend("ns/web:http").unwrap().1.name.as_deref(),
+            Some("http")
+        );
         assert!(parse_backend("web:80").is_err());
     }
 }

@@ -196,9 +196,13 @@ async fn forwarding_paths_hosts_and_headers() {
     assert_eq!(r["host"], "Client.Example:81");
 
     // host_header wins over preserve_host; rewrite replaces the path with capture groups.
-    let r = get(&c, &weir.url("/hh/x"), &[("host", "h.test")]).await.json();
+    let r = get(&c, &weir.url("/hh/x"), &[("host", "h.test")])
+        .await
+        .json();
     assert_eq!(r["host"], "upstream.internal");
-    let r = get(&c, &weir.url("/re/v3/users/9?all=1"), &[("host", "h.test")]).await.json();
+    let r = get(&c, &weir.url("/re/v3/users/9?all=1"), &[("host", "h.test")])
+        .await
+        .json();
     assert_eq!(r["path"], "/api/3/users/9");
     assert_eq!(r["query"], "all=1");
 

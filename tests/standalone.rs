@@ -43,14 +43,25 @@ fn start(dir: std::path::PathBuf) -> Standalone {
     let port = free_port();
     let admin = free_port();
     let child = Command::new(WEIR)
-        .args(["standalone", dir.to_str().unwrap(), "--listen", &format!("127.0.0.1:{port}"), "--admin-listen", &format!("127.0.0.1:{admin}")])
+        .args([
+            "standalone",
+            dir.to_str().unwrap(),
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+            "--admin-listen",
+            &format!("127.0.0.1:{admin}"),
+        ])
         .args(["--worker-threads", "2"])
         .env("RUST_LOG", "warn")
         .stdout(Stdio::null())
         .spawn()
         .unwrap();
     wait_for_port(port);
-    Standalone { proc: Proc { child, port }, admin, dir }
+    Standalone {
+        proc: Proc { child, port },
+        admin,
+        dir,
+    }
 }
 
 async fn wait_status(c: &HttpClient, url: &str, want: u16, limit: Duration) -> Duration {
@@ -60,7 +71,10 @@ async fn wait_status(c: &HttpClient, url: &str, want: u16, limit: Duration) -> D
         if got == want {
             return started.elapsed();
         }
-        assert!(started.elapsed() < limit, "{url}: still {got}, wanted {want} after {limit:?}");
+        assert!(
+            started.elapsed() < limit,
+            "{url}: still {got}, wanted {want} after {limit:?}"
+        );
         tokio::time::sleep(Duration::from_millis(25)).await;
     }
 }
@@ -80,12 +94,19 @@ async fn the_quickstart_serves_and_follows_edits() {
         assert_eq!(r.status, 200);
         assert_eq!(r.json()["path"], "/hello");
         assert!(r.header("x-request-id").is_some());
-        assert_eq!(r.json()["host"], format!("127.0.0.1:{}", w.proc.port), "Ingress routes preserve the Host");
+        assert_eq!(
+            r.json()["host"],
+            format!("127.0.0.1:{}", w.proc.port),
+            "Ingress routes preserve the Host"
+        );
         names.insert(r.echo_name().unwrap());
     }
     assert_eq!(names.into_iter().collect::<Vec<_>>(), ["echo-a", "echo-b"]);
     let r = get(&c, &url("/closed"), &[]).await;
-    assert_eq!((r.status, r.json()["message"].as_str()), (503, Some("closed for maintenance")));
+    assert_eq!(
+        (r.status, r.json()["message"].as_str()),
+        (503, Some("closed for maintenance"))
+    );
     assert_eq!(get(&c, &url("/nothing"), &[]).await.status, 404);
     let ready = get(&c, &format!("http://127.0.0.1:{}/readyz", w.admin), &[]).await;
     assert_eq!(ready.status, 200);
@@ -99,7 +120,11 @@ async fn the_quickstart_serves_and_follows_edits() {
     eprintln!("edit applied in {took:?}");
 
     // A malformed file is reported and its previous good state kept.
-    std::fs::write(&ingress, "apiVersion: networking.k8s.io/v1\nkind: Ingress\nmetadata: {name: [oops\n").unwrap();
+    std::fs::write(
+        &ingress,
+        "apiVersion: networking.k8s.io/v1\nkind: Ingress\nmetadata: {name: [oops\n",
+    )
+    .unwrap();
     tokio::time::sleep(Duration::from_millis(800)).await;
     assert_eq!(get(&c, &url("/moved/x"), &[]).await.status, 200);
 
@@ -117,19 +142,27 @@ async fn a_broken_plugin_leaves_out_only_its_ingress() {
     let dir = quickstart_copy([a.port, b.port]);
     // Break the maintenance plugin: only the Ingress that uses it goes away.
     let plugins = dir.join("30-plugins.yaml");
-    let text = std::fs::read_to_string(&plugins).unwrap().replace("status_code: 503", "status_code: 1000");
+    let text = std::fs::read_to_string(&plugins)
+        .unwrap()
+        .replace("status_code: 503", "status_code: 1000");
     std::fs::write(&plugins, text).unwrap();
     let w = start(dir);
     let c = client();
     let url = |p: &str| format!("http://127.0.0.1:{}{p}", w.proc.port);
     assert_eq!(get(&c, &url("/echo/x"), &[]).await.status, 200);
-    assert_eq!(get(&c, &url("/closed"), &[]).await.status, 404, "fail closed: no route without its plugin");
+    assert_eq!(
+        get(&c, &url("/closed"), &[]).await.status,
+        404,
+        "fail closed: no route without its plugin"
+    );
 }
 
 #[test]
 fn crds_command_prints_the_committed_crds() {
     let out = Command::new(WEIR).arg("crds").output().unwrap();
     assert!(out.status.success());
-    let committed = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("crds/weir.dev.yaml")).unwrap();
+    let committed =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("crds/weir.dev.yaml"))
+            .unwrap();
     assert_eq!(String::from_utf8(out.stdout).unwrap(), committed);
 }

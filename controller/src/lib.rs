@@ -1,6 +1,7 @@
 //! Weir's controller: Kubernetes objects (from the API or a folder of manifests) → the proxy's
 //! routing table, with every problem reported on the object that causes it.
 
+pub mod cluster;
 pub mod manifests;
 pub mod problem;
 pub mod standalone;

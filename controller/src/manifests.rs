@@ -39,7 +39,10 @@ fn manifest_files(dir: &Path, out: &mut Vec<PathBuf>) -> std::io::Result<()> {
         }
         if path.is_dir() {
             manifest_files(&path, out)?;
-        } else if matches!(path.extension().and_then(|e| e.to_str()), Some("yaml" | "yml" | "json")) {
+        } else if matches!(
+            path.extension().and_then(|e| e.to_str()),
+            Some("yaml" | "yml" | "json")
+        ) {
             out.push(path);
         }
     }
@@ -49,7 +52,10 @@ fn manifest_files(dir: &Path, out: &mut Vec<PathBuf>) -> std::io::Result<()> {
 impl ManifestDir {
     /// A folder, not yet read.
     pub fn new(dir: impl Into<PathBuf>) -> ManifestDir {
-        ManifestDir { dir: dir.into(), files: BTreeMap::new() }
+        ManifestDir {
+            dir: dir.into(),
+            files: BTreeMap::new(),
+        }
     }
 
     /// Re-reads the files that changed since the last scan.
@@ -64,15 +70,32 @@ impl ManifestDir {
         self.files.retain(|p, _| paths.contains(p));
         scan.changed |= self.files.len() != before;
         for path in paths {
-            let Ok(meta) = std::fs::metadata(&path) else { continue };
-            let fingerprint = (meta.modified().unwrap_or(SystemTime::UNIX_EPOCH), meta.len());
-            if self.files.get(&path).is_some_and(|f| f.fingerprint == fingerprint) {
+            let Ok(meta) = std::fs::metadata(&path) else {
+                continue;
+            };
+            let fingerprint = (
+                meta.modified().unwrap_or(SystemTime::UNIX_EPOCH),
+                meta.len(),
+            );
+            if self
+                .files
+                .get(&path)
+                .is_some_and(|f| f.fingerprint == fingerprint)
+            {
                 continue;
             }
-            let parsed = std::fs::read_to_string(&path).map_err(|e| e.to_string()).and_then(|t| Store::parse_manifests(&t));
+            let parsed = std::fs::read_to_string(&path)
+                .map_err(|e| e.to_string())
+                .and_then(|t| Store::parse_manifests(&t));
             match parsed {
                 Ok(objects) => {
-                    self.files.insert(path, FileState { fingerprint, objects });
+                    self.files.insert(
+                        path,
+                        FileState {
+                            fingerprint,
+                            objects,
+                        },
+                    );
                     scan.changed = true;
                 }
                 Err(e) => {
@@ -81,7 +104,13 @@ impl ManifestDir {
                     match self.files.get_mut(&path) {
                         Some(f) => f.fingerprint = fingerprint,
                         None => {
-                            self.files.insert(path.clone(), FileState { fingerprint, objects: Vec::new() });
+                            self.files.insert(
+                                path.clone(),
+                                FileState {
+                                    fingerprint,
+                                    objects: Vec::new(),
+                                },
+                            );
                         }
                     }
                     scan.errors.push((path, e));
@@ -111,7 +140,8 @@ mod tests {
     fn keeps_the_last_good_state_of_a_broken_file() {
         let dir = std::env::temp_dir().join(format!("weir-manifests-{}", std::process::id()));
         std::fs::create_dir_all(dir.join("sub")).unwrap();
-        let svc = |name: &str| format!("apiVersion: v1\nkind: Service\nmetadata: {{name: {name}}}\n");
+        let svc =
+            |name: &str| format!("apiVersion: v1\nkind: Service\nmetadata: {{name: {name}}}\n");
         std::fs::write(dir.join("a.yaml"), svc("a")).unwrap();
         std::fs::write(dir.join("sub/b.yml"), svc("b")).unwrap();
         std::fs::write(dir.join("notes.txt"), "ignored").unwrap();
@@ -121,7 +151,11 @@ mod tests {
         assert_eq!(m.store().services.len(), 2);
         assert!(!m.scan().changed, "nothing changed");
 
-        std::fs::write(dir.join("a.yaml"), "apiVersion: v1\nkind: Service\nmetadata: {name: [broken\n").unwrap();
+        std::fs::write(
+            dir.join("a.yaml"),
+            "apiVersion: v1\nkind: Service\nmetadata: {name: [broken\n",
+        )
+        .unwrap();
         let s = m.scan();
         assert_eq!(s.errors.len(), 1);
         assert_eq!(m.store().services.len(), 2, "a's last good state is kept");

@@ -92,6 +92,13 @@ pub struct Problem {
 
 impl fmt::Display for Problem {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: {}: {}: {}", self.object, self.field, self.reason.as_str(), self.message)
+        write!(
+            f,
+            "{}: {}: {}: {}",
+            self.object,
+            self.field,
+            self.reason.as_str(),
+            self.message
+        )
     }
 }

@@ -25,7 +25,13 @@ pub struct Standalone {
 impl Standalone {
     /// A source over `dir` feeding `proxy`.
     pub fn new(dir: PathBuf, opts: Options, proxy: Proxy) -> Standalone {
-        Standalone { dir: ManifestDir::new(dir), opts, proxy, reported: BTreeSet::new(), owned: Vec::new() }
+        Standalone {
+            dir: ManifestDir::new(dir),
+            opts,
+            proxy,
+            reported: BTreeSet::new(),
+            owned: Vec::new(),
+        }
     }
 
     /// One scan; applies a new table when anything changed. Returns whether it applied.

@@ -22,12 +22,18 @@ pub struct Key {
 impl Key {
     /// A key from its parts.
     pub fn new(namespace: impl Into<String>, name: impl Into<String>) -> Key {
-        Key { namespace: namespace.into(), name: name.into() }
+        Key {
+            namespace: namespace.into(),
+            name: name.into(),
+        }
     }
 
     /// The key of a namespaced object (`default` when the manifest leaves it out).
     pub fn of<K: kube::Resource>(obj: &K) -> Key {
-        Key::new(obj.namespace().unwrap_or_else(|| "default".into()), obj.name_any())
+        Key::new(
+            obj.namespace().unwrap_or_else(|| "default".into()),
+            obj.name_any(),
+        )
     }
 }
 
@@ -98,8 +104,16 @@ impl Kind {
 impl Object {
     /// Decodes one manifest; `Ok(None)` for kinds Weir does not read (Deployments, …).
     pub fn from_value(v: serde_json::Value) -> Result<Option<Object>, String> {
-        let api_version = v.get("apiVersion").and_then(|a| a.as_str()).unwrap_or("").to_string();
-        let kind = v.get("kind").and_then(|k| k.as_str()).unwrap_or("").to_string();
+        let api_version = v
+            .get("apiVersion")
+            .and_then(|a| a.as_str())
+            .unwrap_or("")
+            .to_string();
+        let kind = v
+            .get("kind")
+            .and_then(|k| k.as_str())
+            .unwrap_or("")
+            .to_string();
         fn de<T: serde::de::DeserializeOwned>(v: serde_json::Value) -> Result<T, String> {
             serde_json::from_value(v).map_err(|e| e.to_string())
         }
@@ -217,18 +231,28 @@ impl Store {
     pub fn parse_manifests(text: &str) -> Result<Vec<Object>, String> {
         let mut out = Vec::new();
         for (i, doc) in serde_yaml::Deserializer::from_str(text).enumerate() {
-            let value = <serde_yaml::Value as serde::Deserialize>::deserialize(doc).map_err(|e| format!("document {}: {e}", i + 1))?;
-            let json: serde_json::Value = serde_json::to_value(value).map_err(|e| format!("document {}: {e}", i + 1))?;
+            let value = <serde_yaml::Value as serde::Deserialize>::deserialize(doc)
+                .map_err(|e| format!("document {}: {e}", i + 1))?;
+            let json: serde_json::Value =
+                serde_json::to_value(value).map_err(|e| format!("document {}: {e}", i + 1))?;
             if json.is_null() {
                 continue;
             }
             let items = match (json.get("kind").and_then(|k| k.as_str()), json.get("items")) {
-                (Some(k), Some(serde_json::Value::Array(items))) if k.ends_with("List") => items.clone(),
+                (Some(k), Some(serde_json::Value::Array(items))) if k.ends_with("List") => {
+                    items.clone()
+                }
                 _ => vec![json],
             };
             for item in items {
-                let name = item.pointer("/metadata/name").and_then(|n| n.as_str()).unwrap_or("?").to_string();
-                if let Some(obj) = Object::from_value(item).map_err(|e| format!("document {} ({name}): {e}", i + 1))? {
+                let name = item
+                    .pointer("/metadata/name")
+                    .and_then(|n| n.as_str())
+                    .unwrap_or("?")
+                    .to_string();
+                if let Some(obj) = Object::from_value(item)
+                    .map_err(|e| format!("document {} ({name}): {e}", i + 1))?
+                {
                     out.push(obj);
                 }
             }
@@ -256,7 +280,10 @@ mod tests {
 
     #[test]
     fn bad_documents_are_named() {
-        let e = Store::parse_manifests("apiVersion: v1\nkind: Service\nmetadata: {name: a}\nspec: {ports: oops}\n").unwrap_err();
+        let e = Store::parse_manifests(
+            "apiVersion: v1\nkind: Service\nmetadata: {name: a}\nspec: {ports: oops}\n",
+        )
+        .unwrap_err();
         assert!(e.contains("document 1 (a)"), "{e}");
         let e = Store::parse_manifests("a: [").unwrap_err();
         assert!(e.contains("document 1"), "{e}");

@@ -23,7 +23,9 @@ struct FixtureOptions {
 
 fn options(dir: &Path) -> Options {
     let mut o = Options::default();
-    let Ok(text) = std::fs::read_to_string(dir.join("options.yaml")) else { return o };
+    let Ok(text) = std::fs::read_to_string(dir.join("options.yaml")) else {
+        return o;
+    };
     let f: FixtureOptions = serde_yaml::from_str(&text).expect("options.yaml");
     if let Some(c) = f.ingress_class {
         o.ingress_class = c;
@@ -31,10 +33,15 @@ fn options(dir: &Path) -> Options {
     if let Some(b) = f.default_backend {
         let (svc, port) = b.rsplit_once(':').expect("ns/name:port");
         let (ns, name) = svc.split_once('/').expect("ns/name");
-        let port = k8s_openapi::api::networking::v1::ServiceBackendPort { number: port.parse().ok(), name: None };
+        let port = k8s_openapi::api::networking::v1::ServiceBackendPort {
+            number: port.parse().ok(),
+            name: None,
+        };
         o.default_backend = Some((Key::new(ns, name), port));
     }
-    o.watch_namespaces = f.watch_namespaces.map(|v| v.into_iter().collect::<BTreeSet<_>>());
+    o.watch_namespaces = f
+        .watch_namespaces
+        .map(|v| v.into_iter().collect::<BTreeSet<_>>());
     o
 }
 
@@ -49,7 +56,10 @@ fn render(dir: &Path) -> String {
     let t = translate(&store, &options(dir), &registry);
     // Whatever the translator produces must be a table the proxy accepts.
     if let Err(errors) = Runtime::compile(t.config.clone(), &registry) {
-        panic!("{}: the proxy rejects the translated table: {errors:#?}", dir.display());
+        panic!(
+            "{}: the proxy rejects the translated table: {errors:#?}",
+            dir.display()
+        );
     }
     let mut config = t.config.clone();
     config.hash = None;
@@ -64,7 +74,11 @@ fn render(dir: &Path) -> String {
 #[test]
 fn golden_fixtures() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden");
-    let mut dirs: Vec<_> = std::fs::read_dir(&root).unwrap().map(|e| e.unwrap().path()).filter(|p| p.is_dir()).collect();
+    let mut dirs: Vec<_> = std::fs::read_dir(&root)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.is_dir())
+        .collect();
     dirs.sort();
     let bless = std::env::var("WEIR_BLESS").is_ok();
     let mut failures = Vec::new();
@@ -76,7 +90,11 @@ fn golden_fixtures() {
             if bless {
                 std::fs::write(&expected_path, &actual).unwrap();
             } else {
-                let first = actual.lines().zip(expected.lines()).position(|(a, b)| a != b).unwrap_or(0);
+                let first = actual
+                    .lines()
+                    .zip(expected.lines())
+                    .position(|(a, b)| a != b)
+                    .unwrap_or(0);
                 failures.push(format!(
                     "{}: differs from expected.yaml at line {}\n  expected: {:?}\n  actual:   {:?}",
                     dir.file_name().unwrap().to_string_lossy(),
@@ -87,7 +105,12 @@ fn golden_fixtures() {
             }
         }
     }
-    assert!(failures.is_empty(), "{} golden fixtures differ (WEIR_BLESS=1 to accept):\n{}", failures.len(), failures.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "{} golden fixtures differ (WEIR_BLESS=1 to accept):\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
     assert!(dirs.len() >= 40, "only {} golden fixtures", dirs.len());
 }
 

@@ -31,7 +31,10 @@ fn free_form(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
 fn conditions_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
     let mut s = generator.subschema_for::<Vec<Condition>>();
     s.insert("x-kubernetes-list-type".into(), "map".into());
-    s.insert("x-kubernetes-list-map-keys".into(), serde_json::json!(["type"]));
+    s.insert(
+        "x-kubernetes-list-map-keys".into(),
+        serde_json::json!(["type"]),
+    );
     s
 }
 
@@ -48,8 +51,16 @@ fn conditions_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Sch
     category = "weir",
     printcolumn(name = "Plugin", type_ = "string", json_path = ".spec.plugin"),
     printcolumn(name = "Disabled", type_ = "boolean", json_path = ".spec.disabled"),
-    printcolumn(name = "Accepted", type_ = "string", json_path = ".status.conditions[?(@.type==\"Accepted\")].status"),
-    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+    printcolumn(
+        name = "Accepted",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Accepted\")].status"
+    ),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
 )]
 #[serde(rename_all = "camelCase")]
 pub struct PluginSpec {
@@ -103,8 +114,16 @@ pub struct SecretKeyRef {
     printcolumn(name = "Plugin", type_ = "string", json_path = ".spec.plugin"),
     printcolumn(name = "Global", type_ = "boolean", json_path = ".spec.global"),
     printcolumn(name = "Disabled", type_ = "boolean", json_path = ".spec.disabled"),
-    printcolumn(name = "Accepted", type_ = "string", json_path = ".status.conditions[?(@.type==\"Accepted\")].status"),
-    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+    printcolumn(
+        name = "Accepted",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Accepted\")].status"
+    ),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
 )]
 #[serde(rename_all = "camelCase")]
 pub struct ClusterPluginSpec {
@@ -162,8 +181,16 @@ pub struct NamespacedSecretKeyRef {
     category = "weir",
     printcolumn(name = "Service", type_ = "string", json_path = ".spec.targetRef.name"),
     printcolumn(name = "Algorithm", type_ = "string", json_path = ".spec.algorithm"),
-    printcolumn(name = "Accepted", type_ = "string", json_path = ".status.conditions[?(@.type==\"Accepted\")].status"),
-    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+    printcolumn(
+        name = "Accepted",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Accepted\")].status"
+    ),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
 )]
 #[serde(rename_all = "camelCase")]
 pub struct UpstreamSpec {
@@ -356,7 +383,11 @@ mod tests {
         let committed = include_str!("../weir.dev.yaml");
         if committed != crds_yaml() {
             if std::env::var("WEIR_BLESS").is_ok() {
-                std::fs::write(concat!(env!("CARGO_MANIFEST_DIR"), "/weir.dev.yaml"), crds_yaml()).unwrap();
+                std::fs::write(
+                    concat!(env!("CARGO_MANIFEST_DIR"), "/weir.dev.yaml"),
+                    crds_yaml(),
+                )
+                .unwrap();
             }
             panic!("crds/weir.dev.yaml is stale: run `WEIR_BLESS=1 cargo test -p weir-crds` (or `weir crds > crds/weir.dev.yaml`)");
         }
@@ -374,9 +405,18 @@ mod tests {
         let spec = &schema["openAPIV3Schema"]["properties"]["spec"];
         assert_eq!(spec["required"], serde_json::json!(["plugin"]));
         assert_eq!(spec["properties"]["config"]["type"], "object");
-        let up = serde_json::to_value(Upstream::crd().spec.versions[0].schema.as_ref().unwrap()).unwrap();
+        let up = serde_json::to_value(Upstream::crd().spec.versions[0].schema.as_ref().unwrap())
+            .unwrap();
         let alg = &up["openAPIV3Schema"]["properties"]["spec"]["properties"]["algorithm"];
-        assert_eq!(alg["enum"], serde_json::json!(["round-robin", "least-connections", "consistent-hashing", "peak-ewma"]));
+        assert_eq!(
+            alg["enum"],
+            serde_json::json!([
+                "round-robin",
+                "least-connections",
+                "consistent-hashing",
+                "peak-ewma"
+            ])
+        );
     }
 
     #[test]

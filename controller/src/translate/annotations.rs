@@ -55,28 +55,46 @@ pub struct ServiceAnnotations {
 }
 
 fn list(v: &str) -> Vec<String> {
-    v.split(',').map(str::trim).filter(|s| !s.is_empty()).map(str::to_string).collect()
+    v.split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(str::to_string)
+        .collect()
 }
 
 fn boolean(key: &str, v: &str) -> Result<bool, AnnotationError> {
     match v.trim() {
         "true" => Ok(true),
         "false" => Ok(false),
-        other => Err((key.into(), format!("{other:?} is not \"true\" or \"false\""))),
+        other => Err((
+            key.into(),
+            format!("{other:?} is not \"true\" or \"false\""),
+        )),
     }
 }
 
-fn number<T: std::str::FromStr + PartialOrd + std::fmt::Display>(key: &str, v: &str, min: T, max: T) -> Result<T, AnnotationError> {
+fn number<T: std::str::FromStr + PartialOrd + std::fmt::Display>(
+    key: &str,
+    v: &str,
+    min: T,
+    max: T,
+) -> Result<T, AnnotationError> {
     match v.trim().parse::<T>() {
         Ok(n) if n >= min && n <= max => Ok(n),
-        _ => Err((key.into(), format!("{v:?} is not a whole number between {min} and {max}"))),
+        _ => Err((
+            key.into(),
+            format!("{v:?} is not a whole number between {min} and {max}"),
+        )),
     }
 }
 
 fn plugin_names(key: &str, v: &str) -> Result<Vec<String>, AnnotationError> {
     let names = list(v);
     for n in &names {
-        let ok = !n.is_empty() && n.len() <= 253 && n.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.');
+        let ok = !n.is_empty()
+            && n.len() <= 253
+            && n.bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.');
         if !ok {
             return Err((key.into(), format!("{n:?} is not a resource name")));
         }
@@ -88,13 +106,21 @@ fn path(key: &str, v: &str) -> Result<String, AnnotationError> {
     if v.starts_with('/') && !v.contains(['?', '#', ' ']) {
         Ok(v.to_string())
     } else {
-        Err((key.into(), format!("{v:?} must be a path starting with \"/\"")))
+        Err((
+            key.into(),
+            format!("{v:?} must be a path starting with \"/\""),
+        ))
     }
 }
 
 /// Parses an Ingress's annotations; every problem is returned, unknown `weir.dev/` keys too
 /// (those in the second list, which do not stop the Ingress from being served).
-pub fn ingress(annotations: &BTreeMap<String, String>) -> (Result<IngressAnnotations, Vec<AnnotationError>>, Vec<String>) {
+pub fn ingress(
+    annotations: &BTreeMap<String, String>,
+) -> (
+    Result<IngressAnnotations, Vec<AnnotationError>>,
+    Vec<String>,
+) {
     let mut out = IngressAnnotations::default();
     let mut errors = Vec::new();
     let mut unknown = Vec::new();
@@ -112,8 +138,14 @@ pub fn ingress(annotations: &BTreeMap<String, String>) -> (Result<IngressAnnotat
                     out.host_header = Some(h.to_string());
                 }
                 a::METHODS => {
-                    let methods: Vec<String> = list(v).into_iter().map(|m| m.to_ascii_uppercase()).collect();
-                    if let Some(bad) = methods.iter().find(|m| !m.bytes().all(|b| b.is_ascii_uppercase() || b == b'-' || b == b'_')) {
+                    let methods: Vec<String> = list(v)
+                        .into_iter()
+                        .map(|m| m.to_ascii_uppercase())
+                        .collect();
+                    if let Some(bad) = methods.iter().find(|m| {
+                        !m.bytes()
+                            .all(|b| b.is_ascii_uppercase() || b == b'-' || b == b'_')
+                    }) {
                         return Err((key.clone(), format!("{bad:?} is not an HTTP method")));
                     }
                     out.methods = methods;
@@ -124,7 +156,12 @@ pub fn ingress(annotations: &BTreeMap<String, String>) -> (Result<IngressAnnotat
                         protos.push(match p.as_str() {
                             "http" => ClientProtocol::Http,
                             "https" => ClientProtocol::Https,
-                            other => return Err((key.clone(), format!("{other:?} is not http or https"))),
+                            other => {
+                                return Err((
+                                    key.clone(),
+                                    format!("{other:?} is not http or https"),
+                                ))
+                            }
                         });
                     }
                     out.protocols = protos;
@@ -132,20 +169,37 @@ pub fn ingress(annotations: &BTreeMap<String, String>) -> (Result<IngressAnnotat
                 a::HTTPS_REDIRECT_STATUS_CODE => {
                     let code = number::<u16>(key, v, 300, 599)?;
                     if ![301, 302, 307, 308, 426].contains(&code) {
-                        return Err((key.clone(), format!("{code} is not one of 301, 302, 307, 308, 426")));
+                        return Err((
+                            key.clone(),
+                            format!("{code} is not one of 301, 302, 307, 308, 426"),
+                        ));
                     }
                     out.https_redirect_status_code = Some(code);
                 }
                 a::REWRITE => out.rewrite = Some(path(key, v.trim())?),
-                a::REGEX_PRIORITY => out.regex_priority = number::<i32>(key, v, -1_000_000, 1_000_000)?,
+                a::REGEX_PRIORITY => {
+                    out.regex_priority = number::<i32>(key, v, -1_000_000, 1_000_000)?
+                }
                 k if k.starts_with(a::HEADERS_PREFIX) => {
                     let name = &k[a::HEADERS_PREFIX.len()..];
-                    if http::HeaderName::from_bytes(name.as_bytes()).is_err() || name.eq_ignore_ascii_case("host") {
-                        return Err((key.clone(), format!("{name:?} is not a header name that can be matched")));
+                    if http::HeaderName::from_bytes(name.as_bytes()).is_err()
+                        || name.eq_ignore_ascii_case("host")
+                    {
+                        return Err((
+                            key.clone(),
+                            format!("{name:?} is not a header name that can be matched"),
+                        ));
                     }
                     let values = list(v);
-                    if values.is_empty() || values.iter().any(|x| http::HeaderValue::from_str(x).is_err()) {
-                        return Err((key.clone(), format!("{v:?} is not a comma-separated list of header values")));
+                    if values.is_empty()
+                        || values
+                            .iter()
+                            .any(|x| http::HeaderValue::from_str(x).is_err())
+                    {
+                        return Err((
+                            key.clone(),
+                            format!("{v:?} is not a comma-separated list of header values"),
+                        ));
                     }
                     out.headers.insert(name.to_ascii_lowercase(), values);
                 }
@@ -166,7 +220,12 @@ pub fn ingress(annotations: &BTreeMap<String, String>) -> (Result<IngressAnnotat
 }
 
 /// Parses a Service's annotations.
-pub fn service(annotations: &BTreeMap<String, String>) -> (Result<ServiceAnnotations, Vec<AnnotationError>>, Vec<String>) {
+pub fn service(
+    annotations: &BTreeMap<String, String>,
+) -> (
+    Result<ServiceAnnotations, Vec<AnnotationError>>,
+    Vec<String>,
+) {
     let mut out = ServiceAnnotations::default();
     let mut errors = Vec::new();
     let mut unknown = Vec::new();
@@ -188,7 +247,12 @@ pub fn service(annotations: &BTreeMap<String, String>) -> (Result<ServiceAnnotat
                         "h2c" => UpstreamProtocol::H2c,
                         "grpc" => UpstreamProtocol::Grpc,
                         "grpcs" => UpstreamProtocol::Grpcs,
-                        other => return Err((key.clone(), format!("{other:?} is not one of http, https, h2c, grpc, grpcs"))),
+                        other => {
+                            return Err((
+                                key.clone(),
+                                format!("{other:?} is not one of http, https, h2c, grpc, grpcs"),
+                            ))
+                        }
                     })
                 }
                 a::CONNECT_TIMEOUT => out.connect_timeout = Some(number(key, v, 1, 86_400_000)?),
@@ -216,7 +280,10 @@ mod tests {
     use super::*;
 
     fn map(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
-        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
     }
 
     #[test]
@@ -253,16 +320,31 @@ mod tests {
         ]));
         let errs = r.unwrap_err();
         let keys: Vec<&str> = errs.iter().map(|e| e.0.as_str()).collect();
-        assert_eq!(keys, ["weir.dev/headers.host", "weir.dev/https-redirect-status-code", "weir.dev/rewrite", "weir.dev/strip-path"]);
+        assert_eq!(
+            keys,
+            [
+                "weir.dev/headers.host",
+                "weir.dev/https-redirect-status-code",
+                "weir.dev/rewrite",
+                "weir.dev/strip-path"
+            ]
+        );
     }
 
     #[test]
     fn service_annotations() {
-        let (r, _) = service(&map(&[("weir.dev/protocol", "h2c"), ("weir.dev/read-timeout", "500"), ("weir.dev/path", "/v1")]));
+        let (r, _) = service(&map(&[
+            ("weir.dev/protocol", "h2c"),
+            ("weir.dev/read-timeout", "500"),
+            ("weir.dev/path", "/v1"),
+        ]));
         let r = r.unwrap();
         assert_eq!(r.protocol, Some(UpstreamProtocol::H2c));
         assert_eq!(r.read_timeout, Some(500));
-        let (r, _) = service(&map(&[("weir.dev/retries", "99"), ("weir.dev/protocol", "ftp")]));
+        let (r, _) = service(&map(&[
+            ("weir.dev/retries", "99"),
+            ("weir.dev/protocol", "ftp"),
+        ]));
         assert_eq!(r.unwrap_err().len(), 2);
     }
 }

@@ -26,16 +26,28 @@ fn port_text(p: &ServiceBackendPort) -> String {
 
 impl Translator<'_> {
     /// The proxy service id for a Service port, building it on first use.
-    pub(super) fn backend(&mut self, namespace: &str, service: &str, port: &ServiceBackendPort) -> Result<String, BackendError> {
+    pub(super) fn backend(
+        &mut self,
+        namespace: &str,
+        service: &str,
+        port: &ServiceBackendPort,
+    ) -> Result<String, BackendError> {
         let key = Key::new(namespace, service);
         let Some(svc) = self.store.services.get(&key) else {
             return Err((Reason::ServiceNotFound, format!("Service {key} not found")));
         };
         let spec = svc.spec.as_ref();
-        let external = spec.and_then(|s| s.external_name.clone()).filter(|_| spec.and_then(|s| s.type_.as_deref()) == Some("ExternalName"));
-        let ports = spec.and_then(|s| s.ports.as_ref()).map(Vec::as_slice).unwrap_or(&[]);
+        let external = spec
+            .and_then(|s| s.external_name.clone())
+            .filter(|_| spec.and_then(|s| s.type_.as_deref()) == Some("ExternalName"));
+        let ports = spec
+            .and_then(|s| s.ports.as_ref())
+            .map(Vec::as_slice)
+            .unwrap_or(&[]);
         let sport: Option<&ServicePort> = match (&port.name, port.number) {
-            (Some(name), _) => ports.iter().find(|p| p.name.as_deref() == Some(name.as_str())),
+            (Some(name), _) => ports
+                .iter()
+                .find(|p| p.name.as_deref() == Some(name.as_str())),
             (None, Some(n)) => ports.iter().find(|p| p.port == n),
             (None, None) => None,
         };
@@ -43,7 +55,12 @@ impl Translator<'_> {
             (Some(p), _, _) => p.port,
             // An ExternalName Service need not list its ports.
             (None, Some(n), Some(_)) => n,
-            _ => return Err((Reason::PortNotFound, format!("Service {key} has no port {}", port_text(port)))),
+            _ => {
+                return Err((
+                    Reason::PortNotFound,
+                    format!("Service {key} has no port {}", port_text(port)),
+                ))
+            }
         };
         let cache_key = (namespace.to_string(), service.to_string(), number);
         if let Some(done) = self.backends.get(&cache_key) {
@@ -64,17 +81,31 @@ impl Translator<'_> {
     ) -> Result<String, BackendError> {
         let service_ref = obj(Kind::Service, key);
         let empty = Default::default();
-        let (ann, unknown) = annotations::service(svc.metadata.annotations.as_ref().unwrap_or(&empty));
+        let (ann, unknown) =
+            annotations::service(svc.metadata.annotations.as_ref().unwrap_or(&empty));
         for k in unknown {
-            self.problem(service_ref.clone(), Reason::UnknownAnnotation, format!("metadata.annotations[{k:?}]"), "not a Service annotation Weir knows; ignored");
+            self.problem(
+                service_ref.clone(),
+                Reason::UnknownAnnotation,
+                format!("metadata.annotations[{k:?}]"),
+                "not a Service annotation Weir knows; ignored",
+            );
         }
         let ann = match ann {
             Ok(a) => a,
             Err(errors) => {
                 for (k, m) in errors {
-                    self.problem(service_ref.clone(), Reason::InvalidAnnotation, format!("metadata.annotations[{k:?}]"), format!("{m}; routes to this Service are not served"));
+                    self.problem(
+                        service_ref.clone(),
+                        Reason::InvalidAnnotation,
+                        format!("metadata.annotations[{k:?}]"),
+                        format!("{m}; routes to this Service are not served"),
+                    );
                 }
-                return Err((Reason::InvalidAnnotation, format!("Service {key} has invalid annotations")));
+                return Err((
+                    Reason::InvalidAnnotation,
+                    format!("Service {key} has invalid annotations"),
+                ));
             }
         };
         let upstream = self.upstream_for(key, ann.upstream.as_deref());
@@ -87,11 +118,17 @@ impl Translator<'_> {
                 format!("metadata.annotations[{:?}]", weir_crds::annotations::PROTOCOL),
                 "upstream TLS (https, grpcs) is not supported by this proxy version; routes to this Service are not served",
             );
-            return Err((Reason::Unsupported, format!("Service {key} asks for upstream TLS")));
+            return Err((
+                Reason::Unsupported,
+                format!("Service {key} asks for upstream TLS"),
+            ));
         }
 
         let targets = match &external {
-            Some(host) => vec![Target { target: format!("{host}:{number}"), weight: 100 }],
+            Some(host) => vec![Target {
+                target: format!("{host}:{number}"),
+                weight: 100,
+            }],
             None => self.targets(key, sport),
         };
         let id = format!("{}/{}:{number}", key.namespace, key.name);
@@ -113,10 +150,22 @@ impl Translator<'_> {
             protocol,
             upstream: Some(id.clone()),
             path: ann.path.clone(),
-            connect_timeout: ann.connect_timeout.or(timeouts.connect).unwrap_or(default.connect_timeout),
-            read_timeout: ann.read_timeout.or(timeouts.read).unwrap_or(default.read_timeout),
-            write_timeout: ann.write_timeout.or(timeouts.write).unwrap_or(default.write_timeout),
-            retries: ann.retries.or(up_spec.and_then(|u| u.retries)).unwrap_or(default.retries),
+            connect_timeout: ann
+                .connect_timeout
+                .or(timeouts.connect)
+                .unwrap_or(default.connect_timeout),
+            read_timeout: ann
+                .read_timeout
+                .or(timeouts.read)
+                .unwrap_or(default.read_timeout),
+            write_timeout: ann
+                .write_timeout
+                .or(timeouts.write)
+                .unwrap_or(default.write_timeout),
+            retries: ann
+                .retries
+                .or(up_spec.and_then(|u| u.retries))
+                .unwrap_or(default.retries),
             ..default
         };
 
@@ -124,12 +173,27 @@ impl Translator<'_> {
         let plugins = match self.resolve_names(&key.namespace, &ann.plugins) {
             Ok(p) => p,
             Err((reason, m)) => {
-                self.problem(service_ref, reason, format!("metadata.annotations[{:?}]", weir_crds::annotations::PLUGINS), format!("{m}; routes to this Service are not served"));
-                return Err((reason, format!("Service {key} names a plugin that is not accepted")));
+                self.problem(
+                    service_ref,
+                    reason,
+                    format!(
+                        "metadata.annotations[{:?}]",
+                        weir_crds::annotations::PLUGINS
+                    ),
+                    format!("{m}; routes to this Service are not served"),
+                );
+                return Err((
+                    reason,
+                    format!("Service {key} names a plugin that is not accepted"),
+                ));
             }
         };
         self.config.services.push(service);
-        self.config.upstreams.push(config::Upstream { id: id.clone(), algorithm: config::Algorithm::RoundRobin, targets });
+        self.config.upstreams.push(config::Upstream {
+            id: id.clone(),
+            algorithm: config::Algorithm::RoundRobin,
+            targets,
+        });
         for p in plugins {
             self.config.plugins.push(p.entry(None, Some(&id)));
         }
@@ -141,10 +205,16 @@ impl Translator<'_> {
         let port_name = sport.and_then(|p| p.name.as_deref()).unwrap_or("");
         let mut ready = Vec::new();
         let mut terminating = Vec::new();
-        let slices = self.slices.get(&(key.namespace.as_str(), key.name.as_str()));
+        let slices = self
+            .slices
+            .get(&(key.namespace.as_str(), key.name.as_str()));
         for slice in slices.into_iter().flatten() {
             let ports = slice.ports.as_deref().unwrap_or(&[]);
-            let Some(port) = ports.iter().find(|p| p.name.as_deref().unwrap_or("") == port_name).and_then(|p| p.port) else {
+            let Some(port) = ports
+                .iter()
+                .find(|p| p.name.as_deref().unwrap_or("") == port_name)
+                .and_then(|p| p.port)
+            else {
                 continue;
             };
             let v6 = slice.address_type == "IPv6";
@@ -155,7 +225,11 @@ impl Translator<'_> {
                 let serving = c.and_then(|c| c.serving).unwrap_or(is_ready);
                 let is_terminating = c.and_then(|c| c.terminating).unwrap_or(false);
                 for addr in &ep.addresses {
-                    let target = if v6 || addr.contains(':') { format!("[{addr}]:{port}") } else { format!("{addr}:{port}") };
+                    let target = if v6 || addr.contains(':') {
+                        format!("[{addr}]:{port}")
+                    } else {
+                        format!("{addr}:{port}")
+                    };
                     if is_ready {
                         ready.push(target);
                     } else if serving && is_terminating {
@@ -167,7 +241,13 @@ impl Translator<'_> {
         let mut chosen = if ready.is_empty() { terminating } else { ready };
         chosen.sort();
         chosen.dedup();
-        chosen.into_iter().map(|target| Target { target, weight: 100 }).collect()
+        chosen
+            .into_iter()
+            .map(|target| Target {
+                target,
+                weight: 100,
+            })
+            .collect()
     }
 
     /// The Upstream resource for a Service: named by annotation, else the one whose
@@ -181,7 +261,10 @@ impl Translator<'_> {
                     self.problem(
                         obj(Kind::Service, key),
                         Reason::InvalidUpstream,
-                        format!("metadata.annotations[{:?}]", weir_crds::annotations::UPSTREAM),
+                        format!(
+                            "metadata.annotations[{:?}]",
+                            weir_crds::annotations::UPSTREAM
+                        ),
                         format!("Upstream {ukey} not found; using defaults"),
                     );
                     None
@@ -191,20 +274,40 @@ impl Translator<'_> {
         self.store
             .upstreams
             .iter()
-            .find(|(k, u)| k.namespace == key.namespace && u.spec.target_ref.as_ref().is_some_and(|t| t.name == key.name))
+            .find(|(k, u)| {
+                k.namespace == key.namespace
+                    && u.spec
+                        .target_ref
+                        .as_ref()
+                        .is_some_and(|t| t.name == key.name)
+            })
             .map(|(_, u)| u.clone())
     }
 
     /// Reports Upstream resources that target nothing or ask for what the proxy cannot do.
     pub(super) fn check_upstreams(&mut self) {
-        let upstreams: Vec<(Key, Upstream)> =
-            self.store.upstreams.iter().filter(|(k, _)| self.in_scope(&k.namespace)).map(|(k, u)| (k.clone(), u.clone())).collect();
+        let upstreams: Vec<(Key, Upstream)> = self
+            .store
+            .upstreams
+            .iter()
+            .filter(|(k, _)| self.in_scope(&k.namespace))
+            .map(|(k, u)| (k.clone(), u.clone()))
+            .collect();
         for (key, u) in upstreams {
             let me = obj(Kind::Upstream, &key);
             self.checked.insert(me.clone());
             if let Some(t) = &u.spec.target_ref {
-                if !self.store.services.contains_key(&Key::new(key.namespace.as_str(), t.name.as_str())) {
-                    self.problem(me.clone(), Reason::ServiceNotFound, "spec.targetRef.name", format!("Service {}/{} not found", key.namespace, t.name));
+                if !self
+                    .store
+                    .services
+                    .contains_key(&Key::new(key.namespace.as_str(), t.name.as_str()))
+                {
+                    self.problem(
+                        me.clone(),
+                        Reason::ServiceNotFound,
+                        "spec.targetRef.name",
+                        format!("Service {}/{} not found", key.namespace, t.name),
+                    );
                 }
             }
             let unsupported: Vec<(&str, String)> = [
@@ -227,12 +330,17 @@ impl Translator<'_> {
 
     /// `--default-backend`: the Service answering requests no rule matches.
     pub(super) fn controller_default_backend(&mut self) {
-        let Some((key, port)) = self.opts.default_backend.clone() else { return };
+        let Some((key, port)) = self.opts.default_backend.clone() else {
+            return;
+        };
         match self.backend(&key.namespace, &key.name, &port) {
             Ok(service) => self.config.routes.push(config::Route {
                 id: "weir/default-backend".into(),
                 hosts: vec![],
-                paths: vec![config::PathRule { path: "/".into(), kind: config::PathKind::Prefix }],
+                paths: vec![config::PathRule {
+                    path: "/".into(),
+                    kind: config::PathKind::Prefix,
+                }],
                 methods: vec![],
                 headers: Default::default(),
                 protocols: vec![],
@@ -245,8 +353,17 @@ impl Translator<'_> {
                 service: Some(service),
             }),
             Err((reason, m)) => {
-                let o = ObjectRef { kind: Kind::Service, namespace: Some(key.namespace.clone()), name: key.name.clone() };
-                self.problem(o, reason, "--default-backend", format!("{m}; the controller default backend is not served"));
+                let o = ObjectRef {
+                    kind: Kind::Service,
+                    namespace: Some(key.namespace.clone()),
+                    name: key.name.clone(),
+                };
+                self.problem(
+                    o,
+                    reason,
+                    "--default-backend",
+                    format!("{m}; the controller default backend is not served"),
+                );
             }
         }
     }

@@ -30,7 +30,11 @@ fn path_rule(path: &str, path_type: &str) -> Result<PathRule, String> {
             Some(re) => (PathKind::Regex, re.to_string()),
             None => (PathKind::Prefix, path.to_string()),
         },
-        other => return Err(format!("unknown pathType {other:?} (Exact, Prefix or ImplementationSpecific)")),
+        other => {
+            return Err(format!(
+                "unknown pathType {other:?} (Exact, Prefix or ImplementationSpecific)"
+            ))
+        }
     };
     match kind {
         PathKind::Regex => {
@@ -57,26 +61,48 @@ impl Translator<'_> {
     /// Whether this controller serves the Ingress.
     fn owns(&self, ing: &Ingress) -> bool {
         let ours = |class: &str| match self.store.ingress_classes.get(class) {
-            Some(ic) => ic.spec.as_ref().and_then(|s| s.controller.as_deref()) == Some(weir_crds::CONTROLLER_NAME),
+            Some(ic) => {
+                ic.spec.as_ref().and_then(|s| s.controller.as_deref())
+                    == Some(weir_crds::CONTROLLER_NAME)
+            }
             None => class == self.opts.ingress_class,
         };
-        if let Some(class) = ing.metadata.annotations.as_ref().and_then(|m| m.get(a::INGRESS_CLASS)) {
+        if let Some(class) = ing
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|m| m.get(a::INGRESS_CLASS))
+        {
             return class == &self.opts.ingress_class;
         }
-        if let Some(class) = ing.spec.as_ref().and_then(|s| s.ingress_class_name.as_deref()) {
+        if let Some(class) = ing
+            .spec
+            .as_ref()
+            .and_then(|s| s.ingress_class_name.as_deref())
+        {
             return ours(class);
         }
         // No class: adopted when one of our IngressClasses is the cluster default.
         self.store.ingress_classes.values().any(|ic| {
-            ic.spec.as_ref().and_then(|s| s.controller.as_deref()) == Some(weir_crds::CONTROLLER_NAME)
-                && ic.metadata.annotations.as_ref().and_then(|m| m.get(a::DEFAULT_CLASS)).map(String::as_str) == Some("true")
+            ic.spec.as_ref().and_then(|s| s.controller.as_deref())
+                == Some(weir_crds::CONTROLLER_NAME)
+                && ic
+                    .metadata
+                    .annotations
+                    .as_ref()
+                    .and_then(|m| m.get(a::DEFAULT_CLASS))
+                    .map(String::as_str)
+                    == Some("true")
         })
     }
 
     pub(super) fn ingresses(&mut self) {
         let store = self.store;
-        let mut owned: Vec<(&Key, &Ingress)> =
-            store.ingresses.iter().filter(|(k, i)| self.in_scope(&k.namespace) && self.owns(i)).collect();
+        let mut owned: Vec<(&Key, &Ingress)> = store
+            .ingresses
+            .iter()
+            .filter(|(k, i)| self.in_scope(&k.namespace) && self.owns(i))
+            .collect();
         // Oldest first, then namespace/name: who wins a conflict.
         owned.sort_by(|(ka, a), (kb, b)| {
             let ta = a.metadata.creation_timestamp.as_ref().map(|t| t.0);
@@ -92,15 +118,26 @@ impl Translator<'_> {
     fn ingress(&mut self, key: &Key, ing: &Ingress) {
         let me = obj(Kind::Ingress, key);
         let empty = BTreeMap::new();
-        let (ann, unknown) = annotations::ingress(ing.metadata.annotations.as_ref().unwrap_or(&empty));
+        let (ann, unknown) =
+            annotations::ingress(ing.metadata.annotations.as_ref().unwrap_or(&empty));
         for k in unknown {
-            self.problem(me.clone(), Reason::UnknownAnnotation, format!("metadata.annotations[{k:?}]"), "not an Ingress annotation Weir knows; ignored");
+            self.problem(
+                me.clone(),
+                Reason::UnknownAnnotation,
+                format!("metadata.annotations[{k:?}]"),
+                "not an Ingress annotation Weir knows; ignored",
+            );
         }
         let ann = match ann {
             Ok(a) => a,
             Err(errors) => {
                 for (k, m) in errors {
-                    self.problem(me.clone(), Reason::InvalidAnnotation, format!("metadata.annotations[{k:?}]"), format!("{m}; this Ingress is not served"));
+                    self.problem(
+                        me.clone(),
+                        Reason::InvalidAnnotation,
+                        format!("metadata.annotations[{k:?}]"),
+                        format!("{m}; this Ingress is not served"),
+                    );
                 }
                 return;
             }
@@ -108,12 +145,19 @@ impl Translator<'_> {
         let plugins = match self.resolve_names(&key.namespace, &ann.plugins) {
             Ok(p) => p,
             Err((reason, m)) => {
-                self.problem(me, reason, format!("metadata.annotations[{:?}]", a::PLUGINS), format!("{m}; this Ingress is not served"));
+                self.problem(
+                    me,
+                    reason,
+                    format!("metadata.annotations[{:?}]", a::PLUGINS),
+                    format!("{m}; this Ingress is not served"),
+                );
                 return;
             }
         };
         self.tls(key, ing);
-        let Some(spec) = ing.spec.as_ref() else { return };
+        let Some(spec) = ing.spec.as_ref() else {
+            return;
+        };
 
         if let Some(backend) = &spec.default_backend {
             let claim = (String::new(), "DefaultBackend", String::new());
@@ -123,9 +167,22 @@ impl Translator<'_> {
                     self.problem(me.clone(), Reason::Conflict, "spec.defaultBackend", m);
                 }
                 None => {
-                    let rule = PathRule { path: "/".into(), kind: PathKind::Prefix };
+                    let rule = PathRule {
+                        path: "/".into(),
+                        kind: PathKind::Prefix,
+                    };
                     let id = format!("{key}/default-backend");
-                    if self.add_route(key, &ann, &plugins, id, None, rule, backend, "spec.defaultBackend", -1) {
+                    if self.add_route(
+                        key,
+                        &ann,
+                        &plugins,
+                        id,
+                        None,
+                        rule,
+                        backend,
+                        "spec.defaultBackend",
+                        -1,
+                    ) {
                         self.claimed.insert(claim, key.clone());
                     }
                 }
@@ -141,11 +198,20 @@ impl Translator<'_> {
                 let path = match path_rule(&raw, &p.path_type) {
                     Ok(r) => r,
                     Err(m) => {
-                        self.problem(me.clone(), Reason::InvalidPath, format!("{field}.path"), format!("{m}; this path is not served"));
+                        self.problem(
+                            me.clone(),
+                            Reason::InvalidPath,
+                            format!("{field}.path"),
+                            format!("{m}; this path is not served"),
+                        );
                         continue;
                     }
                 };
-                let claim = (host.clone().unwrap_or_default().to_ascii_lowercase(), kind_name(path.kind), path.path.clone());
+                let claim = (
+                    host.clone().unwrap_or_default().to_ascii_lowercase(),
+                    kind_name(path.kind),
+                    path.path.clone(),
+                );
                 if let Some(winner) = self.claimed.get(&claim) {
                     let m = format!(
                         "{} {} on host {:?} is already served by Ingress {winner}; this path is not served",
@@ -157,8 +223,22 @@ impl Translator<'_> {
                     continue;
                 }
                 let id = format!("{key}/r{ri}/p{pi}");
-                let priority = if path.kind == PathKind::Regex { ann.regex_priority } else { 0 };
-                if self.add_route(key, &ann, &plugins, id, host.clone(), path, &p.backend, &format!("{field}.backend"), priority) {
+                let priority = if path.kind == PathKind::Regex {
+                    ann.regex_priority
+                } else {
+                    0
+                };
+                if self.add_route(
+                    key,
+                    &ann,
+                    &plugins,
+                    id,
+                    host.clone(),
+                    path,
+                    &p.backend,
+                    &format!("{field}.backend"),
+                    priority,
+                ) {
                     self.claimed.insert(claim, key.clone());
                 }
             }
@@ -186,17 +266,32 @@ impl Translator<'_> {
                 match self.backend(&key.namespace, &s.name, &port) {
                     Ok(id) => id,
                     Err((reason, m)) => {
-                        self.problem(me, reason, format!("{field}.service"), format!("{m}; this path is not served"));
+                        self.problem(
+                            me,
+                            reason,
+                            format!("{field}.service"),
+                            format!("{m}; this path is not served"),
+                        );
                         return false;
                     }
                 }
             }
             (None, Some(_)) => {
-                self.problem(me, Reason::UnsupportedBackend, format!("{field}.resource"), "resource backends are not supported; this path is not served");
+                self.problem(
+                    me,
+                    Reason::UnsupportedBackend,
+                    format!("{field}.resource"),
+                    "resource backends are not supported; this path is not served",
+                );
                 return false;
             }
             (None, None) => {
-                self.problem(me, Reason::UnsupportedBackend, field.to_string(), "a backend needs a service; this path is not served");
+                self.problem(
+                    me,
+                    Reason::UnsupportedBackend,
+                    field.to_string(),
+                    "a backend needs a service; this path is not served",
+                );
                 return false;
             }
         };
@@ -229,7 +324,10 @@ mod tests {
     #[test]
     fn path_types() {
         assert_eq!(path_rule("/a", "Exact").unwrap().kind, PathKind::Exact);
-        assert_eq!(path_rule("/a", "ImplementationSpecific").unwrap().kind, PathKind::Prefix);
+        assert_eq!(
+            path_rule("/a", "ImplementationSpecific").unwrap().kind,
+            PathKind::Prefix
+        );
         let r = path_rule("/~/v[0-9]+/x", "ImplementationSpecific").unwrap();
         assert_eq!((r.kind, r.path.as_str()), (PathKind::Regex, "/v[0-9]+/x"));
         assert!(path_rule("/~/v[", "ImplementationSpecific").is_err());

@@ -30,7 +30,11 @@ pub struct Options {
 
 impl Default for Options {
     fn default() -> Self {
-        Options { ingress_class: "weir".into(), default_backend: None, watch_namespaces: None }
+        Options {
+            ingress_class: "weir".into(),
+            default_backend: None,
+            watch_namespaces: None,
+        }
     }
 }
 
@@ -87,7 +91,10 @@ impl<'a> Translator<'a> {
         for (key, slice) in &store.endpoint_slices {
             let labels = slice.metadata.labels.as_ref();
             if let Some(svc) = labels.and_then(|l| l.get("kubernetes.io/service-name")) {
-                slices.entry((key.namespace.as_str(), svc.as_str())).or_default().push(slice);
+                slices
+                    .entry((key.namespace.as_str(), svc.as_str()))
+                    .or_default()
+                    .push(slice);
             }
         }
         Translator {
@@ -106,11 +113,25 @@ impl<'a> Translator<'a> {
     }
 
     fn in_scope(&self, namespace: &str) -> bool {
-        self.opts.watch_namespaces.as_ref().is_none_or(|set| set.contains(namespace))
+        self.opts
+            .watch_namespaces
+            .as_ref()
+            .is_none_or(|set| set.contains(namespace))
     }
 
-    fn problem(&mut self, object: ObjectRef, reason: Reason, field: impl Into<String>, message: impl Into<String>) {
-        self.problems.push(Problem { object, reason, field: field.into(), message: message.into() });
+    fn problem(
+        &mut self,
+        object: ObjectRef,
+        reason: Reason,
+        field: impl Into<String>,
+        message: impl Into<String>,
+    ) {
+        self.problems.push(Problem {
+            object,
+            reason,
+            field: field.into(),
+            message: message.into(),
+        });
     }
 
     fn run(&mut self) {
@@ -136,6 +157,9 @@ impl<'a> Translator<'a> {
 
 /// An object reference for problems.
 fn obj(kind: Kind, key: &Key) -> ObjectRef {
-    ObjectRef { kind, namespace: Some(key.namespace.clone()), name: key.name.clone() }
+    ObjectRef {
+        kind,
+        namespace: Some(key.namespace.clone()),
+        name: key.name.clone(),
+    }
 }
-

@@ -53,17 +53,30 @@ fn secret_text(data: Option<&ByteString>) -> Option<String> {
 
 impl Translator<'_> {
     /// Reads a configuration from a labelled Secret key (JSON or YAML).
-    fn config_from_secret(&self, ns: &str, name: &str, key: &str) -> Result<serde_json::Value, String> {
-        let secret = self
-            .store
-            .secrets
-            .get(&Key::new(ns, name))
-            .ok_or_else(|| format!("Secret {ns}/{name} not found (it must carry the label {}=\"true\")", weir_crds::CREDENTIAL_LABEL))?;
+    fn config_from_secret(
+        &self,
+        ns: &str,
+        name: &str,
+        key: &str,
+    ) -> Result<serde_json::Value, String> {
+        let secret = self.store.secrets.get(&Key::new(ns, name)).ok_or_else(|| {
+            format!(
+                "Secret {ns}/{name} not found (it must carry the label {}=\"true\")",
+                weir_crds::CREDENTIAL_LABEL
+            )
+        })?;
         let text = secret_text(secret.data.as_ref().and_then(|d| d.get(key)))
-            .or_else(|| secret.string_data.as_ref().and_then(|d| d.get(key)).cloned())
+            .or_else(|| {
+                secret
+                    .string_data
+                    .as_ref()
+                    .and_then(|d| d.get(key))
+                    .cloned()
+            })
             .ok_or_else(|| format!("Secret {ns}/{name} has no key {key:?}"))?;
         // The error must not echo the Secret's contents.
-        serde_yaml::from_str::<serde_json::Value>(&text).map_err(|_| format!("Secret {ns}/{name} key {key:?} is not JSON or YAML"))
+        serde_yaml::from_str::<serde_json::Value>(&text)
+            .map_err(|_| format!("Secret {ns}/{name} key {key:?} is not JSON or YAML"))
     }
 
     fn check(&mut self, r: &PluginRef) -> Result<Resolved, String> {
@@ -73,8 +86,22 @@ impl Translator<'_> {
         let (object, id, plugin, config, from, enabled, priority) = match r {
             PluginRef::Namespaced(key) => {
                 let p = &self.store.plugins[key];
-                let from = p.spec.config_from.as_ref().map(|f| (key.namespace.clone(), f.secret_key_ref.name.clone(), f.secret_key_ref.key.clone()));
-                (obj(Kind::Plugin, key), key.to_string(), p.spec.plugin.clone(), p.spec.config.clone(), from, !p.spec.disabled, p.spec.priority)
+                let from = p.spec.config_from.as_ref().map(|f| {
+                    (
+                        key.namespace.clone(),
+                        f.secret_key_ref.name.clone(),
+                        f.secret_key_ref.key.clone(),
+                    )
+                });
+                (
+                    obj(Kind::Plugin, key),
+                    key.to_string(),
+                    p.spec.plugin.clone(),
+                    p.spec.config.clone(),
+                    from,
+                    !p.spec.disabled,
+                    p.spec.priority,
+                )
             }
             PluginRef::Cluster(name) => {
                 let p = &self.store.cluster_plugins[name];
@@ -82,17 +109,34 @@ impl Translator<'_> {
                     let r = &f.secret_key_ref;
                     (r.namespace.clone(), r.name.clone(), r.key.clone())
                 });
-                let object = ObjectRef { kind: Kind::ClusterPlugin, namespace: None, name: name.clone() };
-                (object, format!("cluster/{name}"), p.spec.plugin.clone(), p.spec.config.clone(), f, !p.spec.disabled, p.spec.priority)
+                let object = ObjectRef {
+                    kind: Kind::ClusterPlugin,
+                    namespace: None,
+                    name: name.clone(),
+                };
+                (
+                    object,
+                    format!("cluster/{name}"),
+                    p.spec.plugin.clone(),
+                    p.spec.config.clone(),
+                    f,
+                    !p.spec.disabled,
+                    p.spec.priority,
+                )
             }
         };
         self.checked.insert(object.clone());
         let result = (|| {
             let config = match (config, from) {
                 (Some(_), Some(_)) => {
-                    return Err(("spec.configFrom", "set either spec.config or spec.configFrom, not both".to_string()));
+                    return Err((
+                        "spec.configFrom",
+                        "set either spec.config or spec.configFrom, not both".to_string(),
+                    ));
                 }
-                (None, Some((ns, name, key))) => self.config_from_secret(&ns, &name, &key).map_err(|m| ("spec.configFrom", m))?,
+                (None, Some((ns, name, key))) => self
+                    .config_from_secret(&ns, &name, &key)
+                    .map_err(|m| ("spec.configFrom", m))?,
                 (Some(c), None) => c,
                 (None, None) => serde_json::json!({}),
             };
@@ -103,9 +147,19 @@ impl Translator<'_> {
             }
         })();
         let out = match result {
-            Ok(config) => Ok(Resolved { id, plugin, config, enabled, priority }),
+            Ok(config) => Ok(Resolved {
+                id,
+                plugin,
+                config,
+                enabled,
+                priority,
+            }),
             Err((field, message)) => {
-                let reason = if field == "spec.configFrom" { Reason::InvalidSecret } else { Reason::InvalidPluginConfig };
+                let reason = if field == "spec.configFrom" {
+                    Reason::InvalidSecret
+                } else {
+                    Reason::InvalidPluginConfig
+                };
                 self.problem(object.clone(), reason, field, message.clone());
                 Err(format!("{object} is not accepted: {message}"))
             }
@@ -116,7 +170,13 @@ impl Translator<'_> {
 
     /// Checks every plugin resource, referenced or not, so each gets its condition.
     pub(super) fn check_all_plugins(&mut self) {
-        let keys: Vec<Key> = self.store.plugins.keys().filter(|k| self.in_scope(&k.namespace)).cloned().collect();
+        let keys: Vec<Key> = self
+            .store
+            .plugins
+            .keys()
+            .filter(|k| self.in_scope(&k.namespace))
+            .cloned()
+            .collect();
         for k in keys {
             let _ = self.check(&PluginRef::Namespaced(k));
         }
@@ -140,7 +200,11 @@ impl Translator<'_> {
             if let Ok(r) = self.check(&PluginRef::Cluster(name.clone())) {
                 // One global instance per plugin kind: the first by name wins.
                 if let Some(first) = seen.get(&r.plugin) {
-                    let object = ObjectRef { kind: Kind::ClusterPlugin, namespace: None, name };
+                    let object = ObjectRef {
+                        kind: Kind::ClusterPlugin,
+                        namespace: None,
+                        name,
+                    };
                     self.problem(object, Reason::Conflict, "spec.global", format!("ClusterPlugin {first} is already the global {:?} plugin; this one is not applied globally", r.plugin));
                     continue;
                 }
@@ -152,7 +216,11 @@ impl Translator<'_> {
 
     /// Resolves the names of a `weir.dev/plugins` annotation for an object in `namespace`:
     /// a Plugin in the same namespace, else a ClusterPlugin.
-    pub(super) fn resolve_names(&mut self, namespace: &str, names: &[String]) -> Result<Vec<Resolved>, (Reason, String)> {
+    pub(super) fn resolve_names(
+        &mut self,
+        namespace: &str,
+        names: &[String],
+    ) -> Result<Vec<Resolved>, (Reason, String)> {
         let mut out = Vec::new();
         for name in names {
             let key = Key::new(namespace, name.as_str());
@@ -161,12 +229,21 @@ impl Translator<'_> {
             } else if self.store.cluster_plugins.contains_key(name) {
                 PluginRef::Cluster(name.clone())
             } else {
-                return Err((Reason::PluginNotFound, format!("no Plugin {namespace}/{name} and no ClusterPlugin {name}")));
+                return Err((
+                    Reason::PluginNotFound,
+                    format!("no Plugin {namespace}/{name} and no ClusterPlugin {name}"),
+                ));
             };
             match self.check(&r) {
                 Ok(resolved) => {
                     if out.iter().any(|o: &Resolved| o.plugin == resolved.plugin) {
-                        return Err((Reason::Conflict, format!("two plugins of kind {:?} are named; keep one", resolved.plugin)));
+                        return Err((
+                            Reason::Conflict,
+                            format!(
+                                "two plugins of kind {:?} are named; keep one",
+                                resolved.plugin
+                            ),
+                        ));
                     }
                     out.push(resolved)
                 }

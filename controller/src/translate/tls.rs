@@ -22,20 +22,28 @@ fn pem(data: Option<&k8s_openapi::ByteString>, what: &str) -> Result<String, Str
 
 impl Translator<'_> {
     pub(super) fn tls(&mut self, key: &Key, ing: &Ingress) {
-        let Some(spec) = ing.spec.as_ref() else { return };
+        let Some(spec) = ing.spec.as_ref() else {
+            return;
+        };
         for (i, t) in spec.tls.iter().flatten().enumerate() {
             // No secretName: the hosts use the default certificate.
-            let Some(secret_name) = &t.secret_name else { continue };
+            let Some(secret_name) = &t.secret_name else {
+                continue;
+            };
             let hosts: Vec<String> = t.hosts.clone().unwrap_or_default();
             let field = format!("spec.tls[{i}].secretName");
             let skey = Key::new(key.namespace.as_str(), secret_name.as_str());
             let result = match self.store.secrets.get(&skey) {
                 None => Err(format!("Secret {skey} not found")),
-                Some(s) if s.type_.as_deref() != Some(TLS_TYPE) => Err(format!("Secret {skey} is not of type {TLS_TYPE}")),
+                Some(s) if s.type_.as_deref() != Some(TLS_TYPE) => {
+                    Err(format!("Secret {skey} is not of type {TLS_TYPE}"))
+                }
                 Some(s) => {
                     let data = s.data.as_ref();
                     pem(data.and_then(|d| d.get("tls.crt")), "tls.crt")
-                        .and_then(|cert| Ok((cert, pem(data.and_then(|d| d.get("tls.key")), "tls.key")?)))
+                        .and_then(|cert| {
+                            Ok((cert, pem(data.and_then(|d| d.get("tls.key")), "tls.key")?))
+                        })
                         .map_err(|m| format!("Secret {skey} {m}"))
                 }
             };
@@ -50,12 +58,26 @@ impl Translator<'_> {
                                 }
                             }
                         }
-                        None => self.config.certificates.push(Certificate { id, cert, key: key_pem, snis: hosts }),
+                        None => self.config.certificates.push(Certificate {
+                            id,
+                            cert,
+                            key: key_pem,
+                            snis: hosts,
+                        }),
                     }
                 }
                 Err(m) => {
-                    let hosts = if hosts.is_empty() { "its hosts".to_string() } else { hosts.join(", ") };
-                    self.problem(obj(Kind::Ingress, key), Reason::InvalidSecret, field, format!("{m}; no certificate for {hosts}"));
+                    let hosts = if hosts.is_empty() {
+                        "its hosts".to_string()
+                    } else {
+                        hosts.join(", ")
+                    };
+                    self.problem(
+                        obj(Kind::Ingress, key),
+                        Reason::InvalidSecret,
+                        field,
+                        format!("{m}; no certificate for {hosts}"),
+                    );
                 }
             }
         }
