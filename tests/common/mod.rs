@@ -262,3 +262,4 @@ pub fn eventually(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
 pub fn addr(p: &Proc) -> SocketAddr {
     SocketAddr::from(([127, 0, 0, 1], p.port))
 }
+pub mod apiserver;

@@ -1,0 +1,219 @@
+//! `weir controller` end to end: the real binary and the real kube-rs client against an API
+//! server speaking the Kubernetes list/watch protocol (tests/common/apiserver.rs), pushing to a
+//! real `weir proxy` in front of real upstreams. Each change must be served within 2 s.
+
+mod common;
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::apiserver::ApiServer;
+use common::*;
+
+fn slice(name: &str, service: &str, port: u16) -> String {
+    format!(
+        "apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata: {{name: {name}, namespace: default, labels: {{kubernetes.io/service-name: {service}}}}}\n\
+         addressType: IPv4\nports: [{{name: http, port: {port}}}]\nendpoints:\n- addresses: [127.0.0.1]\n  conditions: {{ready: true}}\n"
+    )
+}
+
+fn ingress(name: &str, path: &str, service: &str, plugins: Option<&str>) -> String {
+    let ann = plugins.map_or(String::new(), |p| {
+        format!(", annotations: {{weir.dev/plugins: {p}}}")
+    });
+    format!(
+        "apiVersion: networking.k8s.io/v1\nkind: Ingress\nmetadata: {{name: {name}, namespace: default{ann}}}\n\
+         spec:\n  ingressClassName: weir\n  rules:\n  - http:\n      paths:\n      - {{path: {path}, pathType: Prefix, backend: {{service: {{name: {service}, port: {{name: http}}}}}}}}\n"
+    )
+}
+
+fn plugin(name: &str, status: u16) -> String {
+    format!(
+        "apiVersion: weir.dev/v1alpha1\nkind: Plugin\nmetadata: {{name: {name}, namespace: default}}\n\
+         spec: {{plugin: request-termination, config: {{status_code: {status}, message: guarded}}}}\n"
+    )
+}
+
+const BASE: &str = "apiVersion: networking.k8s.io/v1\nkind: IngressClass\nmetadata: {name: weir}\nspec: {controller: weir.dev/ingress-controller}\n---\n\
+    apiVersion: v1\nkind: Service\nmetadata: {name: echo, namespace: default}\nspec: {ports: [{name: http, port: 80}]}\n";
+
+/// Waits until `f` holds, failing after `limit`; returns how long it took.
+async fn within<F, Fut>(limit: Duration, what: &str, mut f: F) -> Duration
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let started = Instant::now();
+    loop {
+        if f().await {
+            return started.elapsed();
+        }
+        assert!(
+            started.elapsed() < limit,
+            "{what}: not seen within {limit:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_controller_follows_the_cluster() {
+    let a = echo("a");
+    let b = echo("b");
+    let api = ApiServer::start();
+    api.apply(BASE);
+    api.apply(&slice("echo-1", "echo", a.port));
+    api.apply(&ingress("app", "/a", "echo", None));
+
+    let weir = Weir::start("{}", &[]);
+    let dir = temp_dir("controller");
+    let kubeconfig = api.kubeconfig(&dir);
+    let metrics = free_port();
+    let _controller = Proc {
+        child: Command::new(WEIR)
+            .args([
+                "controller",
+                "--proxy-admin",
+                &format!("http://127.0.0.1:{}", weir.admin),
+            ])
+            .args([
+                "--publish-status-address",
+                "192.0.2.10",
+                "--metrics-listen",
+                &format!("127.0.0.1:{metrics}"),
+            ])
+            .env("KUBECONFIG", &kubeconfig)
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap(),
+        port: metrics,
+    };
+    let c = client();
+    let status = |path: &'static str| {
+        let c = c.clone();
+        let url = weir.url(path);
+        async move { get(&c, &url, &[]).await.status }
+    };
+    let name_at = |path: &'static str| {
+        let c = c.clone();
+        let url = weir.url(path);
+        async move { get(&c, &url, &[]).await.echo_name() }
+    };
+
+    // Start-up: list, translate, push.
+    within(Duration::from_secs(15), "first table", || async {
+        status("/a").await == 200
+    })
+    .await;
+    assert_eq!(name_at("/a").await.as_deref(), Some("a"));
+
+    // A new Ingress.
+    api.apply(&ingress("second", "/b", "echo", None));
+    within(Duration::from_secs(2), "new Ingress", || async {
+        status("/b").await == 200
+    })
+    .await;
+
+    // An EndpointSlice change moves traffic.
+    api.apply(&slice("echo-1", "echo", b.port));
+    within(Duration::from_secs(2), "new endpoints", || async {
+        name_at("/a").await.as_deref() == Some("b")
+    })
+    .await;
+
+    // A bad Plugin: Event and Accepted=False on it, its Ingress left out, the rest served.
+    api.apply(&plugin("guard", 1000));
+    api.apply(&ingress("guarded", "/guarded", "echo", Some("guard")));
+    within(Duration::from_secs(2), "Accepted=False", || async {
+        api.get("weir.dev/v1alpha1", "Plugin", "default", "guard")
+            .and_then(|p| p.pointer("/status/conditions/0").cloned())
+            .is_some_and(|c| {
+                c["type"] == "Accepted"
+                    && c["status"] == "False"
+                    && c["reason"] == "InvalidPluginConfig"
+            })
+    })
+    .await;
+    let events = api.events();
+    let ev = events
+        .iter()
+        .find(|e| e.pointer("/regarding/name") == Some(&"guard".into()))
+        .unwrap_or_else(|| panic!("no Event on the Plugin: {events:#?}"));
+    assert_eq!(ev["type"], "Warning");
+    assert_eq!(ev["reason"], "InvalidPluginConfig");
+    assert!(ev["note"].as_str().unwrap().contains("status_code"), "{ev}");
+    assert!(events
+        .iter()
+        .any(|e| e.pointer("/regarding/name") == Some(&"guarded".into())
+            && e["reason"] == "PluginNotAccepted"));
+    assert_eq!(status("/guarded").await, 404);
+    assert_eq!(status("/a").await, 200);
+
+    // Fixing it brings the Ingress in, with the plugin.
+    api.apply(&plugin("guard", 503));
+    within(Duration::from_secs(2), "fixed plugin", || async {
+        status("/guarded").await == 503
+    })
+    .await;
+    within(Duration::from_secs(2), "Accepted=True", || async {
+        api.get("weir.dev/v1alpha1", "Plugin", "default", "guard")
+            .and_then(|p| p.pointer("/status/conditions/0/status").cloned())
+            .is_some_and(|s| s == "True")
+    })
+    .await;
+
+    // Deleting an Ingress removes its routes.
+    api.delete("networking.k8s.io/v1", "Ingress", "default", "second");
+    within(Duration::from_secs(2), "deleted Ingress", || async {
+        status("/b").await == 404
+    })
+    .await;
+
+    // Ingress status from --publish-status-address.
+    within(Duration::from_secs(5), "Ingress status", || async {
+        api.get("networking.k8s.io/v1", "Ingress", "default", "app")
+            .and_then(|i| i.pointer("/status/loadBalancer/ingress/0/ip").cloned())
+            .is_some_and(|ip| ip == "192.0.2.10")
+    })
+    .await;
+
+    // Watches expire (410 Gone on resume): the controller relists and keeps following.
+    api.expire_watches();
+    api.apply(&ingress("third", "/c", "echo", None));
+    within(Duration::from_secs(5), "change after relist", || async {
+        status("/c").await == 200
+    })
+    .await;
+
+    // A deleted Service: its paths go, with an Event on the Ingress.
+    api.delete("v1", "Service", "default", "echo");
+    within(Duration::from_secs(2), "deleted Service", || async {
+        status("/a").await == 404
+    })
+    .await;
+    within(Duration::from_secs(2), "ServiceNotFound event", || async {
+        api.events().iter().any(|e| {
+            e.pointer("/regarding/name") == Some(&"app".into()) && e["reason"] == "ServiceNotFound"
+        })
+    })
+    .await;
+
+    // Controller metrics.
+    let m = String::from_utf8(
+        get(&c, &format!("http://127.0.0.1:{metrics}/metrics"), &[])
+            .await
+            .body
+            .to_vec(),
+    )
+    .unwrap();
+    assert!(
+        m.contains("weir_controller_pushes_total{result=\"ok\"}"),
+        "{m}"
+    );
+    assert!(
+        m.contains("weir_controller_objects{kind=\"Ingress\"} 3"),
+        "{m}"
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
