@@ -1,0 +1,64 @@
+//! Every ```yaml example in docs/annotations.md and docs/crds.md translates without problems.
+
+use std::path::Path;
+
+use weir_controller::{translate, Options, Store};
+use weir_proxy::compile::Runtime;
+use weir_proxy::Registry;
+
+fn yaml_blocks(doc: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut rest = doc;
+    while let Some(start) = rest.find("```yaml\n") {
+        let body = &rest[start + "```yaml\n".len()..];
+        let end = body.find("\n```").expect("unclosed ```yaml block");
+        out.push(body[..end].to_string());
+        rest = &body[end..];
+    }
+    out
+}
+
+#[test]
+fn documented_examples_translate_cleanly() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs");
+    let registry = Registry::builtin();
+    let mut checked = 0;
+    for file in ["annotations.md", "crds.md"] {
+        let Ok(doc) = std::fs::read_to_string(root.join(file)) else {
+            panic!("docs/{file} is missing");
+        };
+        for (i, block) in yaml_blocks(&doc).iter().enumerate() {
+            let objects = Store::parse_manifests(block)
+                .unwrap_or_else(|e| panic!("docs/{file} example {}: {e}", i + 1));
+            let mut store = Store::default();
+            objects.into_iter().for_each(|o| store.insert(o));
+            let t = translate(&store, &Options::default(), &registry);
+            let problems: Vec<String> = t.problems.iter().map(|p| p.to_string()).collect();
+            assert!(
+                problems.is_empty(),
+                "docs/{file} example {}: {problems:#?}\n{block}",
+                i + 1
+            );
+            assert!(
+                !t.config.routes.is_empty() || !t.config.plugins.is_empty(),
+                "docs/{file} example {} produces nothing:\n{block}",
+                i + 1
+            );
+            Runtime::compile(t.config, &registry)
+                .unwrap_or_else(|e| panic!("docs/{file} example {}: {e:?}", i + 1));
+            checked += 1;
+        }
+    }
+    assert!(checked >= 5, "only {checked} documented examples");
+}
+
+#[test]
+fn the_quickstart_translates_cleanly() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/quickstart");
+    let mut m = weir_controller::manifests::ManifestDir::new(dir);
+    let scan = m.scan();
+    assert!(scan.errors.is_empty(), "{:?}", scan.errors);
+    let t = translate(&m.store(), &Options::default(), &Registry::builtin());
+    assert!(t.problems.is_empty(), "{:#?}", t.problems);
+    assert_eq!(t.config.routes.len(), 2);
+}
