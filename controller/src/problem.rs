@@ -32,6 +32,8 @@ pub enum Reason {
     InvalidUpstream,
     /// A path is invalid (bad regex, not absolute).
     InvalidPath,
+    /// A host is not a DNS name.
+    InvalidHost,
     /// A valid setting this proxy version does not implement.
     Unsupported,
 }
@@ -52,6 +54,7 @@ impl Reason {
             Reason::Conflict => "Conflict",
             Reason::InvalidUpstream => "InvalidUpstream",
             Reason::InvalidPath => "InvalidPath",
+            Reason::InvalidHost => "InvalidHost",
             Reason::Unsupported => "Unsupported",
         }
     }

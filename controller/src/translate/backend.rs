@@ -124,6 +124,25 @@ impl Translator<'_> {
             ));
         }
 
+        if let Some(host) = &external {
+            let dns = !host.is_empty()
+                && host.split('.').all(|l| {
+                    !l.is_empty() && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+                });
+            if !dns {
+                let m = format!("externalName {host:?} is not a DNS name; routes to this Service are not served");
+                self.problem(
+                    service_ref,
+                    Reason::UnsupportedBackend,
+                    "spec.externalName",
+                    m,
+                );
+                return Err((
+                    Reason::UnsupportedBackend,
+                    format!("Service {key} has an invalid externalName"),
+                ));
+            }
+        }
         let targets = match &external {
             Some(host) => vec![Target {
                 target: format!("{host}:{number}"),
@@ -182,10 +201,7 @@ impl Translator<'_> {
                     ),
                     format!("{m}; routes to this Service are not served"),
                 );
-                return Err((
-                    reason,
-                    format!("Service {key} names a plugin that is not accepted"),
-                ));
+                return Err((reason, format!("Service {key}: {m}")));
             }
         };
         self.config.services.push(service);
@@ -271,17 +287,29 @@ impl Translator<'_> {
                 }
             };
         }
-        self.store
-            .upstreams
-            .iter()
-            .find(|(k, u)| {
-                k.namespace == key.namespace
-                    && u.spec
-                        .target_ref
-                        .as_ref()
-                        .is_some_and(|t| t.name == key.name)
-            })
-            .map(|(_, u)| u.clone())
+        let mut targeting = self.store.upstreams.iter().filter(|(k, u)| {
+            k.namespace == key.namespace
+                && u.spec
+                    .target_ref
+                    .as_ref()
+                    .is_some_and(|t| t.name == key.name)
+        });
+        let first = targeting.next().map(|(k, u)| (k.clone(), u.clone()));
+        let others: Vec<Key> = targeting.map(|(k, _)| k.clone()).collect();
+        if let Some((winner, _)) = &first {
+            for k in others {
+                let m = format!(
+                    "Upstream {winner} already configures Service {key}; this one is not used"
+                );
+                self.problem(
+                    obj(Kind::Upstream, &k),
+                    Reason::Conflict,
+                    "spec.targetRef.name",
+                    m,
+                );
+            }
+        }
+        first.map(|(_, u)| u)
     }
 
     /// Reports Upstream resources that target nothing or ask for what the proxy cannot do.

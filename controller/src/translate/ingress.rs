@@ -38,15 +38,41 @@ fn path_rule(path: &str, path_type: &str) -> Result<PathRule, String> {
     };
     match kind {
         PathKind::Regex => {
-            regex::Regex::new(&path).map_err(|e| format!("invalid regex after \"/~\": {e}"))?;
+            // Compiled as the router does (anchored and grouped), so `(?x)` comments and the
+            // like cannot break the group.
+            weir_proxy::router::anchored_regex(&path)
+                .map_err(|e| format!("invalid regex after \"/~\": {e}"))?;
         }
         _ => {
             if !path.starts_with('/') {
                 return Err(format!("{path:?} must start with \"/\""));
             }
+            if path.contains(['?', '#', ' ']) || path.chars().any(|c| c.is_control()) {
+                return Err(format!("{path:?} contains characters not allowed in a path (?, #, spaces, control characters)"));
+            }
         }
     }
     Ok(PathRule { path, kind })
+}
+
+/// A DNS name, optionally with one leading `*.` label (Kubernetes Ingress host rules).
+fn check_host(h: &str) -> Result<(), String> {
+    let name = h.strip_prefix("*.").unwrap_or(h);
+    let ok = !name.is_empty()
+        && name.len() <= 253
+        && name.split('.').all(|l| {
+            !l.is_empty()
+                && l.len() <= 63
+                && !l.starts_with('-')
+                && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+        });
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "{h:?} is not a DNS name (optionally with a leading \"*.\"; no port)"
+        ))
+    }
 }
 
 fn kind_name(k: PathKind) -> &'static str {
@@ -59,41 +85,38 @@ fn kind_name(k: PathKind) -> &'static str {
 
 impl Translator<'_> {
     /// Whether this controller serves the Ingress.
+    /// Whether this controller serves the Ingress: its class is `--ingress-class`, and the
+    /// IngressClass of that name (if there is one) names this controller.
     fn owns(&self, ing: &Ingress) -> bool {
-        let ours = |class: &str| match self.store.ingress_classes.get(class) {
-            Some(ic) => {
-                ic.spec.as_ref().and_then(|s| s.controller.as_deref())
-                    == Some(weir_crds::CONTROLLER_NAME)
-            }
-            None => class == self.opts.ingress_class,
-        };
-        if let Some(class) = ing
+        let ours = self.store.ingress_classes.get(&self.opts.ingress_class);
+        let ours_ok = ours.is_none_or(|ic| {
+            ic.spec.as_ref().and_then(|s| s.controller.as_deref())
+                == Some(weir_crds::CONTROLLER_NAME)
+        });
+        let annotation = ing
             .metadata
             .annotations
             .as_ref()
-            .and_then(|m| m.get(a::INGRESS_CLASS))
-        {
-            return class == &self.opts.ingress_class;
+            .and_then(|m| m.get(a::INGRESS_CLASS));
+        let class = annotation.map(String::as_str).or_else(|| {
+            ing.spec
+                .as_ref()
+                .and_then(|s| s.ingress_class_name.as_deref())
+        });
+        match class {
+            Some(class) => class == self.opts.ingress_class && ours_ok,
+            // No class: adopted when our IngressClass is the cluster default.
+            None => ours.is_some_and(|ic| {
+                ours_ok
+                    && ic
+                        .metadata
+                        .annotations
+                        .as_ref()
+                        .and_then(|m| m.get(a::DEFAULT_CLASS))
+                        .map(String::as_str)
+                        == Some("true")
+            }),
         }
-        if let Some(class) = ing
-            .spec
-            .as_ref()
-            .and_then(|s| s.ingress_class_name.as_deref())
-        {
-            return ours(class);
-        }
-        // No class: adopted when one of our IngressClasses is the cluster default.
-        self.store.ingress_classes.values().any(|ic| {
-            ic.spec.as_ref().and_then(|s| s.controller.as_deref())
-                == Some(weir_crds::CONTROLLER_NAME)
-                && ic
-                    .metadata
-                    .annotations
-                    .as_ref()
-                    .and_then(|m| m.get(a::DEFAULT_CLASS))
-                    .map(String::as_str)
-                    == Some("true")
-        })
     }
 
     pub(super) fn ingresses(&mut self) {
@@ -105,9 +128,10 @@ impl Translator<'_> {
             .collect();
         // Oldest first, then namespace/name: who wins a conflict.
         owned.sort_by(|(ka, a), (kb, b)| {
+            // An Ingress without a creation time (hand-written manifests) counts as newest.
             let ta = a.metadata.creation_timestamp.as_ref().map(|t| t.0);
             let tb = b.metadata.creation_timestamp.as_ref().map(|t| t.0);
-            ta.cmp(&tb).then(ka.cmp(kb))
+            (ta.is_none(), ta).cmp(&(tb.is_none(), tb)).then(ka.cmp(kb))
         });
         for (key, ing) in owned {
             self.owned.push(key.clone());
@@ -191,6 +215,17 @@ impl Translator<'_> {
 
         for (ri, rule) in spec.rules.iter().flatten().enumerate() {
             let host = rule.host.clone().filter(|h| !h.is_empty());
+            if let Some(h) = &host {
+                if let Err(m) = check_host(h) {
+                    self.problem(
+                        me.clone(),
+                        Reason::InvalidHost,
+                        format!("spec.rules[{ri}].host"),
+                        format!("{m}; this rule is not served"),
+                    );
+                    continue;
+                }
+            }
             let Some(http) = &rule.http else { continue };
             for (pi, p) in http.paths.iter().enumerate() {
                 let field = format!("spec.rules[{ri}].http.paths[{pi}]");
@@ -207,10 +242,17 @@ impl Translator<'_> {
                         continue;
                     }
                 };
+                // A trailing slash does not change a Prefix rule, so it does not avoid a conflict.
+                let claimed_path = match path.kind {
+                    PathKind::Prefix if path.path.len() > 1 => {
+                        path.path.trim_end_matches('/').to_string()
+                    }
+                    _ => path.path.clone(),
+                };
                 let claim = (
                     host.clone().unwrap_or_default().to_ascii_lowercase(),
                     kind_name(path.kind),
-                    path.path.clone(),
+                    claimed_path,
                 );
                 if let Some(winner) = self.claimed.get(&claim) {
                     let m = format!(

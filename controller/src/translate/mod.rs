@@ -143,6 +143,7 @@ impl<'a> Translator<'a> {
     }
 
     fn finish(mut self) -> Translation {
+        self.drop_what_the_proxy_rejects();
         self.problems.sort();
         self.problems.dedup();
         let config = std::mem::take(&mut self.config).with_hash();
@@ -151,6 +152,71 @@ impl<'a> Translator<'a> {
             problems: self.problems,
             owned_ingresses: self.owned,
             checked: self.checked.into_iter().collect(),
+        }
+    }
+}
+
+impl Translator<'_> {
+    /// A safety net: whatever the proxy's validation still rejects is left out (with the
+    /// objects that depend on it) and reported, so one object can never block every push.
+    fn drop_what_the_proxy_rejects(&mut self) {
+        for _ in 0..8 {
+            let Err(errors) = self.config.validate(self.validator) else {
+                return;
+            };
+            for e in errors {
+                let id = e.id.clone();
+                let c = &mut self.config;
+                match e.entity {
+                    "route" => {
+                        c.routes.retain(|r| r.id != id);
+                        c.plugins.retain(|p| p.route.as_deref() != Some(&id));
+                    }
+                    "service" => {
+                        c.services.retain(|s| s.id != id);
+                        let gone: Vec<String> = c
+                            .routes
+                            .iter()
+                            .filter(|r| r.service.as_deref() == Some(&id))
+                            .map(|r| r.id.clone())
+                            .collect();
+                        c.routes.retain(|r| r.service.as_deref() != Some(&id));
+                        c.plugins.retain(|p| {
+                            p.service.as_deref() != Some(&id)
+                                && !p.route.as_ref().is_some_and(|r| gone.contains(r))
+                        });
+                    }
+                    "upstream" => {
+                        c.upstreams.retain(|u| u.id != id);
+                        c.services.retain(|s| s.upstream.as_deref() != Some(&id));
+                    }
+                    "plugin" => c.plugins.retain(|p| p.id != id),
+                    "certificate" => c.certificates.retain(|x| x.id != id),
+                    _ => {}
+                }
+                // Route ids start with the Ingress's namespace/name, service ids with the Service's.
+                let mut parts = id.split(['/', ':']);
+                let (ns, name) = (
+                    parts.next().unwrap_or_default().to_string(),
+                    parts.next().unwrap_or_default().to_string(),
+                );
+                let kind = if e.entity == "route" {
+                    Kind::Ingress
+                } else {
+                    Kind::Service
+                };
+                let object = ObjectRef {
+                    kind,
+                    namespace: Some(ns),
+                    name,
+                };
+                self.problem(
+                    object,
+                    Reason::InvalidPath,
+                    e.field.clone(),
+                    format!("rejected by the proxy: {}; left out", e.message),
+                );
+            }
         }
     }
 }

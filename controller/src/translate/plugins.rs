@@ -65,6 +65,21 @@ impl Translator<'_> {
                 weir_crds::CREDENTIAL_LABEL
             )
         })?;
+        // In a cluster only labelled Secrets are watched; requiring the label here too keeps
+        // standalone mode and the cluster in agreement.
+        let labelled = secret
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(weir_crds::CREDENTIAL_LABEL))
+            .map(String::as_str)
+            == Some("true");
+        if !labelled {
+            return Err(format!(
+                "Secret {ns}/{name} lacks the label {}=\"true\"",
+                weir_crds::CREDENTIAL_LABEL
+            ));
+        }
         let text = secret_text(secret.data.as_ref().and_then(|d| d.get(key)))
             .or_else(|| {
                 secret
