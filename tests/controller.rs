@@ -90,6 +90,16 @@ async fn the_controller_follows_the_cluster() {
         port: metrics,
     };
     let c = client();
+    let message = |path: &'static str| {
+        let c = c.clone();
+        let url = weir.url(path);
+        async move {
+            get(&c, &url, &[]).await.json()["message"]
+                .as_str()
+                .unwrap_or("")
+                .to_string()
+        }
+    };
     let status = |path: &'static str| {
         let c = c.clone();
         let url = weir.url(path);
@@ -122,7 +132,7 @@ async fn the_controller_follows_the_cluster() {
     })
     .await;
 
-    // A bad Plugin: Event and Accepted=False on it, its Ingress left out, the rest served.
+    // A bad Plugin: Event and Accepted=False on it, its Ingress answers 503, the rest served.
     api.apply(&plugin("guard", 1000));
     api.apply(&ingress("guarded", "/guarded", "echo", Some("guard")));
     within(Duration::from_secs(2), "Accepted=False", || async {
@@ -147,13 +157,14 @@ async fn the_controller_follows_the_cluster() {
         .iter()
         .any(|e| e.pointer("/regarding/name") == Some(&"guarded".into())
             && e["reason"] == "PluginNotAccepted"));
-    assert_eq!(status("/guarded").await, 404);
+    assert_eq!(status("/guarded").await, 503);
+    assert!(message("/guarded").await.contains("This route is disabled"));
     assert_eq!(status("/a").await, 200);
 
     // Fixing it brings the Ingress in, with the plugin.
     api.apply(&plugin("guard", 503));
     within(Duration::from_secs(2), "fixed plugin", || async {
-        status("/guarded").await == 503
+        message("/guarded").await == "guarded"
     })
     .await;
     within(Duration::from_secs(2), "Accepted=True", || async {
@@ -186,10 +197,10 @@ async fn the_controller_follows_the_cluster() {
     })
     .await;
 
-    // A deleted Service: its paths go, with an Event on the Ingress.
+    // A deleted Service: its paths answer 503, with an Event on the Ingress.
     api.delete("v1", "Service", "default", "echo");
     within(Duration::from_secs(2), "deleted Service", || async {
-        status("/a").await == 404
+        status("/a").await == 503
     })
     .await;
     within(Duration::from_secs(2), "ServiceNotFound event", || async {

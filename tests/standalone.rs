@@ -136,7 +136,7 @@ async fn the_quickstart_serves_and_follows_edits() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_broken_plugin_leaves_out_only_its_ingress() {
+async fn a_broken_plugin_disables_only_its_ingress() {
     let a = echo("echo-a");
     let b = echo("echo-b");
     let dir = quickstart_copy([a.port, b.port]);
@@ -150,10 +150,15 @@ async fn a_broken_plugin_leaves_out_only_its_ingress() {
     let c = client();
     let url = |p: &str| format!("http://127.0.0.1:{}{p}", w.proc.port);
     assert_eq!(get(&c, &url("/echo/x"), &[]).await.status, 200);
-    assert_eq!(
-        get(&c, &url("/closed"), &[]).await.status,
-        404,
-        "fail closed: no route without its plugin"
+    // Fail closed: the path still answers, with 503, instead of falling through unprotected.
+    let r = get(&c, &url("/closed"), &[]).await;
+    assert_eq!(r.status, 503);
+    assert!(
+        r.json()["message"]
+            .as_str()
+            .unwrap()
+            .contains("This route is disabled"),
+        "{r:?}"
     );
 }
 

@@ -36,6 +36,8 @@ pub enum Reason {
     InvalidHost,
     /// A valid setting this proxy version does not implement.
     Unsupported,
+    /// The proxy's validation rejected what the translator produced (a translator gap).
+    RejectedByProxy,
 }
 
 impl Reason {
@@ -56,6 +58,7 @@ impl Reason {
             Reason::InvalidPath => "InvalidPath",
             Reason::InvalidHost => "InvalidHost",
             Reason::Unsupported => "Unsupported",
+            Reason::RejectedByProxy => "RejectedByProxy",
         }
     }
 }

@@ -4,6 +4,9 @@
 //! Types and constants only; `weir crds` prints [`crds_yaml`], and the committed copy in
 //! `crds/weir.dev.yaml` is checked against it by a test.
 
+// `printcolumn(...)` repeats `type_ = ...` by design; clippy reads that as a duplicated attribute.
+#![allow(clippy::duplicated_attributes)]
+
 pub mod annotations;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;

@@ -187,7 +187,7 @@ impl Runtime {
                             .paths
                             .iter()
                             .filter(|p| p.kind == crate::config::PathKind::Regex)
-                            .filter_map(|p| regex::Regex::new(&format!("^(?:{})", p.path)).ok())
+                            .filter_map(|p| crate::router::anchored_regex(&p.path).ok())
                             .collect();
                         (rw.clone(), regexes)
                     }),

@@ -99,7 +99,7 @@ impl Translator<'_> {
                         service_ref.clone(),
                         Reason::InvalidAnnotation,
                         format!("metadata.annotations[{k:?}]"),
-                        format!("{m}; routes to this Service are not served"),
+                        format!("{m}; routes to this Service answer 503"),
                     );
                 }
                 return Err((
@@ -116,7 +116,7 @@ impl Translator<'_> {
                 service_ref.clone(),
                 Reason::Unsupported,
                 format!("metadata.annotations[{:?}]", weir_crds::annotations::PROTOCOL),
-                "upstream TLS (https, grpcs) is not supported by this proxy version; routes to this Service are not served",
+                "upstream TLS (https, grpcs) is not supported by this proxy version; routes to this Service answer 503",
             );
             return Err((
                 Reason::Unsupported,
@@ -130,7 +130,9 @@ impl Translator<'_> {
                     !l.is_empty() && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
                 });
             if !dns {
-                let m = format!("externalName {host:?} is not a DNS name; routes to this Service are not served");
+                let m = format!(
+                    "externalName {host:?} is not a DNS name; routes to this Service answer 503"
+                );
                 self.problem(
                     service_ref,
                     Reason::UnsupportedBackend,
@@ -199,7 +201,7 @@ impl Translator<'_> {
                         "metadata.annotations[{:?}]",
                         weir_crds::annotations::PLUGINS
                     ),
-                    format!("{m}; routes to this Service are not served"),
+                    format!("{m}; routes to this Service answer 503"),
                 );
                 return Err((reason, format!("Service {key}: {m}")));
             }

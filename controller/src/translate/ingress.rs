@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::networking::v1::{Ingress, IngressBackend};
 use weir_crds::annotations as a;
-use weir_proxy::config::{PathKind, PathRule, Route};
+use weir_proxy::config::{PathKind, PathRule, PluginConfig, Route};
 
 use super::annotations::{self, IngressAnnotations};
 use super::{obj, Translator};
@@ -53,6 +53,15 @@ fn path_rule(path: &str, path_type: &str) -> Result<PathRule, String> {
         }
     }
     Ok(PathRule { path, kind })
+}
+
+/// What every route of one Ingress shares.
+struct RouteContext<'a> {
+    key: &'a Key,
+    ann: &'a IngressAnnotations,
+    plugins: &'a [super::plugins::Resolved],
+    /// Why the Ingress's routes answer 503, if they do.
+    disabled: Option<&'static str>,
 }
 
 /// A DNS name, optionally with one leading `*.` label (Kubernetes Ingress host rules).
@@ -152,6 +161,9 @@ impl Translator<'_> {
                 "not an Ingress annotation Weir knows; ignored",
             );
         }
+        // A broken Ingress keeps its paths, answering 503: removing them would let requests
+        // fall through to a shorter prefix, maybe the same backend without its plugins.
+        let mut disabled = None;
         let ann = match ann {
             Ok(a) => a,
             Err(errors) => {
@@ -160,23 +172,31 @@ impl Translator<'_> {
                         me.clone(),
                         Reason::InvalidAnnotation,
                         format!("metadata.annotations[{k:?}]"),
-                        format!("{m}; this Ingress is not served"),
+                        format!("{m}; the Ingress's paths answer 503"),
                     );
                 }
-                return;
+                disabled = Some("its Ingress has invalid annotations");
+                IngressAnnotations::default()
             }
         };
         let plugins = match self.resolve_names(&key.namespace, &ann.plugins) {
             Ok(p) => p,
             Err((reason, m)) => {
                 self.problem(
-                    me,
+                    me.clone(),
                     reason,
                     format!("metadata.annotations[{:?}]", a::PLUGINS),
-                    format!("{m}; this Ingress is not served"),
+                    format!("{m}; the Ingress's paths answer 503"),
                 );
-                return;
+                disabled = disabled.or(Some("a plugin its Ingress names is not accepted"));
+                Vec::new()
             }
+        };
+        let ctx = RouteContext {
+            key,
+            ann: &ann,
+            plugins: &plugins,
+            disabled,
         };
         self.tls(key, ing);
         let Some(spec) = ing.spec.as_ref() else {
@@ -196,19 +216,8 @@ impl Translator<'_> {
                         kind: PathKind::Prefix,
                     };
                     let id = format!("{key}/default-backend");
-                    if self.add_route(
-                        key,
-                        &ann,
-                        &plugins,
-                        id,
-                        None,
-                        rule,
-                        backend,
-                        "spec.defaultBackend",
-                        -1,
-                    ) {
-                        self.claimed.insert(claim, key.clone());
-                    }
+                    self.add_route(&ctx, id, None, rule, backend, "spec.defaultBackend", -1);
+                    self.claimed.insert(claim, key.clone());
                 }
             }
         }
@@ -270,73 +279,94 @@ impl Translator<'_> {
                 } else {
                     0
                 };
-                if self.add_route(
-                    key,
-                    &ann,
-                    &plugins,
+                self.add_route(
+                    &ctx,
                     id,
                     host.clone(),
                     path,
                     &p.backend,
                     &format!("{field}.backend"),
                     priority,
-                ) {
-                    self.claimed.insert(claim, key.clone());
-                }
+                );
+                self.claimed.insert(claim, key.clone());
             }
         }
     }
 
-    /// Adds one route (and its plugin entries); false when its backend cannot be served.
-    #[allow(clippy::too_many_arguments)]
+    /// Adds one route and its plugin entries. A route whose Ingress or backend is broken is
+    /// still added, answered with 503 by a `request-termination` entry.
     fn add_route(
         &mut self,
-        key: &Key,
-        ann: &IngressAnnotations,
-        plugins: &[super::plugins::Resolved],
+        ctx: &RouteContext<'_>,
         id: String,
         host: Option<String>,
         path: PathRule,
         backend: &IngressBackend,
         field: &str,
         priority: i32,
-    ) -> bool {
+    ) {
+        let (key, ann) = (ctx.key, ctx.ann);
         let me = obj(Kind::Ingress, key);
+        let mut disabled = ctx.disabled;
         let service = match (&backend.service, &backend.resource) {
-            (Some(s), _) => {
+            (Some(s), _) if disabled.is_none() => {
                 let port = s.port.clone().unwrap_or_default();
                 match self.backend(&key.namespace, &s.name, &port) {
-                    Ok(id) => id,
+                    Ok(id) => Some(id),
                     Err((reason, m)) => {
                         self.problem(
                             me,
                             reason,
                             format!("{field}.service"),
-                            format!("{m}; this path is not served"),
+                            format!("{m}; this path answers 503"),
                         );
-                        return false;
+                        disabled = Some("its backend cannot be served");
+                        None
                     }
                 }
             }
+            (Some(_), _) => None,
             (None, Some(_)) => {
                 self.problem(
                     me,
                     Reason::UnsupportedBackend,
                     format!("{field}.resource"),
-                    "resource backends are not supported; this path is not served",
+                    "resource backends are not supported; this path answers 503",
                 );
-                return false;
+                disabled = Some("resource backends are not supported");
+                None
             }
             (None, None) => {
                 self.problem(
                     me,
                     Reason::UnsupportedBackend,
                     field.to_string(),
-                    "a backend needs a service; this path is not served",
+                    "a backend needs a service; this path answers 503",
                 );
-                return false;
+                disabled = Some("its backend names no service");
+                None
             }
         };
+        let plugins = if disabled.is_some() {
+            &[][..]
+        } else {
+            ctx.plugins
+        };
+        if let Some(why) = disabled {
+            self.config.plugins.push(PluginConfig {
+                id: format!("{id}/disabled"),
+                name: "request-termination".into(),
+                config: serde_json::json!({
+                    "status_code": 503,
+                    "message": format!("This route is disabled: {why}. See the Ingress's events."),
+                }),
+                route: Some(id.clone()),
+                service: None,
+                consumer: None,
+                enabled: true,
+                priority: Some(i32::MAX),
+            });
+        }
         for p in plugins {
             self.config.plugins.push(p.entry(Some(&id), None));
         }
@@ -353,9 +383,8 @@ impl Translator<'_> {
             priority,
             host_header: ann.host_header.clone(),
             rewrite: ann.rewrite.clone(),
-            service: Some(service),
+            service,
         });
-        true
     }
 }
 

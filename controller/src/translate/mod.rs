@@ -194,30 +194,43 @@ impl Translator<'_> {
                     "certificate" => c.certificates.retain(|x| x.id != id),
                     _ => {}
                 }
-                // Route ids start with the Ingress's namespace/name, service ids with the Service's.
-                let mut parts = id.split(['/', ':']);
-                let (ns, name) = (
-                    parts.next().unwrap_or_default().to_string(),
-                    parts.next().unwrap_or_default().to_string(),
-                );
-                let kind = if e.entity == "route" {
-                    Kind::Ingress
-                } else {
-                    Kind::Service
-                };
-                let object = ObjectRef {
-                    kind,
-                    namespace: Some(ns),
-                    name,
-                };
+                let object = source_of(e.entity, &id);
+                let m = format!("rejected by the proxy: {}; left out", e.message);
                 self.problem(
                     object,
-                    Reason::InvalidPath,
-                    e.field.clone(),
-                    format!("rejected by the proxy: {}; left out", e.message),
+                    Reason::RejectedByProxy,
+                    format!("{} {id}: {}", e.entity, e.field),
+                    m,
                 );
             }
         }
+    }
+}
+
+/// The object a routing-table entity came from, from the translator's id conventions:
+/// routes `ns/ingress/…`, services and upstreams `ns/service:port`, plugins `ns/plugin@scope`
+/// or `cluster/plugin@scope`, certificates `ns/secret`.
+fn source_of(entity: &str, id: &str) -> ObjectRef {
+    let (first, rest) = id.split_once('/').unwrap_or(("", id));
+    let second = rest
+        .split(['/', ':', '@'])
+        .next()
+        .unwrap_or(rest)
+        .to_string();
+    let (kind, namespace) = match entity {
+        "route" => (Kind::Ingress, Some(first.to_string())),
+        "plugin" if id.ends_with("/disabled") || !id.contains('@') => {
+            (Kind::Ingress, Some(first.to_string()))
+        }
+        "plugin" if first == "cluster" => (Kind::ClusterPlugin, None),
+        "plugin" => (Kind::Plugin, Some(first.to_string())),
+        "certificate" => (Kind::Secret, Some(first.to_string())),
+        _ => (Kind::Service, Some(first.to_string())),
+    };
+    ObjectRef {
+        kind,
+        namespace,
+        name: second,
     }
 }
 

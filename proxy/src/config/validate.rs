@@ -146,7 +146,8 @@ impl Config {
                         }
                     }
                     PathKind::Regex => {
-                        if let Err(e) = regex::Regex::new(&p.path) {
+                        // Anchored exactly as router::anchored_regex does.
+                        if let Err(e) = regex::Regex::new(&format!("^(?:{})", p.path)) {
                             errs.push("route", &r.id, field, format!("invalid regex: {e}"));
                         }
                     }

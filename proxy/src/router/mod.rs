@@ -208,6 +208,13 @@ impl HostTable {
     }
 }
 
+/// Compiles a Regex path rule the way the router matches it: anchored at the start of the
+/// path. Validation uses the same function, so a pattern that only breaks once wrapped (a
+/// `(?x)` comment swallowing the group) is rejected up front.
+pub fn anchored_regex(pattern: &str) -> Result<Regex, regex::Error> {
+    Regex::new(&format!("^(?:{pattern})"))
+}
+
 /// The compiled router of one routing table.
 #[derive(Debug, Default)]
 pub struct Router {
@@ -327,7 +334,7 @@ impl Router {
                             table.insert_prefix(trimmed, cand);
                         }
                         PathKind::Regex => {
-                            let re = Regex::new(&format!("^(?:{})", rule.path))?;
+                            let re = anchored_regex(&rule.path)?;
                             table.regex.push((re, cand));
                         }
                     }
