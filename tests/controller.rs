@@ -1,13 +1,16 @@
 //! `weir controller` end to end: the real binary and the real kube-rs client against an API
 //! server speaking the Kubernetes list/watch protocol (tests/common/apiserver.rs), pushing to a
 //! real `weir proxy` in front of real upstreams. Each change must be served within 2 s.
+//!
+//! With `WEIR_E2E_KUBECONFIG` set, the same suite runs against that real cluster instead
+//! (tests/common/cluster.rs; needs root for the upstreams' network namespace).
 
 mod common;
 
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::apiserver::ApiServer;
+use common::cluster::Cluster;
 use common::*;
 
 fn slice(name: &str, service: &str, port: u16) -> String {
@@ -58,16 +61,16 @@ where
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_controller_follows_the_cluster() {
-    let a = echo("a");
-    let b = echo("b");
-    let api = ApiServer::start();
-    api.apply(BASE);
-    api.apply(&slice("echo-1", "echo", a.port));
-    api.apply(&ingress("app", "/a", "echo", None));
+    let cluster = Cluster::start().await;
+    let a = cluster.echo("a");
+    let b = cluster.echo("b");
+    cluster.apply(BASE).await;
+    cluster.apply(&slice("echo-1", "echo", a.port)).await;
+    cluster.apply(&ingress("app", "/a", "echo", None)).await;
 
     let weir = Weir::start("{}", &[]);
     let dir = temp_dir("controller");
-    let kubeconfig = api.kubeconfig(&dir);
+    let kubeconfig = cluster.kubeconfig(&dir);
     let metrics = free_port();
     let _controller = Proc {
         child: Command::new(WEIR)
@@ -81,6 +84,12 @@ async fn the_controller_follows_the_cluster() {
                 "192.0.2.10",
                 "--metrics-listen",
                 &format!("127.0.0.1:{metrics}"),
+            ])
+            .args([
+                "--watch-namespace",
+                cluster.namespace(),
+                "--election-namespace",
+                cluster.namespace(),
             ])
             .env("KUBECONFIG", &kubeconfig)
             .env("RUST_LOG", "warn")
@@ -110,6 +119,11 @@ async fn the_controller_follows_the_cluster() {
         let url = weir.url(path);
         async move { get(&c, &url, &[]).await.echo_name() }
     };
+    let regarding = |events: &[serde_json::Value], name: &str, reason: &str| {
+        events
+            .iter()
+            .any(|e| e.pointer("/regarding/name") == Some(&name.into()) && e["reason"] == reason)
+    };
 
     // Start-up: list, translate, push.
     within(Duration::from_secs(15), "first table", || async {
@@ -119,24 +133,28 @@ async fn the_controller_follows_the_cluster() {
     assert_eq!(name_at("/a").await.as_deref(), Some("a"));
 
     // A new Ingress.
-    api.apply(&ingress("second", "/b", "echo", None));
+    cluster.apply(&ingress("second", "/b", "echo", None)).await;
     within(Duration::from_secs(2), "new Ingress", || async {
         status("/b").await == 200
     })
     .await;
 
     // An EndpointSlice change moves traffic.
-    api.apply(&slice("echo-1", "echo", b.port));
+    cluster.apply(&slice("echo-1", "echo", b.port)).await;
     within(Duration::from_secs(2), "new endpoints", || async {
         name_at("/a").await.as_deref() == Some("b")
     })
     .await;
 
     // A bad Plugin: Event and Accepted=False on it, its Ingress answers 503, the rest served.
-    api.apply(&plugin("guard", 1000));
-    api.apply(&ingress("guarded", "/guarded", "echo", Some("guard")));
+    cluster.apply(&plugin("guard", 1000)).await;
+    cluster
+        .apply(&ingress("guarded", "/guarded", "echo", Some("guard")))
+        .await;
     within(Duration::from_secs(2), "Accepted=False", || async {
-        api.get("weir.dev/v1alpha1", "Plugin", "default", "guard")
+        cluster
+            .get("weir.dev/v1alpha1", "Plugin", "guard")
+            .await
             .and_then(|p| p.pointer("/status/conditions/0").cloned())
             .is_some_and(|c| {
                 c["type"] == "Accepted"
@@ -145,37 +163,42 @@ async fn the_controller_follows_the_cluster() {
             })
     })
     .await;
-    let events = api.events();
+    within(Duration::from_secs(2), "Events", || async {
+        let events = cluster.events().await;
+        regarding(&events, "guard", "InvalidPluginConfig")
+            && regarding(&events, "guarded", "PluginNotAccepted")
+    })
+    .await;
+    let events = cluster.events().await;
     let ev = events
         .iter()
         .find(|e| e.pointer("/regarding/name") == Some(&"guard".into()))
-        .unwrap_or_else(|| panic!("no Event on the Plugin: {events:#?}"));
+        .unwrap();
     assert_eq!(ev["type"], "Warning");
-    assert_eq!(ev["reason"], "InvalidPluginConfig");
     assert!(ev["note"].as_str().unwrap().contains("status_code"), "{ev}");
-    assert!(events
-        .iter()
-        .any(|e| e.pointer("/regarding/name") == Some(&"guarded".into())
-            && e["reason"] == "PluginNotAccepted"));
     assert_eq!(status("/guarded").await, 503);
     assert!(message("/guarded").await.contains("This route is disabled"));
     assert_eq!(status("/a").await, 200);
 
     // Fixing it brings the Ingress in, with the plugin.
-    api.apply(&plugin("guard", 503));
+    cluster.apply(&plugin("guard", 503)).await;
     within(Duration::from_secs(2), "fixed plugin", || async {
         message("/guarded").await == "guarded"
     })
     .await;
     within(Duration::from_secs(2), "Accepted=True", || async {
-        api.get("weir.dev/v1alpha1", "Plugin", "default", "guard")
+        cluster
+            .get("weir.dev/v1alpha1", "Plugin", "guard")
+            .await
             .and_then(|p| p.pointer("/status/conditions/0/status").cloned())
             .is_some_and(|s| s == "True")
     })
     .await;
 
     // Deleting an Ingress removes its routes.
-    api.delete("networking.k8s.io/v1", "Ingress", "default", "second");
+    cluster
+        .delete("networking.k8s.io/v1", "Ingress", "second")
+        .await;
     within(Duration::from_secs(2), "deleted Ingress", || async {
         status("/b").await == 404
     })
@@ -183,30 +206,34 @@ async fn the_controller_follows_the_cluster() {
 
     // Ingress status from --publish-status-address.
     within(Duration::from_secs(5), "Ingress status", || async {
-        api.get("networking.k8s.io/v1", "Ingress", "default", "app")
+        cluster
+            .get("networking.k8s.io/v1", "Ingress", "app")
+            .await
             .and_then(|i| i.pointer("/status/loadBalancer/ingress/0/ip").cloned())
             .is_some_and(|ip| ip == "192.0.2.10")
     })
     .await;
 
     // Watches expire (410 Gone on resume): the controller relists and keeps following.
-    api.expire_watches();
-    api.apply(&ingress("third", "/c", "echo", None));
-    within(Duration::from_secs(5), "change after relist", || async {
+    let limit = if cluster.expire_watches() {
+        Duration::from_secs(5)
+    } else {
+        Duration::from_secs(2)
+    };
+    cluster.apply(&ingress("third", "/c", "echo", None)).await;
+    within(limit, "change after relist", || async {
         status("/c").await == 200
     })
     .await;
 
     // A deleted Service: its paths answer 503, with an Event on the Ingress.
-    api.delete("v1", "Service", "default", "echo");
+    cluster.delete("v1", "Service", "echo").await;
     within(Duration::from_secs(2), "deleted Service", || async {
         status("/a").await == 503
     })
     .await;
     within(Duration::from_secs(2), "ServiceNotFound event", || async {
-        api.events().iter().any(|e| {
-            e.pointer("/regarding/name") == Some(&"app".into()) && e["reason"] == "ServiceNotFound"
-        })
+        regarding(&cluster.events().await, "app", "ServiceNotFound")
     })
     .await;
 
@@ -226,5 +253,6 @@ async fn the_controller_follows_the_cluster() {
         m.contains("weir_controller_objects{kind=\"Ingress\"} 3"),
         "{m}"
     );
+    cluster.cleanup().await;
     let _ = std::fs::remove_dir_all(dir);
 }

@@ -263,3 +263,4 @@ pub fn addr(p: &Proc) -> SocketAddr {
     SocketAddr::from(([127, 0, 0, 1], p.port))
 }
 pub mod apiserver;
+pub mod cluster;

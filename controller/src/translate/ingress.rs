@@ -55,6 +55,23 @@ fn path_rule(path: &str, path_type: &str) -> Result<PathRule, String> {
     Ok(PathRule { path, kind })
 }
 
+/// A `request-termination` entry that makes a route answer 503 with the reason.
+pub(super) fn disabled_entry(route: &str, why: &str) -> PluginConfig {
+    PluginConfig {
+        id: format!("{route}/disabled"),
+        name: "request-termination".into(),
+        config: serde_json::json!({
+            "status_code": 503,
+            "message": format!("This route is disabled: {why}. See the Ingress's events."),
+        }),
+        route: Some(route.to_string()),
+        service: None,
+        consumer: None,
+        enabled: true,
+        priority: Some(i32::MAX),
+    }
+}
+
 /// What every route of one Ingress shares.
 struct RouteContext<'a> {
     key: &'a Key,
@@ -353,19 +370,7 @@ impl Translator<'_> {
             ctx.plugins
         };
         if let Some(why) = disabled {
-            self.config.plugins.push(PluginConfig {
-                id: format!("{id}/disabled"),
-                name: "request-termination".into(),
-                config: serde_json::json!({
-                    "status_code": 503,
-                    "message": format!("This route is disabled: {why}. See the Ingress's events."),
-                }),
-                route: Some(id.clone()),
-                service: None,
-                consumer: None,
-                enabled: true,
-                priority: Some(i32::MAX),
-            });
+            self.config.plugins.push(disabled_entry(&id, why));
         }
         for p in plugins {
             self.config.plugins.push(p.entry(Some(&id), None));

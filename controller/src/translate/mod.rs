@@ -167,32 +167,62 @@ impl Translator<'_> {
             for e in errors {
                 let id = e.id.clone();
                 let c = &mut self.config;
+                let routes_of_service = |c: &Config, service: &str| -> Vec<String> {
+                    c.routes
+                        .iter()
+                        .filter(|r| r.service.as_deref() == Some(service))
+                        .map(|r| r.id.clone())
+                        .collect()
+                };
+                // Routes are disabled (503) rather than removed, so nothing falls through.
+                let mut disable: Vec<String> = Vec::new();
                 match e.entity {
                     "route" => {
                         c.routes.retain(|r| r.id != id);
                         c.plugins.retain(|p| p.route.as_deref() != Some(&id));
                     }
                     "service" => {
+                        disable = routes_of_service(c, &id);
                         c.services.retain(|s| s.id != id);
-                        let gone: Vec<String> = c
-                            .routes
-                            .iter()
-                            .filter(|r| r.service.as_deref() == Some(&id))
-                            .map(|r| r.id.clone())
-                            .collect();
-                        c.routes.retain(|r| r.service.as_deref() != Some(&id));
-                        c.plugins.retain(|p| {
-                            p.service.as_deref() != Some(&id)
-                                && !p.route.as_ref().is_some_and(|r| gone.contains(r))
-                        });
+                        c.plugins.retain(|p| p.service.as_deref() != Some(&id));
                     }
                     "upstream" => {
+                        let services: Vec<String> = c
+                            .services
+                            .iter()
+                            .filter(|s| s.upstream.as_deref() == Some(&id))
+                            .map(|s| s.id.clone())
+                            .collect();
+                        for s in &services {
+                            disable.extend(routes_of_service(c, s));
+                        }
                         c.upstreams.retain(|u| u.id != id);
-                        c.services.retain(|s| s.upstream.as_deref() != Some(&id));
+                        c.services.retain(|s| !services.contains(&s.id));
+                        c.plugins
+                            .retain(|p| !p.service.as_ref().is_some_and(|s| services.contains(s)));
                     }
-                    "plugin" => c.plugins.retain(|p| p.id != id),
+                    "plugin" => {
+                        if let Some(p) = c.plugins.iter().find(|p| p.id == id) {
+                            match (&p.route, &p.service) {
+                                (Some(r), _) => disable.push(r.clone()),
+                                (None, Some(s)) => disable = routes_of_service(c, s),
+                                (None, None) => {}
+                            }
+                        }
+                        c.plugins.retain(|p| p.id != id);
+                    }
                     "certificate" => c.certificates.retain(|x| x.id != id),
                     _ => {}
+                }
+                for route in disable {
+                    if let Some(r) = c.routes.iter_mut().find(|r| r.id == route) {
+                        r.service = None;
+                    }
+                    c.plugins.retain(|p| p.route.as_deref() != Some(&route));
+                    c.plugins.push(ingress::disabled_entry(
+                        &route,
+                        "the proxy rejected part of its configuration",
+                    ));
                 }
                 let object = source_of(e.entity, &id);
                 let m = format!("rejected by the proxy: {}; left out", e.message);
@@ -240,5 +270,44 @@ fn obj(kind: Kind, key: &Key) -> ObjectRef {
         kind,
         namespace: Some(key.namespace.clone()),
         name: key.name.clone(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::cell::Cell;
+
+    /// Accepts each plugin config the first time, rejects it afterwards: stands in for a gap
+    /// between the translator's checks and the proxy's validation.
+    struct Fickle(Cell<u32>);
+    impl PluginValidator for Fickle {
+        fn check(&self, _name: &str, config: &serde_json::Value) -> Result<(), Option<String>> {
+            if config.get("status_code").is_some() {
+                return Ok(()); // the 503 entries the safety net adds
+            }
+            self.0.set(self.0.get() + 1);
+            if self.0.get() == 1 {
+                Ok(())
+            } else {
+                Err(Some("changed its mind".into()))
+            }
+        }
+    }
+
+    #[test]
+    fn what_the_proxy_rejects_disables_the_route_instead_of_opening_it() {
+        let yaml = "apiVersion: weir.dev/v1alpha1\nkind: Plugin\nmetadata: {name: auth, namespace: default}\nspec: {plugin: request-termination}\n---\n\
+            apiVersion: networking.k8s.io/v1\nkind: Ingress\nmetadata: {name: web, namespace: default, annotations: {weir.dev/plugins: auth}}\n\
+            spec:\n  ingressClassName: weir\n  rules:\n  - http:\n      paths:\n      - {path: /, pathType: Prefix, backend: {service: {name: web, port: {number: 80}}}}\n---\n\
+            apiVersion: v1\nkind: Service\nmetadata: {name: web, namespace: default}\nspec: {ports: [{port: 80}]}\n";
+        let mut store = Store::default();
+        Store::parse_manifests(yaml).unwrap().into_iter().for_each(|o| store.insert(o));
+        let t = translate(&store, &Options::default(), &Fickle(Cell::new(0)));
+        let route = t.config.routes.iter().find(|r| r.id == "default/web/r0/p0").expect("route kept");
+        assert!(route.service.is_none(), "disabled, not served without its plugin");
+        assert!(t.config.plugins.iter().any(|p| p.id == "default/web/r0/p0/disabled"));
+        let p = t.problems.iter().find(|p| p.reason == Reason::RejectedByProxy).expect("reported");
+        assert_eq!(p.object.to_string(), "Plugin default/auth");
     }
 }
