@@ -677,6 +677,7 @@ class Ctx:
     upstream_port: int = 0
     proxy_cpus: str | None = None
     load_cpus: str | None = None
+    quiet_spent: float = 0.0
     log: callable = print
 
 
@@ -751,12 +752,54 @@ def run_wrk(ctx: Ctx, c: Contender, scn: dict, duration: float, paths_file: Path
     return run
 
 
+def foreign_cores_now(seconds: float = 1.0) -> float:
+    """Cores used, over `seconds`, by processes that are not part of the benchmark."""
+    ours = [p for proc in _STARTED for p in proc.pids()]
+    s0, o0, m0 = system_cpu(), proc_cpu_ticks(ours), self_cpu_s()
+    time.sleep(seconds)
+    s1, o1, m1 = system_cpu(), proc_cpu_ticks(ours), self_cpu_s()
+    task_s = cpu_delta(s0, s1)["cpu"]["task_s"]
+    return max(0.0, task_s - (o1 - o0) / CLK_TCK - (m1 - m0)) / seconds
+
+
+def wait_quiet(ctx: Ctx) -> float:
+    """Waits (bounded) until foreign work stays under --noise-limit for 2 s in a row.
+
+    Each wait is at most --quiet-wait seconds and all waits together at most --quiet-budget;
+    after that runs are measured anyway (and marked noisy if disturbed).
+    """
+    a = ctx.args
+    if a.quiet_wait <= 0 or ctx.quiet_spent >= a.quiet_budget:
+        return 0.0
+    start = time.monotonic()
+    calm, announced, last = 0, False, 0.0
+    limit = min(a.quiet_wait, a.quiet_budget - ctx.quiet_spent)
+    while time.monotonic() - start < limit:
+        last = foreign_cores_now(1.0)
+        if last <= a.noise_limit:
+            calm += 1
+            if calm >= 2:
+                break
+        else:
+            calm = 0
+            if not announced:
+                ctx.log(f"    machine busy ({last:.2f} cores of foreign CPU); waiting up to {limit:.0f}s")
+                announced = True
+    waited = time.monotonic() - start
+    if calm < 2:
+        ctx.log(f"    still busy after {waited:.0f}s ({last:.2f} cores); measuring anyway")
+    ctx.quiet_spent += waited
+    return waited
+
+
 def measure(ctx: Ctx, c: Contender, scn: dict, paths_file: Path | None) -> dict:
     """One counted run; repeated (at most --noise-retries times) while foreign work disturbs it."""
     a = ctx.args
     best = None
     for attempt in range(a.noise_retries + 1):
+        waited = wait_quiet(ctx)
         run = run_wrk(ctx, c, scn, a.duration, paths_file)
+        run["waited_for_quiet_s"] = round(waited, 1)
         run["attempt"] = attempt + 1
         if best is None or run["foreign_cores"] < best["foreign_cores"]:
             best = run
@@ -1057,6 +1100,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("--noise-limit", type=float, default=0.05,
                     help="cores of CPU used by processes outside the benchmark above which a run is repeated (default 0.05)")
     ap.add_argument("--noise-retries", type=int, default=2, help="repeats of a disturbed run (default 2)")
+    ap.add_argument("--quiet-wait", type=float, default=120,
+                    help="before each run, wait at most this many seconds for foreign CPU use to drop "
+                         "under --noise-limit (default 120; 0 disables)")
+    ap.add_argument("--quiet-budget", type=float, default=900,
+                    help="total seconds all those waits may take in one invocation (default 900)")
     ap.add_argument("--no-build-lock", dest="build_lock", action="store_false",
                     help=f"do not hold {BUILD_LOCK} while measuring (by default each round holds it, "
                          "so no cargo build that uses the lock runs during a measurement)")
@@ -1139,23 +1187,29 @@ def main(argv: list[str]) -> int:
                 "upstream": "nginx, 1 worker, 64-byte `return 200` body, 1 MiB file via sendfile",
                 "weir_flags": "--worker-threads 1 --access-log false (defaults otherwise)",
                 "noise_limit_cores": a.noise_limit, "noise_retries": a.noise_retries,
+                "quiet_wait_s": a.quiet_wait, "quiet_budget_s": a.quiet_budget,
                 "build_lock_held_while_measuring": a.build_lock,
                 "order": "per round every contender once, order rotated each round",
             },
             "scenarios": [],
         }
+        RESULTS.mkdir(parents=True, exist_ok=True)
+        stamp = started.strftime("%Y%m%dT%H%M%S") + ("-quick" if a.quick else "")
+        out = Path(a.out) if a.out else RESULTS / f"{stamp}.json"
         for scn in scenarios:
             res = run_scenario(ctx, scn)
             res["file"] = scn["file"]
             results["scenarios"].append(res)
+            # Partial results survive an interrupted run.
+            results["complete"] = False
+            out.write_text(json.dumps(results, indent=1) + "\n")
+        results["complete"] = True
         results["targets"] = evaluate_targets(results["scenarios"], target_defs)
         results["elapsed_s"] = round(time.monotonic() - t_start, 1)
+        results["waited_for_quiet_s"] = round(ctx.quiet_spent, 1)
     finally:
         stop_all()
 
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    stamp = started.strftime("%Y%m%dT%H%M%S") + ("-quick" if a.quick else "")
-    out = Path(a.out) if a.out else RESULTS / f"{stamp}.json"
     text = json.dumps(results, indent=1) + "\n"
     out.write_text(text)
     (RESULTS / "latest.json").write_text(text)

@@ -312,6 +312,7 @@ impl Translator<'_> {
 
     /// Adds one route and its plugin entries. A route whose Ingress or backend is broken is
     /// still added, answered with 503 by a `request-termination` entry.
+    #[allow(clippy::too_many_arguments)]
     fn add_route(
         &mut self,
         ctx: &RouteContext<'_>,
