@@ -75,7 +75,13 @@ fn resource(api_version: &str, kind: &str) -> (String, String, bool) {
     } else {
         format!("/apis/{api_version}")
     };
-    let (plural, namespaced) = match kind {
+    let (plural, namespaced) = plural(kind);
+    (base, plural.to_string(), namespaced)
+}
+
+/// The plural resource name and scope of every kind the suites use.
+pub fn plural(kind: &str) -> (&'static str, bool) {
+    match kind {
         "Service" => ("services", true),
         "Secret" => ("secrets", true),
         "Ingress" => ("ingresses", true),
@@ -86,9 +92,10 @@ fn resource(api_version: &str, kind: &str) -> (String, String, bool) {
         "Upstream" => ("upstreams", true),
         "Event" => ("events", true),
         "Lease" => ("leases", true),
-        other => panic!("fake apiserver: unknown kind {other}"),
-    };
-    (base, plural.to_string(), namespaced)
+        "Namespace" => ("namespaces", false),
+        "CustomResourceDefinition" => ("customresourcedefinitions", false),
+        other => panic!("unknown kind {other}"),
+    }
 }
 
 fn kind_of_plural(plural: &str) -> &'static str {

@@ -16,7 +16,7 @@ use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams};
 use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::Value;
 
-use super::apiserver::ApiServer;
+use super::apiserver::{plural, ApiServer};
 use super::{free_port, Proc, WEIR};
 
 const NETNS: &str = "weir-e2e";
@@ -32,22 +32,6 @@ pub enum Cluster {
         namespace: String,
         kubeconfig: PathBuf,
     },
-}
-
-fn plural(kind: &str) -> (&'static str, bool) {
-    match kind {
-        "Service" => ("services", true),
-        "Secret" => ("secrets", true),
-        "Ingress" => ("ingresses", true),
-        "IngressClass" => ("ingressclasses", false),
-        "EndpointSlice" => ("endpointslices", true),
-        "Plugin" => ("plugins", true),
-        "ClusterPlugin" => ("clusterplugins", false),
-        "Upstream" => ("upstreams", true),
-        "Namespace" => ("namespaces", false),
-        "CustomResourceDefinition" => ("customresourcedefinitions", false),
-        other => panic!("unknown kind {other}"),
-    }
 }
 
 fn api_for(

@@ -113,103 +113,22 @@ fn path(key: &str, v: &str) -> Result<String, AnnotationError> {
     }
 }
 
-/// Parses an Ingress's annotations; every problem is returned, unknown `weir.dev/` keys too
-/// (those in the second list, which do not stop the Ingress from being served).
-pub fn ingress(
+/// Parsed annotations (or every malformed one), and the unknown `weir.dev/` keys.
+pub type Parsed<T> = (Result<T, Vec<AnnotationError>>, Vec<String>);
+
+/// Runs `apply` on every `weir.dev/` annotation; it returns `Ok(false)` for keys it does not know.
+fn parse_all<T: Default>(
     annotations: &BTreeMap<String, String>,
-) -> (
-    Result<IngressAnnotations, Vec<AnnotationError>>,
-    Vec<String>,
-) {
-    let mut out = IngressAnnotations::default();
+    mut apply: impl FnMut(&mut T, &str, &str) -> Result<bool, AnnotationError>,
+) -> Parsed<T> {
+    let mut out = T::default();
     let mut errors = Vec::new();
     let mut unknown = Vec::new();
     for (key, v) in annotations.iter().filter(|(k, _)| k.starts_with(a::PREFIX)) {
-        let r: Result<(), AnnotationError> = (|| {
-            match key.as_str() {
-                a::PLUGINS => out.plugins = plugin_names(key, v)?,
-                a::STRIP_PATH => out.strip_path = boolean(key, v)?,
-                a::PRESERVE_HOST => out.preserve_host = Some(boolean(key, v)?),
-                a::HOST_HEADER => {
-                    let h = v.trim();
-                    if h.is_empty() || http::HeaderValue::from_str(h).is_err() {
-                        return Err((key.clone(), format!("{v:?} is not a valid Host header")));
-                    }
-                    out.host_header = Some(h.to_string());
-                }
-                a::METHODS => {
-                    let methods: Vec<String> = list(v)
-                        .into_iter()
-                        .map(|m| m.to_ascii_uppercase())
-                        .collect();
-                    if let Some(bad) = methods.iter().find(|m| {
-                        !m.bytes()
-                            .all(|b| b.is_ascii_uppercase() || b == b'-' || b == b'_')
-                    }) {
-                        return Err((key.clone(), format!("{bad:?} is not an HTTP method")));
-                    }
-                    out.methods = methods;
-                }
-                a::PROTOCOLS => {
-                    let mut protos = Vec::new();
-                    for p in list(v) {
-                        protos.push(match p.as_str() {
-                            "http" => ClientProtocol::Http,
-                            "https" => ClientProtocol::Https,
-                            other => {
-                                return Err((
-                                    key.clone(),
-                                    format!("{other:?} is not http or https"),
-                                ))
-                            }
-                        });
-                    }
-                    out.protocols = protos;
-                }
-                a::HTTPS_REDIRECT_STATUS_CODE => {
-                    let code = number::<u16>(key, v, 300, 599)?;
-                    if ![301, 302, 307, 308, 426].contains(&code) {
-                        return Err((
-                            key.clone(),
-                            format!("{code} is not one of 301, 302, 307, 308, 426"),
-                        ));
-                    }
-                    out.https_redirect_status_code = Some(code);
-                }
-                a::REWRITE => out.rewrite = Some(path(key, v.trim())?),
-                a::REGEX_PRIORITY => {
-                    out.regex_priority = number::<i32>(key, v, -1_000_000, 1_000_000)?
-                }
-                k if k.starts_with(a::HEADERS_PREFIX) => {
-                    let name = &k[a::HEADERS_PREFIX.len()..];
-                    if http::HeaderName::from_bytes(name.as_bytes()).is_err()
-                        || name.eq_ignore_ascii_case("host")
-                    {
-                        return Err((
-                            key.clone(),
-                            format!("{name:?} is not a header name that can be matched"),
-                        ));
-                    }
-                    let values = list(v);
-                    if values.is_empty()
-                        || values
-                            .iter()
-                            .any(|x| http::HeaderValue::from_str(x).is_err())
-                    {
-                        return Err((
-                            key.clone(),
-                            format!("{v:?} is not a comma-separated list of header values"),
-                        ));
-                    }
-                    out.headers.insert(name.to_ascii_lowercase(), values);
-                }
-                // Service annotations on an Ingress are a mistake worth pointing out.
-                _ => unknown.push(key.clone()),
-            }
-            Ok(())
-        })();
-        if let Err(e) = r {
-            errors.push(e);
+        match apply(&mut out, key, v) {
+            Ok(true) => {}
+            Ok(false) => unknown.push(key.into()),
+            Err(e) => errors.push(e),
         }
     }
     if errors.is_empty() {
@@ -219,60 +138,124 @@ pub fn ingress(
     }
 }
 
-/// Parses a Service's annotations.
-pub fn service(
-    annotations: &BTreeMap<String, String>,
-) -> (
-    Result<ServiceAnnotations, Vec<AnnotationError>>,
-    Vec<String>,
-) {
-    let mut out = ServiceAnnotations::default();
-    let mut errors = Vec::new();
-    let mut unknown = Vec::new();
-    for (key, v) in annotations.iter().filter(|(k, _)| k.starts_with(a::PREFIX)) {
-        let r: Result<(), AnnotationError> = (|| {
-            match key.as_str() {
-                a::PLUGINS => out.plugins = plugin_names(key, v)?,
-                a::UPSTREAM => {
-                    let names = plugin_names(key, v)?;
-                    if names.len() != 1 {
-                        return Err((key.clone(), format!("{v:?} must name exactly one Upstream")));
-                    }
-                    out.upstream = names.into_iter().next();
+/// Parses an Ingress's annotations; every problem is returned, unknown `weir.dev/` keys too
+/// (those in the second list, which do not stop the Ingress from being served).
+pub fn ingress(annotations: &BTreeMap<String, String>) -> Parsed<IngressAnnotations> {
+    parse_all(annotations, |out: &mut IngressAnnotations, key, v| {
+        match key {
+            a::PLUGINS => out.plugins = plugin_names(key, v)?,
+            a::STRIP_PATH => out.strip_path = boolean(key, v)?,
+            a::PRESERVE_HOST => out.preserve_host = Some(boolean(key, v)?),
+            a::HOST_HEADER => {
+                let h = v.trim();
+                if h.is_empty() || http::HeaderValue::from_str(h).is_err() {
+                    return Err((key.into(), format!("{v:?} is not a valid Host header")));
                 }
-                a::PROTOCOL => {
-                    out.protocol = Some(match v.trim() {
-                        "http" => UpstreamProtocol::Http,
-                        "https" => UpstreamProtocol::Https,
-                        "h2c" => UpstreamProtocol::H2c,
-                        "grpc" => UpstreamProtocol::Grpc,
-                        "grpcs" => UpstreamProtocol::Grpcs,
-                        other => {
-                            return Err((
-                                key.clone(),
-                                format!("{other:?} is not one of http, https, h2c, grpc, grpcs"),
-                            ))
-                        }
-                    })
-                }
-                a::CONNECT_TIMEOUT => out.connect_timeout = Some(number(key, v, 1, 86_400_000)?),
-                a::READ_TIMEOUT => out.read_timeout = Some(number(key, v, 1, 86_400_000)?),
-                a::WRITE_TIMEOUT => out.write_timeout = Some(number(key, v, 1, 86_400_000)?),
-                a::RETRIES => out.retries = Some(number(key, v, 0, 32)?),
-                a::PATH => out.path = Some(path(key, v.trim())?),
-                _ => unknown.push(key.clone()),
+                out.host_header = Some(h.to_string());
             }
-            Ok(())
-        })();
-        if let Err(e) = r {
-            errors.push(e);
+            a::METHODS => {
+                let methods: Vec<String> = list(v)
+                    .into_iter()
+                    .map(|m| m.to_ascii_uppercase())
+                    .collect();
+                if let Some(bad) = methods.iter().find(|m| {
+                    !m.bytes()
+                        .all(|b| b.is_ascii_uppercase() || b == b'-' || b == b'_')
+                }) {
+                    return Err((key.into(), format!("{bad:?} is not an HTTP method")));
+                }
+                out.methods = methods;
+            }
+            a::PROTOCOLS => {
+                let mut protos = Vec::new();
+                for p in list(v) {
+                    protos.push(match p.as_str() {
+                        "http" => ClientProtocol::Http,
+                        "https" => ClientProtocol::Https,
+                        other => {
+                            return Err((key.into(), format!("{other:?} is not http or https")))
+                        }
+                    });
+                }
+                out.protocols = protos;
+            }
+            a::HTTPS_REDIRECT_STATUS_CODE => {
+                let code = number::<u16>(key, v, 300, 599)?;
+                if ![301, 302, 307, 308, 426].contains(&code) {
+                    return Err((
+                        key.into(),
+                        format!("{code} is not one of 301, 302, 307, 308, 426"),
+                    ));
+                }
+                out.https_redirect_status_code = Some(code);
+            }
+            a::REWRITE => out.rewrite = Some(path(key, v.trim())?),
+            a::REGEX_PRIORITY => out.regex_priority = number::<i32>(key, v, -1_000_000, 1_000_000)?,
+            k if k.starts_with(a::HEADERS_PREFIX) => {
+                let name = &k[a::HEADERS_PREFIX.len()..];
+                if http::HeaderName::from_bytes(name.as_bytes()).is_err()
+                    || name.eq_ignore_ascii_case("host")
+                {
+                    return Err((
+                        key.into(),
+                        format!("{name:?} is not a header name that can be matched"),
+                    ));
+                }
+                let values = list(v);
+                if values.is_empty()
+                    || values
+                        .iter()
+                        .any(|x| http::HeaderValue::from_str(x).is_err())
+                {
+                    return Err((
+                        key.into(),
+                        format!("{v:?} is not a comma-separated list of header values"),
+                    ));
+                }
+                out.headers.insert(name.to_ascii_lowercase(), values);
+            }
+            _ => return Ok(false),
         }
-    }
-    if errors.is_empty() {
-        (Ok(out), unknown)
-    } else {
-        (Err(errors), unknown)
-    }
+        Ok(true)
+    })
+}
+
+/// Parses a Service's annotations.
+pub fn service(annotations: &BTreeMap<String, String>) -> Parsed<ServiceAnnotations> {
+    parse_all(annotations, |out: &mut ServiceAnnotations, key, v| {
+        match key {
+            a::PLUGINS => out.plugins = plugin_names(key, v)?,
+            a::UPSTREAM => {
+                let names = plugin_names(key, v)?;
+                if names.len() != 1 {
+                    return Err((key.into(), format!("{v:?} must name exactly one Upstream")));
+                }
+                out.upstream = names.into_iter().next();
+            }
+            a::PROTOCOL => {
+                out.protocol = Some(match v.trim() {
+                    "http" => UpstreamProtocol::Http,
+                    "https" => UpstreamProtocol::Https,
+                    "h2c" => UpstreamProtocol::H2c,
+                    "grpc" => UpstreamProtocol::Grpc,
+                    "grpcs" => UpstreamProtocol::Grpcs,
+                    other => {
+                        return Err((
+                            key.into(),
+                            format!("{other:?} is not one of http, https, h2c, grpc, grpcs"),
+                        ))
+                    }
+                })
+            }
+            a::CONNECT_TIMEOUT => out.connect_timeout = Some(number(key, v, 1, 86_400_000)?),
+            a::READ_TIMEOUT => out.read_timeout = Some(number(key, v, 1, 86_400_000)?),
+            a::WRITE_TIMEOUT => out.write_timeout = Some(number(key, v, 1, 86_400_000)?),
+            a::RETRIES => out.retries = Some(number(key, v, 0, 32)?),
+            a::PATH => out.path = Some(path(key, v.trim())?),
+            _ => return Ok(false),
+        }
+        Ok(true)
+    })
 }
 
 #[cfg(test)]

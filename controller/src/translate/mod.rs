@@ -302,12 +302,31 @@ mod tests {
             spec:\n  ingressClassName: weir\n  rules:\n  - http:\n      paths:\n      - {path: /, pathType: Prefix, backend: {service: {name: web, port: {number: 80}}}}\n---\n\
             apiVersion: v1\nkind: Service\nmetadata: {name: web, namespace: default}\nspec: {ports: [{port: 80}]}\n";
         let mut store = Store::default();
-        Store::parse_manifests(yaml).unwrap().into_iter().for_each(|o| store.insert(o));
+        Store::parse_manifests(yaml)
+            .unwrap()
+            .into_iter()
+            .for_each(|o| store.insert(o));
         let t = translate(&store, &Options::default(), &Fickle(Cell::new(0)));
-        let route = t.config.routes.iter().find(|r| r.id == "default/web/r0/p0").expect("route kept");
-        assert!(route.service.is_none(), "disabled, not served without its plugin");
-        assert!(t.config.plugins.iter().any(|p| p.id == "default/web/r0/p0/disabled"));
-        let p = t.problems.iter().find(|p| p.reason == Reason::RejectedByProxy).expect("reported");
+        let route = t
+            .config
+            .routes
+            .iter()
+            .find(|r| r.id == "default/web/r0/p0")
+            .expect("route kept");
+        assert!(
+            route.service.is_none(),
+            "disabled, not served without its plugin"
+        );
+        assert!(t
+            .config
+            .plugins
+            .iter()
+            .any(|p| p.id == "default/web/r0/p0/disabled"));
+        let p = t
+            .problems
+            .iter()
+            .find(|p| p.reason == Reason::RejectedByProxy)
+            .expect("reported");
         assert_eq!(p.object.to_string(), "Plugin default/auth");
     }
 }
