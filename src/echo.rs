@@ -3,7 +3,8 @@
 //! Every request is answered with JSON describing what arrived (method, path, raw query, host,
 //! headers, body length, protocol, the server's name and listen address). Query parameters:
 //! `status=N` sets the status, `delay_ms=N` waits before answering, `bytes=N` streams N bytes
-//! of body instead of JSON. WebSocket upgrades get an echo of every message.
+//! of body instead of JSON. WebSocket upgrades get an echo of every message. `connection`
+//! numbers the TCP connections accepted, so a client can tell whether its peer reuses them.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -37,6 +38,7 @@ pub fn run(listen: SocketAddr, name: String, threads: usize) -> anyhow::Result<(
             listen: listener.local_addr()?,
         });
         tracing::info!(listen = %echo.listen, name = %echo.name, "weir echo started");
+        let mut connections = 0u64;
         loop {
             let (stream, _) = match listener.accept().await {
                 Ok(s) => s,
@@ -47,10 +49,12 @@ pub fn run(listen: SocketAddr, name: String, threads: usize) -> anyhow::Result<(
             };
             let _ = stream.set_nodelay(true);
             let echo = echo.clone();
+            connections += 1;
+            let connection = connections;
             tokio::spawn(async move {
                 let svc = hyper::service::service_fn(move |req| {
                     let echo = echo.clone();
-                    async move { Ok::<_, Infallible>(echo.handle(req).await) }
+                    async move { Ok::<_, Infallible>(echo.handle(req, connection).await) }
                 });
                 let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
                     .serve_connection_with_upgrades(TokioIo::new(stream), svc)
@@ -87,7 +91,8 @@ fn headers_json(headers: &HeaderMap) -> serde_json::Value {
 }
 
 impl Echo {
-    async fn handle(&self, mut req: Request<Incoming>) -> Response<EchoBody> {
+    /// `connection` numbers the TCP connections this echo accepted (shows connection reuse).
+    async fn handle(&self, mut req: Request<Incoming>, connection: u64) -> Response<EchoBody> {
         if req
             .headers()
             .get(header::UPGRADE)
@@ -125,6 +130,7 @@ impl Echo {
         let info = serde_json::json!({
             "name": self.name,
             "listen": self.listen.to_string(),
+            "connection": connection,
             "method": parts.method.as_str(),
             "path": parts.uri.path(),
             "query": q,

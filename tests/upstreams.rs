@@ -183,6 +183,33 @@ async fn upstream_down_is_502_and_retries_go_to_another_target() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn upstream_connections_are_reused() {
+    let up = echo("up");
+    let weir = Weir::start(
+        &service_table(&format!("{{id: s, host: 127.0.0.1, port: {}}}", up.port)),
+        &[],
+    );
+    let c = client();
+    let mut seen = std::collections::BTreeSet::new();
+    for path in [
+        "/",
+        "/?bytes=100000",
+        "/",
+        "/?status=404",
+        "/",
+        "/?bytes=10",
+        "/",
+    ] {
+        let r = get(&c, &weir.url(path), &[]).await;
+        if r.header("content-type") == Some("application/json") {
+            seen.insert(r.json()["connection"].as_u64().unwrap());
+        }
+    }
+    // Sequential requests on one client connection use one pooled upstream connection.
+    assert_eq!(seen.len(), 1, "upstream connections used: {seen:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn slow_upstream_is_504() {
     let up = echo("slow");
     let weir = Weir::start(

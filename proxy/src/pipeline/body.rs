@@ -181,10 +181,19 @@ impl ProxyBody {
             } => match Pin::new(&mut *body).poll_frame(cx) {
                 Poll::Ready(r) => {
                     *timer = None;
-                    if r.is_none() {
+                    // hyper stops polling once a sized response is written, so the end is
+                    // noticed here, on the last frame, not only on `None`.
+                    let ended = match &r {
+                        None => true,
+                        Some(Ok(_)) => body.is_end_stream(),
+                        Some(Err(_)) => false,
+                    };
+                    if ended {
                         if let Some(c) = conn.take() {
                             c.release();
                         }
+                    } else if matches!(r, Some(Err(_))) {
+                        *conn = None;
                     }
                     Poll::Ready(r.map(|f| f.map_err(|e| Box::new(e) as BoxError)))
                 }
@@ -292,6 +301,13 @@ impl Drop for ProxyBody {
     fn drop(&mut self) {
         // A body dropped before its end means the client went away (or a HEAD/304 response).
         let aborted = !self.is_inner_end();
+        if !aborted {
+            if let Inner::Upstream { conn, .. } = &mut self.inner {
+                if let Some(c) = conn.take() {
+                    c.release();
+                }
+            }
+        }
         self.done(aborted);
     }
 }
