@@ -31,6 +31,20 @@ fn read_head(r: &mut BufReader<TcpStream>) -> (String, Vec<(String, String)>) {
     (status.trim_end().to_string(), headers)
 }
 
+/// Reads a `Content-Length` body after [`read_head`] and parses it as JSON.
+fn read_json_body(r: &mut BufReader<TcpStream>, headers: &[(String, String)]) -> serde_json::Value {
+    let len: usize = headers
+        .iter()
+        .find(|(k, _)| k == "content-length")
+        .expect("content-length")
+        .1
+        .parse()
+        .unwrap();
+    let mut body = vec![0u8; len];
+    r.read_exact(&mut body).unwrap();
+    serde_json::from_slice(&body).unwrap()
+}
+
 const MB: u64 = 1024 * 1024;
 
 #[test]
@@ -82,16 +96,7 @@ fn two_hundred_megabytes_each_way_in_bounded_memory() {
     let mut r = BufReader::new(s);
     let (status, headers) = read_head(&mut r);
     assert!(status.contains("200"), "{status}");
-    let len: usize = headers
-        .iter()
-        .find(|(k, _)| k == "content-length")
-        .unwrap()
-        .1
-        .parse()
-        .unwrap();
-    let mut body = vec![0u8; len];
-    r.read_exact(&mut body).unwrap();
-    let info: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    let info = read_json_body(&mut r, &headers);
     assert_eq!(info["body_length"], size);
 
     let rss = weir.peak_rss();
@@ -182,30 +187,28 @@ async fn upstream_down_is_502_and_retries_go_to_another_target() {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn upstream_connections_are_reused() {
+#[test]
+fn upstream_connections_are_reused() {
     let up = echo("up");
     let weir = Weir::start(
         &service_table(&format!("{{id: s, host: 127.0.0.1, port: {}}}", up.port)),
         &[],
     );
-    let c = client();
+    // One client connection (so one worker), sequential requests.
+    let s = TcpStream::connect(("127.0.0.1", weir.proc.port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut w = s.try_clone().unwrap();
+    let mut r = BufReader::new(s);
     let mut seen = std::collections::BTreeSet::new();
-    for path in [
-        "/",
-        "/?bytes=100000",
-        "/",
-        "/?status=404",
-        "/",
-        "/?bytes=10",
-        "/",
-    ] {
-        let r = get(&c, &weir.url(path), &[]).await;
-        if r.header("content-type") == Some("application/json") {
-            seen.insert(r.json()["connection"].as_u64().unwrap());
-        }
+    for path in ["/", "/?status=404", "/a", "/?delay_ms=5", "/"] {
+        write!(w, "GET {path} HTTP/1.1\r\nHost: t\r\n\r\n").unwrap();
+        let (_, headers) = read_head(&mut r);
+        seen.insert(
+            read_json_body(&mut r, &headers)["connection"]
+                .as_u64()
+                .unwrap(),
+        );
     }
-    // Sequential requests on one client connection use one pooled upstream connection.
     assert_eq!(seen.len(), 1, "upstream connections used: {seen:?}");
 }
 
@@ -306,16 +309,7 @@ fn expect_100_continue() {
     w.write_all(b"hello").unwrap();
     let (status, headers) = read_head(&mut r);
     assert!(status.contains("200"), "{status}");
-    let len: usize = headers
-        .iter()
-        .find(|(k, _)| k == "content-length")
-        .unwrap()
-        .1
-        .parse()
-        .unwrap();
-    let mut body = vec![0u8; len];
-    r.read_exact(&mut body).unwrap();
-    let info: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    let info = read_json_body(&mut r, &headers);
     assert_eq!(info["body_length"], 5);
     assert!(info["headers"].get("expect").is_none());
 }
