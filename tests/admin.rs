@@ -72,13 +72,7 @@ async fn invalid_push_is_400_and_the_old_table_keeps_serving() {
         hash.as_str()
     );
 
-    let metrics = String::from_utf8(
-        get(&c, &weir.admin_url("/metrics"), &[])
-            .await
-            .body
-            .to_vec(),
-    )
-    .unwrap();
+    let metrics = metrics(&c, &weir).await;
     assert!(
         metrics.contains("weir_config_failures_total 3"),
         "{metrics}"
@@ -99,6 +93,22 @@ async fn invalid_push_is_400_and_the_old_table_keeps_serving() {
     assert!(
         metrics.contains("weir_upstream_duration_seconds_count{service=\"s\"}"),
         "{metrics}"
+    );
+
+    // The latency headers follow the table's switch.
+    assert!(get(&c, &weir.url("/new"), &[])
+        .await
+        .header("x-weir-proxy-latency")
+        .is_some());
+    let quiet = format!(
+        "settings: {{latency_headers: false}}\n{}",
+        table(up.port, "/new")
+    );
+    assert_eq!(push(&c, &weir, &quiet).await.status, 200);
+    let r = get(&c, &weir.url("/new"), &[]).await;
+    assert_eq!(r.status, 200);
+    assert!(
+        r.header("x-weir-proxy-latency").is_none() && r.header("x-weir-upstream-latency").is_none()
     );
 
     assert_eq!(get(&c, &weir.admin_url("/nope"), &[]).await.status, 404);

@@ -97,13 +97,7 @@ async fn fifty_pushes_under_load_lose_nothing() {
     let c = client();
     assert_eq!(get(&c, &weir.url("/only-b"), &[]).await.status, 404);
     assert_eq!(get(&c, &weir.url("/only-a"), &[]).await.status, 200);
-    let metrics = String::from_utf8(
-        get(&c, &weir.admin_url("/metrics"), &[])
-            .await
-            .body
-            .to_vec(),
-    )
-    .unwrap();
+    let metrics = metrics(&c, &weir).await;
     assert!(
         metrics.contains("weir_config_applies_total 51"),
         "{metrics}"

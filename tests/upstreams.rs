@@ -31,6 +31,23 @@ fn read_head(r: &mut BufReader<TcpStream>) -> (String, Vec<(String, String)>) {
     (status.trim_end().to_string(), headers)
 }
 
+/// An echo upstream behind a proxy with one catch-all route to it.
+fn single(name: &str) -> (Proc, Weir) {
+    let up = echo(name);
+    let weir = Weir::start(
+        &service_table(&format!("{{id: s, host: 127.0.0.1, port: {}}}", up.port)),
+        &[],
+    );
+    (up, weir)
+}
+
+/// A raw client connection: (writer, the same socket for reading).
+fn connect(port: u16, timeout: Duration) -> (TcpStream, TcpStream) {
+    let s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(timeout)).unwrap();
+    (s.try_clone().unwrap(), s)
+}
+
 /// Reads a `Content-Length` body after [`read_head`] and parses it as JSON.
 fn read_json_body(r: &mut BufReader<TcpStream>, headers: &[(String, String)]) -> serde_json::Value {
     let len: usize = headers
@@ -57,9 +74,7 @@ fn two_hundred_megabytes_each_way_in_bounded_memory() {
     let size = 200 * MB;
 
     // Download.
-    let s = TcpStream::connect(("127.0.0.1", weir.proc.port)).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(120))).unwrap();
-    let mut w = s.try_clone().unwrap();
+    let (mut w, s) = connect(weir.proc.port, Duration::from_secs(120));
     write!(w, "GET /big?bytes={size} HTTP/1.1\r\nHost: t\r\n\r\n").unwrap();
     let mut r = BufReader::with_capacity(256 * 1024, s);
     let (status, headers) = read_head(&mut r);
@@ -105,14 +120,8 @@ fn two_hundred_megabytes_each_way_in_bounded_memory() {
 
 #[test]
 fn websocket_echo_through_the_proxy() {
-    let up = echo("ws");
-    let weir = Weir::start(
-        &service_table(&format!("{{id: s, host: 127.0.0.1, port: {}}}", up.port)),
-        &[],
-    );
-    let s = TcpStream::connect(("127.0.0.1", weir.proc.port)).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    let mut w = s.try_clone().unwrap();
+    let (_up, weir) = single("ws");
+    let (mut w, s) = connect(weir.proc.port, Duration::from_secs(10));
     w.write_all(
         b"GET /chat HTTP/1.1\r\nHost: t\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\
           Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n",
@@ -189,15 +198,9 @@ async fn upstream_down_is_502_and_retries_go_to_another_target() {
 
 #[test]
 fn upstream_connections_are_reused() {
-    let up = echo("up");
-    let weir = Weir::start(
-        &service_table(&format!("{{id: s, host: 127.0.0.1, port: {}}}", up.port)),
-        &[],
-    );
+    let (_up, weir) = single("up");
     // One client connection (so one worker), sequential requests.
-    let s = TcpStream::connect(("127.0.0.1", weir.proc.port)).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    let mut w = s.try_clone().unwrap();
+    let (mut w, s) = connect(weir.proc.port, Duration::from_secs(10));
     let mut r = BufReader::new(s);
     let mut seen = std::collections::BTreeSet::new();
     for path in ["/", "/?status=404", "/a", "/?delay_ms=5", "/"] {
@@ -236,11 +239,7 @@ async fn slow_upstream_is_504() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn status_codes_from_the_upstream_pass_through() {
-    let up = echo("up");
-    let weir = Weir::start(
-        &service_table(&format!("{{id: s, host: 127.0.0.1, port: {}}}", up.port)),
-        &[],
-    );
+    let (_up, weir) = single("up");
     let c = client();
     for code in [201u16, 204, 302, 404, 500, 503] {
         let r = get(&c, &weir.url(&format!("/?status={code}")), &[]).await;
@@ -288,14 +287,8 @@ async fn h2c_on_both_sides() {
 
 #[test]
 fn expect_100_continue() {
-    let up = echo("up");
-    let weir = Weir::start(
-        &service_table(&format!("{{id: s, host: 127.0.0.1, port: {}}}", up.port)),
-        &[],
-    );
-    let s = TcpStream::connect(("127.0.0.1", weir.proc.port)).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    let mut w = s.try_clone().unwrap();
+    let (_up, weir) = single("up");
+    let (mut w, s) = connect(weir.proc.port, Duration::from_secs(10));
     w.write_all(
         b"POST /upload HTTP/1.1\r\nHost: t\r\nContent-Length: 5\r\nExpect: 100-continue\r\n\r\n",
     )

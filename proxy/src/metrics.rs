@@ -43,10 +43,14 @@ type Key = (Arc<str>, Arc<str>, u16);
 
 #[derive(Default)]
 struct Shard {
-    requests: HashMap<Key, u64>,
-    request_latency: HashMap<Arc<str>, Histogram>,
-    upstream_latency: HashMap<Arc<str>, Histogram>,
+    requests: FnvMap<Key, u64>,
+    request_latency: FnvMap<Arc<str>, Histogram>,
+    upstream_latency: FnvMap<Arc<str>, Histogram>,
 }
+
+/// Recording is per request: keys are route/service ids and status codes from the operator's
+/// table, so the router's fast FNV hasher is safe here too.
+type FnvMap<K, V> = HashMap<K, V, std::hash::BuildHasherDefault<crate::router::Fnv>>;
 
 /// All of the proxy's metrics.
 pub struct Metrics {

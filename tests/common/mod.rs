@@ -231,6 +231,11 @@ pub async fn push(c: &HttpClient, w: &Weir, config: &str) -> Resp {
     .await
 }
 
+/// The proxy's Prometheus text from the admin API.
+pub async fn metrics(c: &HttpClient, w: &Weir) -> String {
+    String::from_utf8(get(c, &w.admin_url("/metrics"), &[]).await.body.to_vec()).unwrap()
+}
+
 /// Writes raw bytes to the proxy and reads until the peer closes or `timeout` passes.
 pub fn raw(port: u16, request: &[u8], timeout: Duration) -> String {
     let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();

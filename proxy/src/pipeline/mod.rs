@@ -229,8 +229,9 @@ pub fn log(ctx: &RequestCtx, record: &LogRecord) {
 /// What the log phase knows about a finished request.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct LogRecord {
-    /// Per-request id.
-    pub request_id: String,
+    /// Per-request id (written as 16 hex digits).
+    #[serde(serialize_with = "ser_request_id")]
+    pub request_id: u64,
     /// Client IP.
     pub client_ip: IpAddr,
     /// Request method.
@@ -258,6 +259,10 @@ pub struct LogRecord {
     pub latencies: Latencies,
     /// Whether the client went away before the response was complete.
     pub aborted: bool,
+}
+
+fn ser_request_id<S: serde::Serializer>(id: &u64, s: S) -> Result<S::Ok, S::Error> {
+    s.collect_str(&format_args!("{id:016x}"))
 }
 
 fn ser_method<S: serde::Serializer>(m: &Method, s: S) -> Result<S::Ok, S::Error> {
@@ -386,7 +391,7 @@ mod tests {
 
     fn record() -> LogRecord {
         LogRecord {
-            request_id: String::new(),
+            request_id: 0,
             client_ip: [127, 0, 0, 1].into(),
             method: Method::GET,
             host: String::new(),

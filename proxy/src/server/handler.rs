@@ -106,7 +106,7 @@ pub async fn handle(
     let client_ip = headers::client_ip(conn.peer.ip(), &head.headers, &shared.opts.trusted_proxies);
     let ctx = RequestCtx::new(client_ip, next_request_id(), rt.global.clone());
     let record = LogRecord {
-        request_id: format!("{:016x}", ctx.request_id),
+        request_id: ctx.request_id,
         client_ip,
         method: head.method.clone(),
         host: request_host(&head.uri, &head.headers).to_string(),
