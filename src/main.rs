@@ -154,6 +154,9 @@ struct ProxyArgs {
     /// Address for client traffic.
     #[arg(long, env = "WEIR_LISTEN", default_value = "0.0.0.0:8080")]
     listen: SocketAddr,
+    /// Address for HTTPS traffic, served with the routing table's certificates (none by default).
+    #[arg(long, env = "WEIR_TLS_LISTEN")]
+    tls_listen: Option<SocketAddr>,
     /// Address of the admin API (keep it on loopback unless it is protected otherwise).
     #[arg(long, env = "WEIR_ADMIN_LISTEN", default_value = "127.0.0.1:8100")]
     admin_listen: SocketAddr,
@@ -335,6 +338,7 @@ impl ProxyArgs {
         let defaults = ProxyOptions::default();
         ProxyOptions {
             listen: self.listen,
+            tls_listen: self.tls_listen,
             admin_listen: self.admin_listen,
             worker_threads: self
                 .worker_threads

@@ -39,7 +39,7 @@ impl Drop for Standalone {
     }
 }
 
-fn start(dir: std::path::PathBuf) -> Standalone {
+fn start(dir: std::path::PathBuf, extra: &[&str]) -> Standalone {
     let port = free_port();
     let admin = free_port();
     let child = Command::new(WEIR)
@@ -52,6 +52,7 @@ fn start(dir: std::path::PathBuf) -> Standalone {
             &format!("127.0.0.1:{admin}"),
         ])
         .args(["--worker-threads", "2"])
+        .args(extra)
         .env("RUST_LOG", "warn")
         .stdout(Stdio::null())
         .spawn()
@@ -83,7 +84,7 @@ async fn wait_status(c: &HttpClient, url: &str, want: u16, limit: Duration) -> D
 async fn the_quickstart_serves_and_follows_edits() {
     let a = echo("echo-a");
     let b = echo("echo-b");
-    let w = start(quickstart_copy([a.port, b.port]));
+    let w = start(quickstart_copy([a.port, b.port]), &[]);
     let c = client();
     let url = |p: &str| format!("http://127.0.0.1:{}{p}", w.proc.port);
 
@@ -146,7 +147,7 @@ async fn a_broken_plugin_disables_only_its_ingress() {
         .unwrap()
         .replace("status_code: 503", "status_code: 1000");
     std::fs::write(&plugins, text).unwrap();
-    let w = start(dir);
+    let w = start(dir, &[]);
     let c = client();
     let url = |p: &str| format!("http://127.0.0.1:{}{p}", w.proc.port);
     assert_eq!(get(&c, &url("/echo/x"), &[]).await.status, 200);
@@ -160,6 +161,78 @@ async fn a_broken_plugin_disables_only_its_ingress() {
             .contains("This route is disabled"),
         "{r:?}"
     );
+}
+
+/// An Ingress with a `tls` section for a.example.test and its Secret (the test certificate).
+fn tls_manifest() -> String {
+    let indent = |pem: String| pem.trim().replace('\n', "\n    ");
+    format!(
+        r#"apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata: {{name: secure, namespace: demo}}
+spec:
+  ingressClassName: weir
+  tls:
+  - {{hosts: [a.example.test], secretName: secure-tls}}
+  rules:
+  - host: a.example.test
+    http:
+      paths:
+      - {{path: /secure, pathType: Prefix, backend: {{service: {{name: echo, port: {{name: http}}}}}}}}
+---
+apiVersion: v1
+kind: Secret
+metadata: {{name: secure-tls, namespace: demo}}
+type: kubernetes.io/tls
+stringData:
+  tls.crt: |
+    {}
+  tls.key: |
+    {}
+"#,
+        indent(common::tls::fixture("a.example.test.crt")),
+        indent(common::tls::fixture("a.example.test.key")),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_listen_serves_the_ingress_certificates() {
+    let a = echo("echo-a");
+    let b = echo("echo-b");
+    let dir = quickstart_copy([a.port, b.port]);
+    std::fs::write(dir.join("40-tls.yaml"), tls_manifest()).unwrap();
+    let tls_port = free_port();
+    let w = start(dir, &["--tls-listen", &format!("127.0.0.1:{tls_port}")]);
+    wait_for_port(tls_port);
+
+    // The listener opens before the first translation lands: retry for up to 2 s.
+    let started = Instant::now();
+    let r = loop {
+        match common::tls::get(tls_port, "a.example.test", "/secure/x", &["h2", "http/1.1"]).await {
+            Ok(r) => break r,
+            Err(_) if started.elapsed() < Duration::from_secs(2) => {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Err(e) => panic!("no HTTPS after 2 s: {e}"),
+        }
+    };
+    assert_eq!(r.peer_cert, common::tls::fixture_der("a.example.test.crt"));
+    assert_eq!(r.alpn.as_deref(), Some(&b"h2"[..]));
+    assert_eq!(r.resp.status, 200);
+    let seen = r.resp.json();
+    assert_eq!(seen["path"], "/secure/x");
+    assert_eq!(seen["host"], "a.example.test");
+    assert_eq!(seen["headers"]["x-forwarded-proto"], "https");
+
+    // The tls section does not redirect plain HTTP.
+    let c = client();
+    let plain = get(
+        &c,
+        &format!("http://127.0.0.1:{}/secure/x", w.proc.port),
+        &[("host", "a.example.test")],
+    )
+    .await;
+    assert_eq!(plain.status, 200);
 }
 
 #[test]

@@ -3,8 +3,9 @@
 //! `cargo bench -p weir-proxy --bench router`. The target: sub-microsecond at 10k routes,
 //! growing with path depth, not with route count.
 
-use criterion::{black_box, criterion_group, criterion_main, BenchmarkId, Criterion};
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
 use http::{HeaderMap, Method};
+use std::hint::black_box;
 use weir_proxy::config::{ClientProtocol, PathKind, PathRule, Route};
 use weir_proxy::router::{Lookup, RequestView, Router};
 

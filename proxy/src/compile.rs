@@ -14,6 +14,7 @@ use crate::config::{parse_target, Config, ConfigError, PluginConfig, Settings, U
 use crate::pipeline::RouteChain;
 use crate::plugins::{PluginInstance, Registry};
 use crate::router::Router;
+use crate::tls::CertStore;
 
 /// A compiled routing table.
 pub struct Runtime {
@@ -31,6 +32,8 @@ pub struct Runtime {
     pub global: Arc<[PluginInstance]>,
     /// Table-wide switches.
     pub settings: Settings,
+    /// TLS certificates by server name.
+    pub certs: CertStore,
 }
 
 /// A route, ready for requests.
@@ -85,6 +88,7 @@ impl Runtime {
             services: Vec::new(),
             global: Arc::from(Vec::new()),
             settings: Settings::default(),
+            certs: CertStore::default(),
         }
     }
 
@@ -101,6 +105,9 @@ impl Runtime {
             }]
         };
 
+        let certs = CertStore::new(&config.certificates).map_err(|(i, field, m)| {
+            internal("certificate", &config.certificates[i].id, field, m)
+        })?;
         let router = Router::new(&config.routes, config.settings.merge_slashes)
             .map_err(|e| internal("config", "", "routes", e.to_string()))?;
 
@@ -210,6 +217,7 @@ impl Runtime {
             routes,
             services,
             global,
+            certs,
         })
     }
 }

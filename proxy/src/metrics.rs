@@ -61,6 +61,8 @@ pub struct Metrics {
     pub config_failures: AtomicU64,
     /// Connections refused because of `--max-connections`.
     pub connections_refused: AtomicU64,
+    /// TLS handshakes that failed or timed out.
+    pub tls_handshake_failures: AtomicU64,
 }
 
 thread_local! {
@@ -80,6 +82,7 @@ impl Metrics {
             config_applies: AtomicU64::new(0),
             config_failures: AtomicU64::new(0),
             connections_refused: AtomicU64::new(0),
+            tls_handshake_failures: AtomicU64::new(0),
         }
     }
 
@@ -174,6 +177,11 @@ impl Metrics {
                 "weir_connections_refused_total",
                 "Connections closed at accept because of --max-connections.",
                 self.connections_refused.load(Ordering::Relaxed) as f64,
+            ),
+            (
+                "weir_tls_handshake_failures_total",
+                "TLS handshakes that failed, found no certificate or timed out.",
+                self.tls_handshake_failures.load(Ordering::Relaxed) as f64,
             ),
         ] {
             let _ = writeln!(

@@ -8,7 +8,7 @@ fn the_documented_example_compiles() {
     let doc = include_str!("../../docs/config.md");
     let start = doc.find("```yaml\n").expect("a ```yaml block") + "```yaml\n".len();
     let end = start + doc[start..].find("```").expect("closing fence");
-    let config = Config::parse(doc[start..end].as_bytes()).expect("parses");
+    let config = Config::parse(&doc.as_bytes()[start..end]).expect("parses");
     assert!(config.routes.len() >= 4 && !config.plugins.is_empty());
     if let Err(errors) = Runtime::compile(config, &Registry::builtin()) {
         panic!("docs/config.md example is invalid: {errors:#?}");

@@ -265,6 +265,15 @@ fn source_of(entity: &str, id: &str) -> ObjectRef {
 }
 
 /// An object reference for problems.
+/// A Secret key as UTF-8 text: `data` (base64 on the wire), else `stringData` (what a
+/// manifest folder holds before an API server folds it into `data`).
+fn secret_text(secret: &k8s_openapi::api::core::v1::Secret, key: &str) -> Option<String> {
+    match secret.data.as_ref().and_then(|d| d.get(key)) {
+        Some(b) => String::from_utf8(b.0.clone()).ok(),
+        None => secret.string_data.as_ref()?.get(key).cloned(),
+    }
+}
+
 fn obj(kind: Kind, key: &Key) -> ObjectRef {
     ObjectRef {
         kind,

@@ -5,7 +5,6 @@
 //! left out rather than served without it: a broken authentication plugin must not open a
 //! route.
 
-use k8s_openapi::ByteString;
 use weir_proxy::config::PluginConfig;
 
 use super::{obj, Translator};
@@ -47,10 +46,6 @@ impl Resolved {
     }
 }
 
-fn secret_text(data: Option<&ByteString>) -> Option<String> {
-    data.and_then(|b| String::from_utf8(b.0.clone()).ok())
-}
-
 impl Translator<'_> {
     /// Reads a configuration from a labelled Secret key (JSON or YAML).
     fn config_from_secret(
@@ -80,14 +75,7 @@ impl Translator<'_> {
                 weir_crds::CREDENTIAL_LABEL
             ));
         }
-        let text = secret_text(secret.data.as_ref().and_then(|d| d.get(key)))
-            .or_else(|| {
-                secret
-                    .string_data
-                    .as_ref()
-                    .and_then(|d| d.get(key))
-                    .cloned()
-            })
+        let text = super::secret_text(secret, key)
             .ok_or_else(|| format!("Secret {ns}/{name} has no key {key:?}"))?;
         // The error must not echo the Secret's contents.
         serde_yaml::from_str::<serde_json::Value>(&text)

@@ -1,24 +1,15 @@
 //! Ingress `tls` sections → certificates. A missing or unusable Secret affects only the hosts
 //! it was meant for; Secret contents never appear in problems or logs.
 
+use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::api::networking::v1::Ingress;
 use weir_proxy::config::Certificate;
 
-use super::{obj, Translator};
+use super::{obj, secret_text, Translator};
 use crate::problem::Reason;
 use crate::store::{Key, Kind};
 
 const TLS_TYPE: &str = "kubernetes.io/tls";
-
-fn pem(data: Option<&k8s_openapi::ByteString>, what: &str) -> Result<String, String> {
-    let text = data
-        .and_then(|b| String::from_utf8(b.0.clone()).ok())
-        .ok_or_else(|| format!("has no readable {what}"))?;
-    if !text.contains("-----BEGIN ") {
-        return Err(format!("{what} is not PEM"));
-    }
-    Ok(text)
-}
 
 impl Translator<'_> {
     pub(super) fn tls(&mut self, key: &Key, ing: &Ingress) {
@@ -38,14 +29,7 @@ impl Translator<'_> {
                 Some(s) if s.type_.as_deref() != Some(TLS_TYPE) => {
                     Err(format!("Secret {skey} is not of type {TLS_TYPE}"))
                 }
-                Some(s) => {
-                    let data = s.data.as_ref();
-                    pem(data.and_then(|d| d.get("tls.crt")), "tls.crt")
-                        .and_then(|cert| {
-                            Ok((cert, pem(data.and_then(|d| d.get("tls.key")), "tls.key")?))
-                        })
-                        .map_err(|m| format!("Secret {skey} {m}"))
-                }
+                Some(s) => read_pair(s).map_err(|m| format!("Secret {skey} {m}")),
             };
             match result {
                 Ok((cert, key_pem)) => {
@@ -82,4 +66,28 @@ impl Translator<'_> {
             }
         }
     }
+}
+
+/// The Secret's certificate and key, checked the way the proxy will load them.
+fn read_pair(secret: &Secret) -> Result<(String, String), String> {
+    let text = |key: &str| secret_text(secret, key).ok_or_else(|| format!("has no readable {key}"));
+    let (cert, key) = (text("tls.crt")?, text("tls.key")?);
+    let probe = Certificate {
+        id: String::new(),
+        cert,
+        key,
+        snis: Vec::new(),
+    };
+    // The message describes the PEM; it never quotes it.
+    weir_proxy::tls::parse_certificate(&probe).map_err(|(field, m)| {
+        format!(
+            "{}: {m}",
+            if field == "cert" {
+                "tls.crt"
+            } else {
+                "tls.key"
+            }
+        )
+    })?;
+    Ok((probe.cert, probe.key))
 }

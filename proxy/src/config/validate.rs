@@ -383,6 +383,17 @@ impl Config {
             }
         }
 
+        for c in &self.certificates {
+            for (i, h) in c.snis.iter().enumerate() {
+                if let Err(m) = check_host(h) {
+                    errs.push("certificate", &c.id, format!("snis[{i}]"), m);
+                }
+            }
+            if let Err((field, m)) = crate::tls::parse_certificate(c) {
+                errs.push("certificate", &c.id, field, m);
+            }
+        }
+
         if errs.0.is_empty() {
             Ok(())
         } else {

@@ -34,6 +34,8 @@ pub struct ConnInfo {
     pub peer: SocketAddr,
     /// The local port the client connected to.
     pub local_port: u16,
+    /// The connection is HTTPS (TLS terminated here).
+    pub tls: bool,
 }
 
 thread_local! {
@@ -146,11 +148,19 @@ pub async fn handle(
         path: &path,
         method: &head.method,
         headers: &head.headers,
-        protocol: ClientProtocol::Http,
+        protocol: if conn.tls {
+            ClientProtocol::Https
+        } else {
+            ClientProtocol::Http
+        },
     };
     let m = match rt.router.lookup(&view) {
         Lookup::Matched(m) => m,
         Lookup::NotFound => {
+            return p.error(StatusCode::NOT_FOUND, "no Route matched with those values")
+        }
+        // Like Kong: an http-only route does not match over HTTPS.
+        Lookup::WrongProtocol(_) if conn.tls => {
             return p.error(StatusCode::NOT_FOUND, "no Route matched with those values")
         }
         Lookup::WrongProtocol(m) => {
@@ -478,7 +488,7 @@ fn prepare_request_headers(
         &Forwarding {
             peer: conn.peer.ip(),
             client: p.ctx.client_ip,
-            proto: "http",
+            proto: if conn.tls { "https" } else { "http" },
             host: original_host.as_ref(),
             port: conn.local_port,
             stripped_prefix: stripped,

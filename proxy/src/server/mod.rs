@@ -32,6 +32,8 @@ pub use headers::Cidr;
 pub struct ProxyOptions {
     /// Where the proxy listens for client traffic.
     pub listen: SocketAddr,
+    /// Where the proxy listens for HTTPS (TLS terminated with the routing table's certificates).
+    pub tls_listen: Option<SocketAddr>,
     /// Where the admin API listens.
     pub admin_listen: SocketAddr,
     /// Worker threads (one runtime and listener each).
@@ -63,6 +65,7 @@ impl Default for ProxyOptions {
     fn default() -> Self {
         ProxyOptions {
             listen: ([0, 0, 0, 0], 8080).into(),
+            tls_listen: None,
             admin_listen: ([127, 0, 0, 1], 8100).into(),
             worker_threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
             access_log: true,
@@ -182,11 +185,21 @@ impl Proxy {
         let opts = &self.shared.opts;
         let workers = opts.worker_threads.max(1);
         let listeners = (0..workers)
-            .map(|_| bind_reuseport(opts.listen))
+            .map(|_| {
+                let plain = bind_reuseport(opts.listen)?;
+                let tls = opts.tls_listen.map(bind_reuseport).transpose()?;
+                Ok((plain, tls))
+            })
             .collect::<io::Result<Vec<_>>>()?;
         let admin = std::net::TcpListener::bind(opts.admin_listen)?;
         admin.set_nonblocking(true)?;
-        tracing::info!(listen = %opts.listen, admin = %opts.admin_listen, workers, "weir proxy started");
+        tracing::info!(
+            listen = %opts.listen,
+            tls_listen = ?opts.tls_listen,
+            admin = %opts.admin_listen,
+            workers,
+            "weir proxy started"
+        );
 
         let (stop_tx, stop_rx) = watch::channel(false);
         let mut threads = Vec::new();
@@ -257,7 +270,7 @@ fn bind_reuseport(addr: SocketAddr) -> io::Result<std::net::TcpListener> {
 fn worker(
     index: usize,
     shared: Arc<Shared>,
-    listener: std::net::TcpListener,
+    (listener, tls_listener): (std::net::TcpListener, Option<std::net::TcpListener>),
     mut stop: watch::Receiver<bool>,
 ) {
     crate::metrics::set_worker_shard(index);
@@ -272,51 +285,110 @@ fn worker(
         }
     };
     rt.block_on(async move {
-        let listener = match tokio::net::TcpListener::from_std(listener) {
-            Ok(l) => l,
-            Err(e) => {
-                tracing::error!(error = %e, "listener failed");
-                return;
-            }
-        };
+        let listen = tokio::net::TcpListener::from_std;
+        let (listener, tls_listener) =
+            match (listen(listener), tls_listener.map(listen).transpose()) {
+                (Ok(l), Ok(t)) => (l, t),
+                (Err(e), _) | (_, Err(e)) => {
+                    tracing::error!(error = %e, "listener failed");
+                    return;
+                }
+            };
+        let acceptor = tls_listener.as_ref().map(|_| tls_acceptor(&shared));
         let builder = Arc::new(connection_builder(&shared.opts));
         let live = Arc::new(AtomicUsize::new(0));
-        let local_port = listener.local_addr().map(|a| a.port()).unwrap_or(0);
+        let port = |l: &tokio::net::TcpListener| l.local_addr().map(|a| a.port()).unwrap_or(0);
+        let (plain_port, tls_port) = (port(&listener), tls_listener.as_ref().map_or(0, port));
         loop {
-            tokio::select! {
-                accepted = listener.accept() => match accepted {
-                    Ok((stream, peer)) => {
-                        let total = shared.connections.fetch_add(1, Ordering::AcqRel) + 1;
-                        if total > shared.opts.max_connections {
-                            shared.connections.fetch_sub(1, Ordering::AcqRel);
-                            shared.metrics.connections_refused.fetch_add(1, Ordering::Relaxed);
-                            drop(stream);
-                            continue;
-                        }
-                        let _ = stream.set_nodelay(true);
-                        live.fetch_add(1, Ordering::AcqRel);
-                        let (shared, builder, live, stop) = (shared.clone(), builder.clone(), live.clone(), stop.clone());
-                        tokio::spawn(async move {
-                            serve_connection(&shared, &builder, stream, peer, local_port, stop).await;
-                            shared.connections.fetch_sub(1, Ordering::AcqRel);
-                            live.fetch_sub(1, Ordering::AcqRel);
-                        });
-                    }
-                    Err(e) => {
-                        // Out of file descriptors and the like: back off instead of spinning.
-                        tracing::warn!(error = %e, "accept failed");
-                        tokio::time::sleep(Duration::from_millis(20)).await;
-                    }
-                },
+            let (accepted, tls) = tokio::select! {
+                a = listener.accept() => (a, false),
+                a = accept_if_some(tls_listener.as_ref()) => (a, true),
                 _ = stop.changed() => break,
+            };
+            let (stream, peer) = match accepted {
+                Ok(a) => a,
+                Err(e) => {
+                    // Out of file descriptors and the like: back off instead of spinning.
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                    continue;
+                }
+            };
+            let total = shared.connections.fetch_add(1, Ordering::AcqRel) + 1;
+            if total > shared.opts.max_connections {
+                shared.connections.fetch_sub(1, Ordering::AcqRel);
+                shared
+                    .metrics
+                    .connections_refused
+                    .fetch_add(1, Ordering::Relaxed);
+                drop(stream);
+                continue;
             }
+            let _ = stream.set_nodelay(true);
+            live.fetch_add(1, Ordering::AcqRel);
+            let conn = handler::ConnInfo {
+                peer,
+                local_port: if tls { tls_port } else { plain_port },
+                tls,
+            };
+            let acceptor = if tls { acceptor.clone() } else { None };
+            let (shared, builder, live, stop) =
+                (shared.clone(), builder.clone(), live.clone(), stop.clone());
+            tokio::spawn(async move {
+                match acceptor {
+                    None => serve_connection(&shared, &builder, stream, conn, stop).await,
+                    Some(acceptor) => {
+                        // The handshake counts as part of the request head's time budget.
+                        let limit = shared.opts.header_read_timeout;
+                        match tokio::time::timeout(limit, acceptor.accept(stream)).await {
+                            Ok(Ok(stream)) => {
+                                serve_connection(&shared, &builder, stream, conn, stop).await
+                            }
+                            Ok(Err(e)) => {
+                                shared
+                                    .metrics
+                                    .tls_handshake_failures
+                                    .fetch_add(1, Ordering::Relaxed);
+                                tracing::debug!(%peer, error = %e, "TLS handshake failed");
+                            }
+                            Err(_) => {
+                                shared
+                                    .metrics
+                                    .tls_handshake_failures
+                                    .fetch_add(1, Ordering::Relaxed);
+                                tracing::debug!(%peer, "TLS handshake timed out");
+                            }
+                        }
+                    }
+                }
+                shared.connections.fetch_sub(1, Ordering::AcqRel);
+                live.fetch_sub(1, Ordering::AcqRel);
+            });
         }
         drop(listener);
+        drop(tls_listener);
         let deadline = tokio::time::Instant::now() + shared.opts.shutdown_grace;
         while live.load(Ordering::Acquire) > 0 && tokio::time::Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
     });
+}
+
+async fn accept_if_some(
+    listener: Option<&tokio::net::TcpListener>,
+) -> io::Result<(tokio::net::TcpStream, SocketAddr)> {
+    match listener {
+        Some(l) => l.accept().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// An acceptor whose certificates come from the routing table in service at each handshake.
+fn tls_acceptor(shared: &Arc<Shared>) -> tokio_rustls::TlsAcceptor {
+    let shared = shared.clone();
+    let resolver =
+        crate::tls::Resolver(move |name: Option<&str>| shared.runtime.load().certs.find(name));
+    tokio_rustls::TlsAcceptor::from(Arc::new(crate::tls::server_config(Arc::new(resolver))))
 }
 
 fn connection_builder(opts: &ProxyOptions) -> auto::Builder<TokioExecutor> {
@@ -333,16 +405,16 @@ fn connection_builder(opts: &ProxyOptions) -> auto::Builder<TokioExecutor> {
     b
 }
 
-async fn serve_connection(
+async fn serve_connection<S>(
     shared: &Arc<Shared>,
     builder: &auto::Builder<TokioExecutor>,
-    stream: tokio::net::TcpStream,
-    peer: SocketAddr,
-    local_port: u16,
+    stream: S,
+    conn_info: handler::ConnInfo,
     mut stop: watch::Receiver<bool>,
-) {
+) where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
     let activity = ConnActivity::new();
-    let conn_info = handler::ConnInfo { peer, local_port };
     let svc = {
         let shared = shared.clone();
         let activity = activity.clone();

@@ -1,0 +1,211 @@
+//! TLS termination: the routing table's certificates, chosen by SNI at each handshake.
+//!
+//! Certificates belong to the routing table, so a config push changes them for the next
+//! handshake without a restart; connections already open keep the certificate they got.
+
+use std::collections::HashMap;
+use std::sync::{Arc, OnceLock};
+
+use rustls::crypto::CryptoProvider;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::server::{ClientHello, ResolvesServerCert};
+use rustls::sign::CertifiedKey;
+
+use crate::config::Certificate;
+
+/// The crypto provider every TLS object of the proxy is built with (ring).
+pub fn provider() -> Arc<CryptoProvider> {
+    static PROVIDER: OnceLock<Arc<CryptoProvider>> = OnceLock::new();
+    PROVIDER
+        .get_or_init(|| Arc::new(rustls::crypto::ring::default_provider()))
+        .clone()
+}
+
+/// Parses a certificate's PEM chain and key and checks that they belong together.
+///
+/// On error, returns the offending field (`cert` or `key`) and what is wrong with it.
+pub fn parse_certificate(c: &Certificate) -> Result<CertifiedKey, (&'static str, String)> {
+    let chain = CertificateDer::pem_slice_iter(c.cert.as_bytes())
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| ("cert", format!("not a PEM certificate chain: {e}")))?;
+    if chain.is_empty() {
+        return Err(("cert", "no `BEGIN CERTIFICATE` block".to_string()));
+    }
+    let key = PrivateKeyDer::from_pem_slice(c.key.as_bytes()).map_err(|e| {
+        (
+            "key",
+            format!("not a PEM private key (PKCS#8, PKCS#1 or SEC1): {e}"),
+        )
+    })?;
+    CertifiedKey::from_der(chain, key, &provider()).map_err(|e| match e {
+        rustls::Error::InconsistentKeys(_) => (
+            "key",
+            "does not match the certificate's public key".to_string(),
+        ),
+        rustls::Error::General(m) => ("key", format!("unusable private key: {m}")),
+        e => ("cert", format!("unusable certificate: {e}")),
+    })
+}
+
+/// The certificates of one routing table, indexed by server name.
+#[derive(Default)]
+pub struct CertStore {
+    exact: HashMap<String, Arc<CertifiedKey>>,
+    /// `*.example.com` stored as `example.com`: matches exactly one more label.
+    wildcard: HashMap<String, Arc<CertifiedKey>>,
+    /// A certificate without `snis`: served when nothing else matches (or no SNI was sent).
+    default: Option<Arc<CertifiedKey>>,
+}
+
+impl std::fmt::Debug for CertStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CertStore")
+            .field("exact", &self.exact.len())
+            .field("wildcard", &self.wildcard.len())
+            .field("default", &self.default.is_some())
+            .finish()
+    }
+}
+
+impl CertStore {
+    /// Indexes validated certificates; for a name listed twice the first certificate wins.
+    pub fn new(certs: &[Certificate]) -> Result<CertStore, (usize, &'static str, String)> {
+        let mut store = CertStore::default();
+        for (i, c) in certs.iter().enumerate() {
+            let key = Arc::new(parse_certificate(c).map_err(|(f, m)| (i, f, m))?);
+            if c.snis.is_empty() && store.default.is_none() {
+                store.default = Some(key.clone());
+            }
+            for sni in &c.snis {
+                let sni = sni.to_ascii_lowercase();
+                let (map, name) = match sni.strip_prefix("*.") {
+                    Some(suffix) => (&mut store.wildcard, suffix.to_string()),
+                    None => (&mut store.exact, sni),
+                };
+                map.entry(name).or_insert_with(|| key.clone());
+            }
+        }
+        Ok(store)
+    }
+
+    /// Whether the table has no certificates at all.
+    pub fn is_empty(&self) -> bool {
+        self.exact.is_empty() && self.wildcard.is_empty() && self.default.is_none()
+    }
+
+    /// The certificate for a server name: exact match, then `*.` wildcard, then the default.
+    pub fn find(&self, server_name: Option<&str>) -> Option<Arc<CertifiedKey>> {
+        let found = server_name.and_then(|name| {
+            let lower;
+            let name = if name.bytes().any(|b| b.is_ascii_uppercase()) {
+                lower = name.to_ascii_lowercase();
+                lower.as_str()
+            } else {
+                name
+            };
+            let name = name.trim_end_matches('.');
+            self.exact.get(name).or_else(|| {
+                let (_, suffix) = name.split_once('.')?;
+                self.wildcard.get(suffix)
+            })
+        });
+        found.or(self.default.as_ref()).cloned()
+    }
+}
+
+/// Chooses a certificate per handshake from whatever the current routing table holds.
+pub struct Resolver<F>(pub F);
+
+impl<F> std::fmt::Debug for Resolver<F> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Resolver")
+    }
+}
+
+impl<F> ResolvesServerCert for Resolver<F>
+where
+    F: Fn(Option<&str>) -> Option<Arc<CertifiedKey>> + Send + Sync,
+{
+    fn resolve(&self, hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        (self.0)(hello.server_name())
+    }
+}
+
+/// A server configuration that takes its certificates from `resolve` and offers h2 and HTTP/1.1.
+pub fn server_config(resolver: Arc<dyn ResolvesServerCert>) -> rustls::ServerConfig {
+    let mut config = rustls::ServerConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()
+        .expect("ring supports the default protocol versions")
+        .with_no_client_auth()
+        .with_cert_resolver(resolver);
+    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    config
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const CERT_A: &str = include_str!("../../tests/fixtures/tls/a.example.test.crt");
+    const KEY_A: &str = include_str!("../../tests/fixtures/tls/a.example.test.key");
+    const CERT_WILD: &str = include_str!("../../tests/fixtures/tls/wild.example.test.crt");
+    const KEY_WILD: &str = include_str!("../../tests/fixtures/tls/wild.example.test.key");
+
+    fn cert(id: &str, cert: &str, key: &str, snis: &[&str]) -> Certificate {
+        Certificate {
+            id: id.into(),
+            cert: cert.into(),
+            key: key.into(),
+            snis: snis.iter().map(|s| s.to_string()).collect(),
+        }
+    }
+
+    #[test]
+    fn parses_and_rejects() {
+        assert!(parse_certificate(&cert("a", CERT_A, KEY_A, &[])).is_ok());
+        let mismatch = parse_certificate(&cert("a", CERT_A, KEY_WILD, &[])).unwrap_err();
+        assert_eq!(mismatch.0, "key");
+        assert!(mismatch.1.contains("does not match"), "{}", mismatch.1);
+        let no_cert = parse_certificate(&cert("a", "hello", KEY_A, &[])).unwrap_err();
+        assert_eq!(no_cert.0, "cert");
+        let no_key = parse_certificate(&cert("a", CERT_A, CERT_A, &[])).unwrap_err();
+        assert_eq!(no_key.0, "key");
+    }
+
+    #[test]
+    fn chooses_by_server_name() {
+        let store = CertStore::new(&[
+            cert("a", CERT_A, KEY_A, &["a.example.test"]),
+            cert("w", CERT_WILD, KEY_WILD, &["*.example.test"]),
+        ])
+        .unwrap();
+        let a = store.find(Some("a.example.test")).unwrap();
+        let w = store.find(Some("b.example.test")).unwrap();
+        assert!(!Arc::ptr_eq(&a, &w));
+        assert!(Arc::ptr_eq(
+            &a,
+            &store.find(Some("A.Example.Test.")).unwrap()
+        ));
+        // A wildcard covers exactly one label.
+        assert!(store.find(Some("x.b.example.test")).is_none());
+        assert!(store.find(Some("example.test")).is_none());
+        assert!(store.find(None).is_none());
+    }
+
+    #[test]
+    fn default_certificate_and_first_wins() {
+        let store = CertStore::new(&[
+            cert("a", CERT_A, KEY_A, &["same.example.test"]),
+            cert("w", CERT_WILD, KEY_WILD, &["same.example.test"]),
+            cert("d", CERT_WILD, KEY_WILD, &[]),
+        ])
+        .unwrap();
+        let first = store.find(Some("same.example.test")).unwrap();
+        let a_only = CertStore::new(&[cert("a", CERT_A, KEY_A, &[])]).unwrap();
+        assert_eq!(first.cert, a_only.find(None).unwrap().cert);
+        let d = store.find(Some("other.test")).unwrap();
+        assert_eq!(d.cert[0], store.find(None).unwrap().cert[0]);
+        assert_ne!(d.cert[0], first.cert[0]);
+    }
+}

@@ -1,0 +1,95 @@
+//! An HTTPS client for the tests: trusts only the test CA, reports the certificate served.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Empty};
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, ServerName};
+
+use super::Resp;
+
+/// The test certificates (`tests/fixtures/tls/`): PEM text of `NAME.crt` or `NAME.key`.
+pub fn fixture(file: &str) -> String {
+    let path = format!("{}/tests/fixtures/tls/{file}", env!("CARGO_MANIFEST_DIR"));
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"))
+}
+
+/// The DER of the first certificate in a PEM fixture.
+pub fn fixture_der(file: &str) -> CertificateDer<'static> {
+    CertificateDer::from_pem_slice(fixture(file).as_bytes()).expect("PEM certificate")
+}
+
+/// What an HTTPS exchange showed: the certificate served, the ALPN protocol and the response.
+pub struct TlsResp {
+    pub peer_cert: CertificateDer<'static>,
+    pub alpn: Option<Vec<u8>>,
+    pub resp: Resp,
+}
+
+/// `GET path` over TLS to 127.0.0.1:`port` with SNI and Host `server_name`, offering `alpn`.
+///
+/// `Err` carries the handshake error (for example, no certificate for that name).
+pub async fn get(
+    port: u16,
+    server_name: &str,
+    path: &str,
+    alpn: &[&str],
+) -> Result<TlsResp, String> {
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(fixture_der("ca.crt")).unwrap();
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    config.alpn_protocols = alpn.iter().map(|p| p.as_bytes().to_vec()).collect();
+    let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
+    let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .map_err(|e| e.to_string())?;
+    let name = ServerName::try_from(server_name.to_string()).unwrap();
+    let tls = tokio::time::timeout(Duration::from_secs(10), connector.connect(name, tcp))
+        .await
+        .map_err(|_| "handshake timed out".to_string())?
+        .map_err(|e| e.to_string())?;
+    let (_, session) = tls.get_ref();
+    let peer_cert = session.peer_certificates().expect("server certificate")[0]
+        .clone()
+        .into_owned();
+    let alpn = session.alpn_protocol().map(<[u8]>::to_vec);
+    let req = http::Request::get(path)
+        .header("host", server_name)
+        .body(Empty::<Bytes>::new())
+        .unwrap();
+    let io = TokioIo::new(tls);
+    let resp = if alpn.as_deref() == Some(b"h2") {
+        let (mut send, conn) = hyper::client::conn::http2::handshake(TokioExecutor::new(), io)
+            .await
+            .map_err(|e| e.to_string())?;
+        tokio::spawn(conn);
+        let mut req = req;
+        *req.uri_mut() = format!("https://{server_name}{path}").parse().unwrap();
+        send.send_request(req).await.map_err(|e| e.to_string())?
+    } else {
+        let (mut send, conn) = hyper::client::conn::http1::handshake(io)
+            .await
+            .map_err(|e| e.to_string())?;
+        tokio::spawn(conn);
+        send.send_request(req).await.map_err(|e| e.to_string())?
+    };
+    let (parts, body) = resp.into_parts();
+    let body = body.collect().await.map_err(|e| e.to_string())?.to_bytes();
+    Ok(TlsResp {
+        peer_cert,
+        alpn,
+        resp: Resp {
+            status: parts.status.as_u16(),
+            headers: parts.headers,
+            body,
+        },
+    })
+}

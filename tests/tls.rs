@@ -1,0 +1,198 @@
+//! HTTPS termination (`--tls-listen`): certificates chosen by SNI from the routing table,
+//! HTTP/2 by ALPN, `X-Forwarded-Proto: https`, https-only routes, and certificates that change
+//! with a config push while bad ones are rejected.
+
+mod common;
+
+use common::tls::{fixture, fixture_der};
+use common::*;
+use serde_json::{json, Value};
+
+fn cert(id: &str, name: &str, snis: &[&str]) -> Value {
+    json!({
+        "id": id,
+        "cert": fixture(&format!("{name}.crt")),
+        "key": fixture(&format!("{name}.key")),
+        "snis": snis,
+    })
+}
+
+fn table(echo_port: u16, certificates: Vec<Value>) -> String {
+    json!({
+        "routes": [
+            {"id": "any", "paths": [{"path": "/"}], "service": "s"},
+            {"id": "secure", "paths": [{"path": "/secure"}], "service": "s",
+             "protocols": ["https"], "https_redirect_status_code": 308},
+            {"id": "plain", "paths": [{"path": "/plain"}], "service": "s", "protocols": ["http"]},
+        ],
+        "services": [{"id": "s", "host": "127.0.0.1", "port": echo_port}],
+        "certificates": certificates,
+    })
+    .to_string()
+}
+
+fn start(echo_port: u16, certificates: Vec<Value>) -> (Weir, u16) {
+    let tls_port = free_port();
+    let weir = Weir::start(
+        &table(echo_port, certificates),
+        &["--tls-listen", &format!("127.0.0.1:{tls_port}")],
+    );
+    wait_for_port(tls_port);
+    (weir, tls_port)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn certificates_are_chosen_by_sni() {
+    let up = echo("up");
+    let (weir, port) = start(
+        up.port,
+        vec![
+            cert("a", "a.example.test", &["a.example.test"]),
+            cert("wild", "wild.example.test", &["*.example.test"]),
+        ],
+    );
+
+    let a = common::tls::get(port, "a.example.test", "/hello", &["http/1.1"])
+        .await
+        .unwrap();
+    assert_eq!(a.peer_cert, fixture_der("a.example.test.crt"));
+    assert_eq!(a.resp.status, 200);
+    let seen = a.resp.json();
+    assert_eq!(seen["path"], "/hello");
+    assert_eq!(seen["headers"]["x-forwarded-proto"], "https");
+    assert_eq!(seen["headers"]["x-forwarded-port"], port.to_string());
+    assert_eq!(seen["headers"]["x-forwarded-host"], "a.example.test");
+
+    let b = common::tls::get(port, "b.example.test", "/", &["http/1.1"])
+        .await
+        .unwrap();
+    assert_eq!(b.peer_cert, fixture_der("wild.example.test.crt"));
+    assert_eq!(b.resp.status, 200);
+
+    // No certificate for the name and no default one: the handshake fails, nothing else does.
+    let none = common::tls::get(port, "other.test", "/", &[]).await;
+    assert!(none.is_err(), "handshake without a certificate succeeded");
+    let c = client();
+    assert_eq!(get(&c, &weir.url("/"), &[]).await.status, 200);
+    assert!(metrics(&c, &weir)
+        .await
+        .lines()
+        .any(|l| l.starts_with("weir_tls_handshake_failures_total ") && !l.ends_with(" 0")));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http2_is_negotiated_by_alpn() {
+    let up = echo("up");
+    let (_weir, port) = start(
+        up.port,
+        vec![cert("a", "a.example.test", &["a.example.test"])],
+    );
+    let h2 = common::tls::get(port, "a.example.test", "/h2", &["h2", "http/1.1"])
+        .await
+        .unwrap();
+    assert_eq!(h2.alpn.as_deref(), Some(&b"h2"[..]));
+    assert_eq!(h2.resp.status, 200);
+    assert_eq!(h2.resp.json()["path"], "/h2");
+    let h1 = common::tls::get(port, "a.example.test", "/h1", &["http/1.1"])
+        .await
+        .unwrap();
+    assert_eq!(h1.alpn.as_deref(), Some(&b"http/1.1"[..]));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_certificate_without_snis_is_the_default() {
+    let up = echo("up");
+    let (_weir, port) = start(
+        up.port,
+        vec![
+            cert("a", "a.example.test", &["a.example.test"]),
+            cert("default", "wild.example.test", &[]),
+        ],
+    );
+    let named = common::tls::get(port, "a.example.test", "/", &[])
+        .await
+        .unwrap();
+    assert_eq!(named.peer_cert, fixture_der("a.example.test.crt"));
+    // Any other name gets the default (this client only accepts it for a name it covers).
+    let covered = common::tls::get(port, "x.example.test", "/", &[])
+        .await
+        .unwrap();
+    assert_eq!(covered.peer_cert, fixture_der("wild.example.test.crt"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn https_only_routes_redirect_plain_http() {
+    let up = echo("up");
+    let (weir, port) = start(
+        up.port,
+        vec![cert("a", "a.example.test", &["a.example.test"])],
+    );
+    let c = client();
+    let plain = get(
+        &c,
+        &weir.url("/secure/x?q=1"),
+        &[("host", "a.example.test")],
+    )
+    .await;
+    assert_eq!(plain.status, 308);
+    assert_eq!(
+        plain.header("location"),
+        Some("https://a.example.test/secure/x?q=1")
+    );
+    let tls = common::tls::get(port, "a.example.test", "/secure/x", &[])
+        .await
+        .unwrap();
+    assert_eq!(tls.resp.status, 200);
+
+    // An http-only route does not match over HTTPS (Kong's behaviour); plain HTTP reaches it.
+    let tls = common::tls::get(port, "a.example.test", "/plain", &[])
+        .await
+        .unwrap();
+    assert_eq!(tls.resp.status, 404);
+    assert_eq!(get(&c, &weir.url("/plain"), &[]).await.status, 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn certificates_follow_pushes_and_bad_ones_are_rejected() {
+    let up = echo("up");
+    let (weir, port) = start(up.port, vec![]);
+    assert!(common::tls::get(port, "a.example.test", "/", &[])
+        .await
+        .is_err());
+
+    let c = client();
+    let good = table(
+        up.port,
+        vec![cert("a", "a.example.test", &["a.example.test"])],
+    );
+    assert_eq!(push(&c, &weir, &good).await.status, 200);
+    let a = common::tls::get(port, "a.example.test", "/", &[])
+        .await
+        .unwrap();
+    assert_eq!(a.resp.status, 200);
+
+    // A key that is not the certificate's, a certificate that is not PEM, a bad server name.
+    let mut mismatched = cert("mismatch", "a.example.test", &["m.example.test"]);
+    mismatched["key"] = fixture("wild.example.test.key").into();
+    let mut garbage = cert("garbage", "a.example.test", &["g.example.test"]);
+    garbage["cert"] = "-----BEGIN CERTIFICATE-----\nnot base64\n-----END CERTIFICATE-----\n".into();
+    let bad_sni = cert("badsni", "a.example.test", &["a.*.test"]);
+    let bad = table(up.port, vec![mismatched, garbage, bad_sni]);
+    let r = push(&c, &weir, &bad).await;
+    assert_eq!(r.status, 400);
+    let errors = r.json()["errors"].as_array().unwrap().clone();
+    let has = |id: &str, field: &str| {
+        errors
+            .iter()
+            .any(|e| e["entity"] == "certificate" && e["id"] == id && e["field"] == field)
+    };
+    assert!(has("mismatch", "key"), "{errors:?}");
+    assert!(has("garbage", "cert"), "{errors:?}");
+    assert!(has("badsni", "snis[0]"), "{errors:?}");
+
+    // The old table, with its certificate, is still in service.
+    let a = common::tls::get(port, "a.example.test", "/", &[])
+        .await
+        .unwrap();
+    assert_eq!(a.peer_cert, fixture_der("a.example.test.crt"));
+}
