@@ -14,6 +14,8 @@ Layout of a run:
   * per wrk run: requests/s, latency percentiles (p99.9 from bench/lua/bench.lua), the
     contender's CPU time from /proc/PID/stat, and the CPU used by anything that is not part of
     the benchmark (a run disturbed by foreign work is repeated, see --noise-limit);
+  * scenarios with `"tls": True`: every contender terminates HTTPS with the test certificate
+    tests/fixtures/tls/a.example.test, wrk uses https:// (the upstream stays plain HTTP);
   * a table on stdout, and bench/results/<timestamp>.json plus bench/results/latest.json.
 """
 
@@ -33,6 +35,7 @@ import resource
 import shutil
 import signal
 import socket
+import ssl
 import statistics
 import subprocess
 import sys
@@ -57,6 +60,19 @@ LARGE_BYTES = 1 << 20
 CHECK_PATH = "/__check"  # upstream answers with the request headers it saw (checks only)
 CID_HEADER = "Weir-Request-ID"  # correlation-id's default header name
 
+# TLS scenarios (`"tls": True`): every contender terminates TLS with this certificate and key
+# (EC P-256, CN/SAN a.example.test, signed by ca.crt; test fixtures, valid until 2126).
+TLS_DIR = REPO / "tests" / "fixtures" / "tls"
+TLS_CERT = TLS_DIR / "a.example.test.crt"
+TLS_KEY = TLS_DIR / "a.example.test.key"
+TLS_CA = TLS_DIR / "ca.crt"
+TLS_SNI = "a.example.test"  # the checks send it; wrk sends the URL's host (127.0.0.1)
+# Alike on every contender where it can be configured (Weir: rustls defaults, not configurable):
+# TLS 1.2 and 1.3, the groups rustls+ring offers, ALPN h2 and http/1.1.
+TLS_PROTOCOLS = ("TLSv1.2", "TLSv1.3")
+TLS_GROUPS = ("X25519", "P-256", "P-384")  # OpenSSL group names (nginx and HAProxy)
+TLS_ALPN = ("h2", "http/1.1")
+
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 assert len(SMALL_BODY) == 64
@@ -79,8 +95,12 @@ WEIR_MODE = "table"
 
 def weir_launch(scn: dict, spec: dict, port: int, admin_port: int, workdir: Path) -> tuple[list[str], str]:
     """Writes Weir's configuration for a scenario; returns (argv, readiness URL)."""
+    # TLS: the measured port is the HTTPS listener; Weir always has a plain listener too, which
+    # gets a port of its own and no traffic.
+    listen = (["--listen", f"{HOST}:{spec['plain_port']}", "--tls-listen", f"{HOST}:{port}"]
+              if scn["tls"] else ["--listen", f"{HOST}:{port}"])
     common = [
-        "--listen", f"{HOST}:{port}",
+        *listen,
         "--admin-listen", f"{HOST}:{admin_port}",
         "--worker-threads", "1",
         "--access-log", "false",
@@ -116,7 +136,12 @@ def weir_table(scn: dict, plugins: list[dict], upstream_port: int) -> dict:
         "services": [] if local else [{"id": "bench", "upstream": "bench"}],
         "upstreams": [] if local else [{"id": "bench", "targets": [{"target": f"{HOST}:{upstream_port}"}]}],
         "plugins": plugin_list,
-    }
+    } | ({"certificates": [weir_certificate()]} if scn["tls"] else {})
+
+
+def weir_certificate() -> dict:
+    """The bench certificate as the table's default (empty `snis`: served for any SNI)."""
+    return {"id": "bench", "cert": TLS_CERT.read_text(), "key": TLS_KEY.read_text(), "snis": []}
 
 
 def write_weir_table(scn: dict, spec: dict) -> Path:
@@ -158,6 +183,12 @@ def write_weir_manifests(scn: dict, spec: dict, folder: Path) -> Path:
               "backend": {"service": {"name": "upstream", "port": {"number": 80}}}}
              for p in route_prefixes(scn)]}}]}},
     ]
+    if scn["tls"]:
+        # An Ingress `tls` entry without hosts: the Secret becomes the default certificate.
+        docs[-1]["spec"]["tls"] = [{"secretName": "bench-tls"}]
+        docs.append({"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
+                     "metadata": {"name": "bench-tls", "namespace": ns},
+                     "stringData": {"tls.crt": TLS_CERT.read_text(), "tls.key": TLS_KEY.read_text()}})
     for i, p in enumerate(spec["plugins"]):
         docs.append({"apiVersion": "weir.dev/v1alpha1", "kind": "ClusterPlugin",
                      "metadata": {"name": f"p{i}-{p['name']}"},
@@ -247,6 +278,18 @@ def nginx_proxy_conf(d: Path, scn: dict, spec: dict) -> str:
     action = ("return 200 \"" + SMALL_BODY.decode() + "\";" if scn["response"] == "local"
               else "proxy_pass http://bench_upstream;")
     locations = "\n        ".join(f"location {p} {{ {action} }}" for p in prefixes)
+    if scn["tls"]:
+        listen = f"""listen {HOST}:{spec['port']} ssl http2 backlog=4096;
+        ssl_certificate {TLS_CERT};
+        ssl_certificate_key {TLS_KEY};
+        ssl_protocols {' '.join(TLS_PROTOCOLS)};
+        ssl_ecdh_curve {':'.join(TLS_GROUPS)};
+        # Resumption as the others offer it (nginx's default; 1.22's default protocols lack
+        # TLSv1.3, hence ssl_protocols above): TLS 1.3 tickets, TLS 1.2 tickets or session ids.
+        ssl_session_tickets on;
+        ssl_session_cache shared:bench_tls:10m;"""
+    else:
+        listen = f"listen {HOST}:{spec['port']} backlog=4096;"
     return f"""# nginx as reverse proxy for the Weir benchmark (generated)
 worker_processes 1;
 daemon off;
@@ -274,7 +317,7 @@ http {{
         keepalive_timeout 300s;
     }}
     server {{
-        listen {HOST}:{spec['port']} backlog=4096;
+        {listen}
         # The forwarding headers Weir sets, so both do the same work.
         proxy_http_version 1.1;
         proxy_set_header Connection "";
@@ -306,6 +349,14 @@ def haproxy_conf(d: Path, scn: dict, spec: dict) -> str:
         routing = (f"http-request set-var(txn.route) path,map_beg({mapfile})\n"
                    f"    http-request return status 404 if !{{ var(txn.route) -m found }}\n"
                    + (f"    {answer}" if local else "    use_backend %[var(txn.route)]"))
+    bind = f"{HOST}:{spec['port']}"
+    if scn["tls"]:
+        pem = d / f"bench-{spec['name']}.pem"  # HAProxy wants certificate and key in one file
+        pem.write_text(TLS_CERT.read_text().rstrip("\n") + "\n" + TLS_KEY.read_text())
+        # Session tickets and the session cache are on by default, as resumption is in the others.
+        bind += (f" ssl crt {pem} alpn {','.join(TLS_ALPN)} ssl-min-ver {TLS_PROTOCOLS[0]}"
+                 f" ssl-max-ver {TLS_PROTOCOLS[-1]} curves {':'.join(TLS_GROUPS)}")
+    proto = "https" if scn["tls"] else "http"
     return f"""# HAProxy for the Weir benchmark (generated)
 global
     nbthread 1
@@ -323,9 +374,9 @@ defaults
     option forwardfor
 
 frontend fe
-    bind {HOST}:{spec['port']}
+    bind {bind}
     http-request set-header X-Real-IP %[src]
-    http-request set-header X-Forwarded-Proto http
+    http-request set-header X-Forwarded-Proto {proto}
     http-request set-header X-Forwarded-Host %[req.hdr(host)]
     http-request set-header X-Forwarded-Port %[dst_port]
     {fe_extra}
@@ -430,10 +481,28 @@ class Ports:
         raise SystemExit("no free port found near the base port")
 
 
+_TLS_CHECK_CTX: ssl.SSLContext | None = None
+
+
+def tls_check_context(alpn: tuple[str, ...] = ()) -> ssl.SSLContext:
+    """Client context of the checks: trusts only the fixtures' CA (so a contender serving some
+    other certificate fails); the host name is checked where the probe sends the SNI."""
+    ctx = ssl.create_default_context(cafile=str(TLS_CA))
+    ctx.check_hostname = False
+    if alpn:
+        ctx.set_alpn_protocols(list(alpn))
+    return ctx
+
+
 def http_get(url: str, timeout: float = 2.0) -> tuple[int, bytes]:
+    global _TLS_CHECK_CTX
     req = urllib.request.Request(url, headers={"Connection": "close"})
+    kw = {}
+    if url.startswith("https:"):
+        _TLS_CHECK_CTX = _TLS_CHECK_CTX or tls_check_context()
+        kw["context"] = _TLS_CHECK_CTX
     try:
-        with urllib.request.urlopen(req, timeout=timeout) as r:
+        with urllib.request.urlopen(req, timeout=timeout, **kw) as r:
             return r.status, r.read()
     except urllib.error.HTTPError as e:
         return e.code, e.read()
@@ -582,6 +651,7 @@ class Contender:
     note: str = ""
     skipped: bool = False
     upstream_saw: str = ""
+    tls: dict = field(default_factory=dict)
     runs: list = field(default_factory=list)
     rss_kb: int = 0
 
@@ -616,12 +686,16 @@ def start_contender(spec: dict, scn: dict, ctx: "Ctx") -> Contender:
     if why:
         c.skipped, c.note = True, why
         return c
+    if kind == "direct" and scn["tls"]:
+        c.skipped, c.note = True, "the upstream speaks plain HTTP only"
+        return c
     if kind == "direct":
         c.proc = ctx.upstream
         c.url = f"http://{HOST}:{ctx.upstream_port}"
         c.note = "upstream itself (ceiling); CPU/RSS are the upstream's"
         return c
     spec = dict(spec, upstream_port=ctx.upstream_port, port=ctx.ports.take())
+    scheme = "https" if scn["tls"] else "http"
     d = ctx.workdir / f"{scn['name']}-{spec['name']}"
     d.mkdir(parents=True, exist_ok=True)
     os.chmod(d, 0o755)
@@ -632,22 +706,27 @@ def start_contender(spec: dict, scn: dict, ctx: "Ctx") -> Contender:
         conf.write_text(nginx_proxy_conf(d, scn, spec))
         c.proc = Proc(c.name, [ctx.tools["nginx"], "-p", f"{d}/", "-c", str(conf), "-e", "stderr"],
                       cpus, log, stop_signal=signal.SIGTERM)
-        ready = f"http://{HOST}:{spec['port']}{request_paths(scn)[0]}"
+        ready = f"{scheme}://{HOST}:{spec['port']}{request_paths(scn)[0]}"
     elif kind == "haproxy":
         conf = d / "haproxy.cfg"
         conf.write_text(haproxy_conf(d, scn, spec))
         c.proc = Proc(c.name, [ctx.tools["haproxy"], "-db", "-f", str(conf)], cpus, log,
                       stop_signal=signal.SIGTERM)
-        ready = f"http://{HOST}:{spec['port']}{request_paths(scn)[0]}"
+        ready = f"{scheme}://{HOST}:{spec['port']}{request_paths(scn)[0]}"
     elif kind == "weir":
         admin = ctx.ports.take()
+        if scn["tls"]:
+            spec["plain_port"] = ctx.ports.take()
         argv, ready = weir_launch(scn, spec, spec["port"], admin, d)
         env = dict(os.environ, RUST_LOG="warn")
         c.proc = Proc(c.name, argv, cpus, log, env=env)
     else:
         raise SystemExit(f"unknown contender kind {kind!r}")
-    c.url = f"http://{HOST}:{spec['port']}"
+    c.url = f"{scheme}://{HOST}:{spec['port']}"
     wait_http(ready, c.proc)
+    if scn["tls"] and kind == "weir":
+        # Weir's readiness is on the admin port; also wait for the TLS listener to answer.
+        wait_http(c.url + request_paths(scn)[0], c.proc)
     return c
 
 
@@ -669,6 +748,42 @@ def check_contender(c: Contender, scn: dict) -> None:
             p["name"] == "correlation-id" for p in (scn["_specs"][c.name]["plugins"]))
         if wants_cid and f"{CID_HEADER}= " in c.upstream_saw + " ":
             raise RuntimeError(f"{c.name}: no {CID_HEADER} reached the upstream: {c.upstream_saw}")
+    if scn["tls"]:
+        c.tls = tls_probe(c, request_paths(scn)[0])
+
+
+def tls_probe(c: Contender, path: str) -> dict:
+    """What a contender negotiates: version, cipher and ALPN (offering h2 and http/1.1), and
+    whether it resumes a session the way wrk does (wrk keeps each connection's SSL object and
+    offers the last session it got on its next handshake)."""
+    port = int(c.url.rsplit(":", 1)[1])
+    plain, with_alpn = tls_check_context(), tls_check_context(TLS_ALPN)
+    for cx in (plain, with_alpn):
+        cx.check_hostname = True  # SNI a.example.test, verified against the fixtures' CA
+
+    def connect(cx: ssl.SSLContext, session=None) -> ssl.SSLSocket:
+        raw = socket.create_connection((HOST, port), timeout=5.0)
+        return cx.wrap_socket(raw, server_hostname=TLS_SNI, session=session)
+
+    with connect(with_alpn) as s:
+        alpn = s.selected_alpn_protocol()
+
+    def request(session=None):
+        # Like wrk: no ALPN, HTTP/1.1, read to the end so TLS 1.3 tickets are processed.
+        with connect(plain, session) as s:
+            s.sendall(f"GET {path} HTTP/1.1\r\nHost: {TLS_SNI}\r\nConnection: close\r\n\r\n".encode())
+            data = b""
+            with contextlib.suppress(ssl.SSLError, OSError):
+                while chunk := s.recv(65536):
+                    data += chunk
+            if not data.startswith(b"HTTP/1.1 200"):
+                raise RuntimeError(f"{c.name}: TLS GET {path} answered {data[:40]!r}")
+            return (s.version(), s.cipher()[0]), s.session_reused, s.session
+
+    (version, cipher), _, session = request()
+    _, reused, _ = request(session)
+    return {"version": version, "cipher": cipher, "alpn_offered_h2_http11": alpn,
+            "session_resumed": reused}
 
 
 # --------------------------------------------------------------------------------------------
@@ -887,6 +1002,9 @@ def run_scenario(ctx: Ctx, scn: dict) -> dict:
                 log(f"  {c.name}: skipped ({c.note})")
             else:
                 check_contender(c, scn)
+                if c.tls:
+                    log(f"  {c.name}: {c.tls['version']} {c.tls['cipher']}, ALPN "
+                        f"{c.tls['alpn_offered_h2_http11']}, session resumed: {c.tls['session_resumed']}")
             contenders.append(c)
         live = [c for c in contenders if not c.skipped]
 
@@ -921,7 +1039,7 @@ def run_scenario(ctx: Ctx, scn: dict) -> dict:
         "name": scn["name"], "title": scn["title"], "description": scn["description"],
         "response": scn["response"], "routes": scn["routes"], "headers": scn["headers"],
         "plugins": scn["plugins"], "connections": scn.get("connections") or a.connections,
-        "contenders": [],
+        "tls": scn["tls"], "contenders": [],
     }
     for c in contenders:
         entry = {"name": c.name, "kind": c.kind, "skipped": c.skipped, "note": c.note,
@@ -929,6 +1047,8 @@ def run_scenario(ctx: Ctx, scn: dict) -> dict:
                  "summary": summarize(c)}
         if c.upstream_saw:
             entry["upstream_saw"] = c.upstream_saw
+        if c.tls:
+            entry["tls"] = c.tls
         result["contenders"].append(entry)
     add_ratios(result)
     return result
@@ -1063,6 +1183,7 @@ def load_scenarios(names: list[str] | None, all_: bool = False) -> tuple[list[di
         s.setdefault("headers", [])
         s.setdefault("contenders", ["direct", "nginx", "haproxy", "weir"])
         s.setdefault("optional", False)
+        s.setdefault("tls", False)
         s["file"] = str(f.relative_to(REPO))
         targets[s["name"]] = s.pop("targets", [])
         scns.append(s)
@@ -1216,6 +1337,9 @@ def main(argv: list[str]) -> int:
                              "upstream_cpus": a.load_cpus, "tool": "taskset -c"} if pin else None),
                 "upstream": "nginx, 1 worker, 64-byte `return 200` body, 1 MiB file via sendfile",
                 "weir_flags": "--worker-threads 1 --access-log false (defaults otherwise)",
+                "tls": (f"scenarios with tls: {TLS_CERT.relative_to(REPO)} on every contender, "
+                        f"{'/'.join(TLS_PROTOCOLS)}, groups {':'.join(TLS_GROUPS)}, ALPN "
+                        f"{','.join(TLS_ALPN)}, session resumption on (wrk resumes)"),
                 "noise_limit_cores": a.noise_limit, "steal_limit": a.steal_limit,
                 "noise_retries": a.noise_retries,
                 "quiet_wait_s": a.quiet_wait, "quiet_budget_s": a.quiet_budget,

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
-use http::header::{self, HeaderValue};
+use http::header::{self, HeaderName, HeaderValue};
 use http::{Request, Response, StatusCode};
 use http_body::Body as _;
 use hyper::body::Incoming;
@@ -24,18 +24,32 @@ use crate::router::{normalize_path, request_host, Lookup, RequestView};
 use crate::upstream::{self, BodyStats, PoolKey, UpstreamBody};
 
 const SERVER: HeaderValue = HeaderValue::from_static("weir");
-const PROXY_LATENCY: &str = "x-weir-proxy-latency";
-const UPSTREAM_LATENCY: &str = "x-weir-upstream-latency";
+const PROXY_LATENCY: HeaderName = HeaderName::from_static("x-weir-proxy-latency");
+const UPSTREAM_LATENCY: HeaderName = HeaderName::from_static("x-weir-upstream-latency");
 
-/// What the handler knows about the client connection.
-#[derive(Debug, Clone, Copy)]
+/// What the handler knows about the client connection (built once per connection).
+#[derive(Debug)]
 pub struct ConnInfo {
     /// The TCP peer.
     pub peer: SocketAddr,
-    /// The local port the client connected to.
-    pub local_port: u16,
     /// The connection is HTTPS (TLS terminated here).
     pub tls: bool,
+    /// The peer address as a header value: every request forwards it at least once.
+    pub peer_value: HeaderValue,
+    /// The local port as a header value (`X-Forwarded-Port`).
+    pub port_value: HeaderValue,
+}
+
+impl ConnInfo {
+    /// Connection facts with their header values formatted once.
+    pub fn new(peer: SocketAddr, local_port: u16, tls: bool) -> ConnInfo {
+        ConnInfo {
+            peer,
+            tls,
+            peer_value: headers::ip_value(peer.ip()),
+            port_value: HeaderValue::from(local_port),
+        }
+    }
 }
 
 thread_local! {
@@ -98,7 +112,7 @@ impl Pending {
 /// Handles one request; never fails (errors become responses).
 pub async fn handle(
     shared: Arc<Shared>,
-    conn: ConnInfo,
+    conn: Arc<ConnInfo>,
     activity: Arc<ConnActivity>,
     req: Request<Incoming>,
 ) -> Response<ProxyBody> {
@@ -208,7 +222,7 @@ pub async fn handle(
         head.uri.query(),
     );
     let stripped = (route.strip_path && m.matched_len > 0).then(|| &path[..m.matched_len]);
-    prepare_request_headers(&mut head, &p, conn, route, stripped, upgrade);
+    prepare_request_headers(&mut head, &p, &conn, route, stripped, upgrade);
 
     let body = if body.is_end_stream() {
         UpstreamBody::empty()
@@ -333,6 +347,8 @@ pub async fn handle(
         }
     }
     headers::remove_hop_by_hop(&mut parts.headers, switching);
+    // One growth of the map instead of one per added header.
+    parts.headers.reserve(4);
     if rt.settings.latency_headers {
         let t = p.ctx.timings;
         let proxy_ms = t
@@ -342,12 +358,10 @@ pub async fn handle(
             (Some(s), Some(h)) => (h - s).as_millis() as u64,
             _ => 0,
         };
+        parts.headers.insert(PROXY_LATENCY, millis_value(proxy_ms));
         parts
             .headers
-            .insert(PROXY_LATENCY, HeaderValue::from(proxy_ms));
-        parts
-            .headers
-            .insert(UPSTREAM_LATENCY, HeaderValue::from(upstream_ms));
+            .insert(UPSTREAM_LATENCY, millis_value(upstream_ms));
     }
     pipeline::header_filter(&mut p.ctx, &mut parts);
     parts.headers.append(header::VIA, headers::VIA);
@@ -470,7 +484,7 @@ fn expand_rewrite(template: &str, regexes: &[regex::Regex], path: &str) -> Strin
 fn prepare_request_headers(
     head: &mut RequestHead,
     p: &Pending,
-    conn: ConnInfo,
+    conn: &ConnInfo,
     route: &CompiledRoute,
     stripped: Option<&str>,
     upgrade: bool,
@@ -483,14 +497,17 @@ fn prepare_request_headers(
             .and_then(|a| HeaderValue::from_str(a.as_str()).ok())
     });
     headers::remove_hop_by_hop(&mut head.headers, upgrade);
+    // One growth of the map instead of one per added header.
+    head.headers.reserve(8);
     headers::set_forwarded(
         &mut head.headers,
         &Forwarding {
             peer: conn.peer.ip(),
+            peer_value: &conn.peer_value,
             client: p.ctx.client_ip,
             proto: if conn.tls { "https" } else { "http" },
             host: original_host.as_ref(),
-            port: conn.local_port,
+            port: &conn.port_value,
             stripped_prefix: stripped,
         },
         &p.shared.opts.trusted_proxies,
@@ -503,6 +520,15 @@ fn prepare_request_headers(
     // hyper answers `Expect: 100-continue` itself when the body is first read.
     head.headers.remove(header::EXPECT);
     head.headers.append(header::VIA, headers::VIA);
+}
+
+/// A latency in milliseconds as a header value; the common single digits need no allocation.
+fn millis_value(ms: u64) -> HeaderValue {
+    const DIGITS: [&str; 10] = ["0", "1", "2", "3", "4", "5", "6", "7", "8", "9"];
+    match DIGITS.get(ms as usize) {
+        Some(d) => HeaderValue::from_static(d),
+        None => HeaderValue::from(ms),
+    }
 }
 
 fn set_absolute_uri(req: &mut Request<UpstreamBody>, authority: &str) {

@@ -109,6 +109,20 @@ pub const VIA: HeaderValue = HeaderValue::from_static("1.1 weir");
 /// Removes hop-by-hop headers (RFC 9110 §7.6.1), including those named in `Connection`.
 /// With `keep_upgrade`, `Connection: upgrade` and `Upgrade` survive for a protocol switch.
 pub fn remove_hop_by_hop(headers: &mut HeaderMap, keep_upgrade: bool) {
+    // Most messages carry none: one pass over the names is much cheaper than eight removals.
+    let hop = |n: &HeaderName| {
+        *n == header::CONNECTION
+            || *n == header::UPGRADE
+            || *n == KEEP_ALIVE
+            || *n == PROXY_CONNECTION
+            || *n == header::PROXY_AUTHORIZATION
+            || *n == header::TE
+            || *n == header::TRAILER
+            || *n == header::TRANSFER_ENCODING
+    };
+    if !keep_upgrade && !headers.keys().any(hop) {
+        return;
+    }
     let mut named: Vec<HeaderName> = Vec::new();
     for v in headers.get_all(header::CONNECTION) {
         if let Ok(s) = v.to_str() {
@@ -157,14 +171,16 @@ pub fn is_upgrade(headers: &HeaderMap) -> bool {
 pub struct Forwarding<'a> {
     /// The TCP peer.
     pub peer: IpAddr,
+    /// `peer` as a header value ([`ip_value`]).
+    pub peer_value: &'a HeaderValue,
     /// The resolved client IP (see [`client_ip`]).
     pub client: IpAddr,
     /// `http` or `https`.
     pub proto: &'static str,
     /// The Host the client sent.
     pub host: Option<&'a HeaderValue>,
-    /// The port the client connected to.
-    pub port: u16,
+    /// The port the client connected to, as a header value.
+    pub port: &'a HeaderValue,
     /// The prefix removed by `strip_path`, if any.
     pub stripped_prefix: Option<&'a str>,
 }
@@ -173,7 +189,6 @@ pub struct Forwarding<'a> {
 /// from trusted proxies.
 pub fn set_forwarded(headers: &mut HeaderMap, f: &Forwarding<'_>, trusted_list: &[Cidr]) {
     let from_trusted = trusted(trusted_list, f.peer);
-    let peer = f.peer.to_string();
     let prev: Vec<&str> = if from_trusted {
         headers
             .get_all(X_FORWARDED_FOR)
@@ -184,11 +199,11 @@ pub fn set_forwarded(headers: &mut HeaderMap, f: &Forwarding<'_>, trusted_list: 
         Vec::new()
     };
     let xff = if prev.is_empty() {
-        peer
+        Some(f.peer_value.clone())
     } else {
-        format!("{}, {peer}", prev.join(", "))
+        HeaderValue::from_str(&format!("{}, {}", prev.join(", "), f.peer)).ok()
     };
-    if let Ok(v) = HeaderValue::from_str(&xff) {
+    if let Some(v) = xff {
         headers.insert(X_FORWARDED_FOR, v);
     }
     if !(from_trusted && headers.contains_key(X_FORWARDED_PROTO)) {
@@ -205,7 +220,7 @@ pub fn set_forwarded(headers: &mut HeaderMap, f: &Forwarding<'_>, trusted_list: 
         }
     }
     if !(from_trusted && headers.contains_key(X_FORWARDED_PORT)) {
-        headers.insert(X_FORWARDED_PORT, HeaderValue::from(f.port));
+        headers.insert(X_FORWARDED_PORT, f.port.clone());
     }
     match f
         .stripped_prefix
@@ -219,8 +234,41 @@ pub fn set_forwarded(headers: &mut HeaderMap, f: &Forwarding<'_>, trusted_list: 
         }
         None => {}
     }
-    if let Ok(v) = HeaderValue::from_str(&f.client.to_string()) {
-        headers.insert(X_REAL_IP, v);
+    let real_ip = if f.client == f.peer {
+        f.peer_value.clone()
+    } else {
+        ip_value(f.client)
+    };
+    headers.insert(X_REAL_IP, real_ip);
+}
+
+/// An IP address as a header value. IPv4 skips `fmt`, which showed in per-request profiles.
+pub fn ip_value(ip: IpAddr) -> HeaderValue {
+    match ip {
+        IpAddr::V4(v4) => {
+            let mut buf = [0u8; 15];
+            let mut n = 0;
+            for (i, octet) in v4.octets().into_iter().enumerate() {
+                if i > 0 {
+                    buf[n] = b'.';
+                    n += 1;
+                }
+                if octet >= 100 {
+                    buf[n] = b'0' + octet / 100;
+                    n += 1;
+                }
+                if octet >= 10 {
+                    buf[n] = b'0' + octet / 10 % 10;
+                    n += 1;
+                }
+                buf[n] = b'0' + octet % 10;
+                n += 1;
+            }
+            HeaderValue::from_bytes(&buf[..n]).expect("digits and dots")
+        }
+        IpAddr::V6(_) => {
+            HeaderValue::from_str(&ip.to_string()).expect("an IPv6 address is a header value")
+        }
     }
 }
 
@@ -230,6 +278,23 @@ mod tests {
 
     fn cidrs(s: &[&str]) -> Vec<Cidr> {
         s.iter().map(|c| c.parse().unwrap()).collect()
+    }
+
+    #[test]
+    fn ip_values_match_display() {
+        for ip in [
+            "0.0.0.0",
+            "255.255.255.255",
+            "10.0.100.9",
+            "127.0.0.1",
+            "192.168.10.99",
+            "::1",
+            "2001:db8::8a2e:370:7334",
+            "::ffff:10.0.0.1",
+        ] {
+            let ip: IpAddr = ip.parse().unwrap();
+            assert_eq!(ip_value(ip), ip.to_string().as_str());
+        }
     }
 
     #[test]
@@ -268,12 +333,15 @@ mod tests {
         h.insert(X_FORWARDED_FOR, HeaderValue::from_static("6.6.6.6"));
         h.insert(X_FORWARDED_PROTO, HeaderValue::from_static("https"));
         let host = HeaderValue::from_static("example.com");
-        let f = Forwarding {
-            peer: "127.0.0.1".parse().unwrap(),
-            client: "127.0.0.1".parse().unwrap(),
+        let peer: IpAddr = "127.0.0.1".parse().unwrap();
+        let (peer_value, port) = (ip_value(peer), HeaderValue::from(8080u16));
+        let mut f = Forwarding {
+            peer,
+            peer_value: &peer_value,
+            client: peer,
             proto: "http",
             host: Some(&host),
-            port: 8080,
+            port: &port,
             stripped_prefix: Some("/api"),
         };
         set_forwarded(&mut h, &f, &[]);
@@ -294,6 +362,29 @@ mod tests {
         set_forwarded(&mut h, &f, &cidrs(&["127.0.0.0/8"]));
         assert_eq!(h[X_FORWARDED_FOR], "6.6.6.6, 7.7.7.7, 127.0.0.1");
         assert_eq!(h[X_FORWARDED_PROTO], "https");
+
+        f.client = "7.7.7.7".parse().unwrap();
+        set_forwarded(&mut h, &f, &cidrs(&["127.0.0.0/8"]));
+        assert_eq!(h[X_REAL_IP], "7.7.7.7");
+    }
+
+    #[test]
+    fn hop_by_hop_leaves_plain_messages_alone() {
+        let mut h = HeaderMap::new();
+        h.insert(header::HOST, HeaderValue::from_static("a"));
+        h.insert("x-one", HeaderValue::from_static("1"));
+        let before = h.clone();
+        remove_hop_by_hop(&mut h, false);
+        assert_eq!(h, before);
+        remove_hop_by_hop(&mut h, true);
+        assert_eq!(h[header::CONNECTION], "upgrade");
+        let mut h = before.clone();
+        h.insert(
+            header::TRANSFER_ENCODING,
+            HeaderValue::from_static("chunked"),
+        );
+        remove_hop_by_hop(&mut h, false);
+        assert_eq!(h, before);
     }
 
     #[test]

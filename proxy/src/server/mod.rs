@@ -326,11 +326,7 @@ fn worker(
             }
             let _ = stream.set_nodelay(true);
             live.fetch_add(1, Ordering::AcqRel);
-            let conn = handler::ConnInfo {
-                peer,
-                local_port: if tls { tls_port } else { plain_port },
-                tls,
-            };
+            let conn = handler::ConnInfo::new(peer, if tls { tls_port } else { plain_port }, tls);
             let acceptor = if tls { acceptor.clone() } else { None };
             let (shared, builder, live, stop) =
                 (shared.clone(), builder.clone(), live.clone(), stop.clone());
@@ -415,12 +411,14 @@ async fn serve_connection<S>(
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
     let activity = ConnActivity::new();
+    let conn_info = Arc::new(conn_info);
     let svc = {
         let shared = shared.clone();
         let activity = activity.clone();
         hyper::service::service_fn(move |req| {
             let shared = shared.clone();
             let activity = activity.clone();
+            let conn_info = conn_info.clone();
             async move { Ok::<_, Infallible>(handler::handle(shared, conn_info, activity, req).await) }
         })
     };
