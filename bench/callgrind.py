@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
 """Instructions per proxied request, counted by callgrind: a repeatable hot-path profile.
 
-    python3 bench/callgrind.py                 # 1 and 10,000 routes, 20,000 requests each
-    python3 bench/callgrind.py --routes 1 --requests 5000 --keep
+    python3 bench/callgrind.py                 # Weir at 1 and 10,000 routes, nginx; 20,000 requests each
+    python3 bench/callgrind.py --routes 1 --requests 5000 --keep --no-nginx
 
-Runs target/release/weir (1 worker, access log off) under `valgrind --tool=callgrind`, a
+Runs target/release/weir (1 worker, access log off), and nginx as the reference (1 worker,
+upstream keep-alive, the same forwarding headers), under `valgrind --tool=callgrind`, a
 `weir echo` upstream outside valgrind, and a keep-alive client in this process that sends a
 fixed number of requests (spread over the routes). Counting starts after a warm-up
 (`callgrind_control --instr=on`) and stops with `--dump`, so the figure is the proxy's user-space
@@ -18,6 +19,7 @@ import http.client
 import json
 import os
 import re
+import shutil
 import socket
 import subprocess
 import sys
@@ -27,6 +29,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 WEIR = REPO / "target" / "release" / "weir"
+NGINX = shutil.which("nginx") or "/usr/sbin/nginx"
 
 
 def free_port() -> int:
@@ -46,9 +49,39 @@ def wait_port(port: int, limit: float = 60.0) -> None:
     raise SystemExit(f"port {port} did not open within {limit} s")
 
 
-def run(routes: int, requests: int, warmup: int, keep: bool, cache_sim: bool) -> dict:
-    tmp = Path(tempfile.mkdtemp(prefix="weir-callgrind-"))
-    up_port, port, admin = free_port(), free_port(), free_port()
+NGINX_CONF = """worker_processes 1;
+error_log {tmp}/error.log warn;
+pid {tmp}/nginx.pid;
+events {{ worker_connections 1024; }}
+http {{
+  access_log off;
+  client_body_temp_path {tmp}/cb; proxy_temp_path {tmp}/pt; fastcgi_temp_path {tmp}/ft;
+  uwsgi_temp_path {tmp}/ut; scgi_temp_path {tmp}/st;
+  upstream up {{ server 127.0.0.1:{up_port}; keepalive 64; }}
+  server {{
+    listen 127.0.0.1:{port};
+    location / {{
+      proxy_pass http://up;
+      proxy_http_version 1.1;
+      proxy_set_header Connection "";
+      proxy_set_header Host $host;
+      proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for;
+      proxy_set_header X-Forwarded-Proto $scheme;
+      proxy_set_header X-Forwarded-Host $host;
+      proxy_set_header X-Forwarded-Port $server_port;
+      proxy_set_header X-Real-IP $remote_addr;
+    }}
+  }}
+}}
+"""
+
+
+def proxy_command(contender: str, tmp: Path, routes: int, up_port: int, port: int) -> list:
+    """The proxy under measurement: Weir with `routes` prefix routes, or nginx (one location,
+    the same forwarding headers as Weir adds, upstream keep-alive)."""
+    if contender == "nginx":
+        (tmp / "nginx.conf").write_text(NGINX_CONF.format(tmp=tmp, up_port=up_port, port=port))
+        return [NGINX, "-c", tmp / "nginx.conf", "-g", "daemon off; master_process off;"]
     table = {
         "version": 1,
         "routes": [{"id": f"r{i}", "paths": [{"path": f"/r/{i}"}], "service": "s"}
@@ -56,6 +89,15 @@ def run(routes: int, requests: int, warmup: int, keep: bool, cache_sim: bool) ->
         "services": [{"id": "s", "host": "127.0.0.1", "port": up_port}],
     }
     (tmp / "table.json").write_text(json.dumps(table))
+    return [WEIR, "proxy", "--worker-threads", "1", "--access-log", "false",
+            "--listen", f"127.0.0.1:{port}", "--admin-listen", f"127.0.0.1:{free_port()}",
+            "--config", tmp / "table.json"]
+
+
+def run(contender: str, routes: int, requests: int, warmup: int, keep: bool,
+        cache_sim: bool) -> dict:
+    tmp = Path(tempfile.mkdtemp(prefix="weir-callgrind-"))
+    up_port, port = free_port(), free_port()
     out = tmp / "callgrind.out"
     procs = []
     try:
@@ -64,10 +106,8 @@ def run(routes: int, requests: int, warmup: int, keep: bool, cache_sim: bool) ->
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
         procs.append(subprocess.Popen(
             ["valgrind", "--tool=callgrind", "--compress-strings=no", "--instr-atstart=no",
-             f"--cache-sim={'yes' if cache_sim else 'no'}", f"--callgrind-out-file={out}",
-             WEIR, "proxy", "--worker-threads", "1", "--access-log", "false",
-             "--listen", f"127.0.0.1:{port}", "--admin-listen", f"127.0.0.1:{admin}",
-             "--config", tmp / "table.json"],
+             f"--cache-sim={'yes' if cache_sim else 'no'}", f"--callgrind-out-file={out}"]
+            + proxy_command(contender, tmp, routes, up_port, port),
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
         wait_port(up_port)
         wait_port(port, 120)
@@ -104,7 +144,7 @@ def run(routes: int, requests: int, warmup: int, keep: bool, cache_sim: bool) ->
     events = re.search(r"^events: (.+)$", text, re.M).group(1).split()
     totals = [int(x) for x in re.search(r"^(?:summary|totals): (.+)$", text, re.M).group(1).split()]
     per = dict(zip(events, totals))
-    result = {"routes": routes, "requests": requests,
+    result = {"contender": contender, "routes": routes, "requests": requests,
               "instructions_per_request": per["Ir"] // requests}
     if cache_sim:
         # Last-level misses stand in for the cache misses that more routes could cause.
@@ -113,9 +153,7 @@ def run(routes: int, requests: int, warmup: int, keep: bool, cache_sim: bool) ->
     if keep:
         result["callgrind_file"] = str(measured[0] if measured else dumps[-1])
     else:
-        for p in tmp.iterdir():
-            p.unlink()
-        tmp.rmdir()
+        shutil.rmtree(tmp, ignore_errors=True)
     return result
 
 
@@ -126,12 +164,24 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=2_000)
     ap.add_argument("--keep", action="store_true", help="keep the callgrind output")
     ap.add_argument("--cache-sim", action="store_true", help="also count simulated cache misses")
+    ap.add_argument("--no-nginx", action="store_true", help="skip the nginx reference run")
     args = ap.parse_args()
     if not WEIR.exists():
         raise SystemExit("build first: cargo build --release")
-    for n in args.routes or [1, 10_000]:
-        r = run(n, args.requests, max(args.warmup, n), args.keep, args.cache_sim)
+    runs = [("weir", n) for n in args.routes or [1, 10_000]]
+    if not args.no_nginx:
+        runs.append(("nginx", 1))
+    results = []
+    for contender, n in runs:
+        r = run(contender, n, args.requests, max(args.warmup, n), args.keep, args.cache_sim)
+        results.append(r)
         print(json.dumps(r), flush=True)
+    ngx = next((r for r in results if r["contender"] == "nginx"), None)
+    if ngx:
+        for r in results:
+            if r["contender"] == "weir":
+                ratio = r["instructions_per_request"] / ngx["instructions_per_request"]
+                print(f"weir, {r['routes']} route(s): {ratio:.2f}x nginx's instructions per request")
 
 
 if __name__ == "__main__":
