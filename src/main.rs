@@ -321,14 +321,16 @@ fn run_controller(args: ControllerCommand) -> anyhow::Result<()> {
     rt.block_on(async move {
         let client = kube::Client::try_default().await.context("connecting to the Kubernetes API")?;
         tracing::info!(proxies = ?opts.proxies, class = %opts.translate.ingress_class, "weir controller started");
-        tokio::select! {
-            _ = weir_controller::cluster::run(client, opts, registry()) => {}
-            _ = tokio::signal::ctrl_c() => {}
-            _ = async {
-                let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("SIGTERM handler");
-                term.recv().await
-            } => {}
-        }
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+            .context("installing the SIGTERM handler")?;
+        let shutdown = async move {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = term.recv() => {}
+            }
+            tracing::info!("shutting down");
+        };
+        weir_controller::cluster::run(client, opts, registry(), shutdown).await;
         anyhow::Ok(())
     })
 }

@@ -72,7 +72,7 @@ async fn the_controller_follows_the_cluster() {
     let dir = temp_dir("controller");
     let kubeconfig = cluster.kubeconfig(&dir);
     let metrics = free_port();
-    let _controller = Proc {
+    let mut controller = Proc {
         child: Command::new(WEIR)
             .args([
                 "controller",
@@ -253,6 +253,28 @@ async fn the_controller_follows_the_cluster() {
         m.contains("weir_controller_objects{kind=\"Ingress\"} 3"),
         "{m}"
     );
+
+    // SIGTERM: the controller exits and gives the leader lease up, so that a standby replica
+    // takes over at once instead of waiting for the lease to expire.
+    let holder = || async {
+        cluster
+            .get("coordination.k8s.io/v1", "Lease", "weir-controller-leader")
+            .await
+            .and_then(|l| l.pointer("/spec/holderIdentity").cloned())
+    };
+    assert!(holder().await.is_some(), "the controller holds the lease");
+    let pid = controller.pid().to_string();
+    assert!(Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .unwrap()
+        .success());
+    within(Duration::from_secs(5), "controller exit", || {
+        let exited = controller.child.try_wait().unwrap().is_some();
+        async move { exited }
+    })
+    .await;
+    assert_eq!(holder().await, None, "lease released on shutdown");
     cluster.cleanup().await;
     let _ = std::fs::remove_dir_all(dir);
 }

@@ -77,6 +77,30 @@ async fn round(api: &Api<Lease>, name: &str, identity: &str) -> Result<bool, kub
     Ok(true)
 }
 
+/// Gives the lease up if this replica holds it, so that a standby takes over at its next round
+/// instead of waiting for the lease to expire (client-go's `ReleaseOnCancel`). Returns whether
+/// there was anything to release.
+pub async fn release(
+    client: Client,
+    namespace: &str,
+    name: &str,
+    identity: &str,
+) -> Result<bool, kube::Error> {
+    let api: Api<Lease> = Api::namespaced(client, namespace);
+    let Some(mut lease) = api.get_opt(name).await? else {
+        return Ok(false);
+    };
+    let spec = lease.spec.get_or_insert_with(Default::default);
+    if spec.holder_identity.as_deref() != Some(identity) {
+        return Ok(false);
+    }
+    spec.holder_identity = None;
+    spec.lease_duration_seconds = Some(1);
+    spec.renew_time = Some(MicroTime(Timestamp::now()));
+    api.replace(name, &PostParams::default(), &lease).await?;
+    Ok(true)
+}
+
 /// Campaigns for (and keeps) the lease `namespace/name` forever.
 pub async fn run(
     client: Client,

@@ -158,8 +158,13 @@ async fn serve_metrics(addr: SocketAddr, metrics: Arc<Metrics>) {
     }
 }
 
-/// Runs the controller until the process ends.
-pub async fn run(client: Client, opts: ControllerOptions, registry: Registry) {
+/// Runs the controller until `shutdown` completes, then gives up the leader lease if it holds it.
+pub async fn run(
+    client: Client,
+    opts: ControllerOptions,
+    registry: Registry,
+    shutdown: impl std::future::Future<Output = ()>,
+) {
     let shared = Arc::new(watch::Shared {
         store: Mutex::new(Store::default()),
         changed: tokio::sync::Notify::new(),
@@ -174,7 +179,7 @@ pub async fn run(client: Client, opts: ControllerOptions, registry: Registry) {
     watch::start(&client, &namespaces, &shared);
 
     let leadership = Arc::new(leader::Leadership::default());
-    tokio::spawn(leader::run(
+    let campaign = tokio::spawn(leader::run(
         client.clone(),
         opts.election_namespace.clone(),
         opts.election_name.clone(),
@@ -195,7 +200,7 @@ pub async fn run(client: Client, opts: ControllerOptions, registry: Registry) {
         ));
     }
     let mut reporter = report::Reporter::new(
-        client,
+        client.clone(),
         "weir-controller",
         &opts.identity,
         opts.publish.clone(),
@@ -203,47 +208,67 @@ pub async fn run(client: Client, opts: ControllerOptions, registry: Registry) {
     let mut logged: BTreeSet<String> = BTreeSet::new();
     let mut was_leader = false;
 
-    loop {
-        // Wake on a change, or every few seconds to catch up on leadership changes.
-        let woke = tokio::time::timeout(Duration::from_secs(5), shared.changed.notified())
-            .await
-            .is_ok();
-        if woke {
-            let first = Instant::now();
-            while first.elapsed() < MAX_DELAY {
-                if tokio::time::timeout(QUIET, shared.changed.notified())
-                    .await
-                    .is_err()
-                {
-                    break;
+    let reconcile = async {
+        loop {
+            // Wake on a change, or every few seconds to catch up on leadership changes.
+            let woke = tokio::time::timeout(Duration::from_secs(5), shared.changed.notified())
+                .await
+                .is_ok();
+            if woke {
+                let first = Instant::now();
+                while first.elapsed() < MAX_DELAY {
+                    if tokio::time::timeout(QUIET, shared.changed.notified())
+                        .await
+                        .is_err()
+                    {
+                        break;
+                    }
                 }
             }
-        }
-        if !shared.all_synced() {
-            continue;
-        }
-        let leader = leadership.is_leader();
-        if !woke && leader == was_leader {
-            continue;
-        }
-        was_leader = leader;
-        let started = Instant::now();
-        let (t, snapshot) = {
-            let store = shared.store.lock().unwrap_or_else(|e| e.into_inner());
-            (translate(&store, &opts.translate, &registry), store.clone())
-        };
-        metrics.record(&t, &snapshot, started.elapsed());
-        let now: BTreeSet<String> = t.problems.iter().map(|p| p.to_string()).collect();
-        for p in &t.problems {
-            if !logged.contains(&p.to_string()) {
-                tracing::warn!(object = %p.object, field = %p.field, reason = p.reason.as_str(), message = %p.message, "problem");
+            if !shared.all_synced() {
+                continue;
+            }
+            let leader = leadership.is_leader();
+            if !woke && leader == was_leader {
+                continue;
+            }
+            was_leader = leader;
+            let started = Instant::now();
+            let (t, snapshot) = {
+                let store = shared.store.lock().unwrap_or_else(|e| e.into_inner());
+                (translate(&store, &opts.translate, &registry), store.clone())
+            };
+            metrics.record(&t, &snapshot, started.elapsed());
+            let now: BTreeSet<String> = t.problems.iter().map(|p| p.to_string()).collect();
+            for p in &t.problems {
+                if !logged.contains(&p.to_string()) {
+                    tracing::warn!(object = %p.object, field = %p.field, reason = p.reason.as_str(), message = %p.message, "problem");
+                }
+            }
+            logged = now;
+            tracing::debug!(hash = ?t.config.hash, routes = t.config.routes.len(), took_ms = started.elapsed().as_millis() as u64, "translated");
+            desired_tx.send_replace(Some(Arc::new(t.config.clone())));
+            if leader {
+                reporter.report(&t, &snapshot).await;
             }
         }
-        logged = now;
-        tracing::debug!(hash = ?t.config.hash, routes = t.config.routes.len(), took_ms = started.elapsed().as_millis() as u64, "translated");
-        desired_tx.send_replace(Some(Arc::new(t.config.clone())));
-        if leader {
-            reporter.report(&t, &snapshot).await;
-        }
+    };
+    tokio::select! {
+        () = reconcile => {}
+        () = shutdown => {}
+    }
+    campaign.abort();
+    let lease = format!("{}/{}", opts.election_namespace, opts.election_name);
+    match leader::release(
+        client,
+        &opts.election_namespace,
+        &opts.election_name,
+        &opts.identity,
+    )
+    .await
+    {
+        Ok(true) => tracing::info!(%lease, "leader lease released"),
+        Ok(false) => {}
+        Err(e) => tracing::warn!(%lease, error = %e, "could not release the leader lease"),
     }
 }
