@@ -422,6 +422,127 @@ mod tests {
         );
     }
 
+    /// The rules an API server applies to `openAPIV3Schema` before it accepts a CRD
+    /// ("Specifying a structural schema" in the Kubernetes docs), checked offline.
+    fn structural_problems(node: &serde_json::Value, path: &str, out: &mut Vec<String>) {
+        let Some(obj) = node.as_object() else {
+            out.push(format!("{path}: not an object"));
+            return;
+        };
+        let flag = |k: &str| obj.get(k).and_then(|v| v.as_bool()) == Some(true);
+        let typed = obj
+            .get("type")
+            .and_then(|t| t.as_str())
+            .is_some_and(|t| !t.is_empty());
+        if !typed
+            && !flag("x-kubernetes-int-or-string")
+            && !flag("x-kubernetes-preserve-unknown-fields")
+        {
+            out.push(format!("{path}: no type"));
+        }
+        for forbidden in [
+            "$ref",
+            "patternProperties",
+            "dependencies",
+            "definitions",
+            "id",
+        ] {
+            if obj.contains_key(forbidden) {
+                out.push(format!("{path}: {forbidden} is not allowed"));
+            }
+        }
+        if flag("uniqueItems") {
+            out.push(format!("{path}: uniqueItems: true is not allowed"));
+        }
+        match obj.get("additionalProperties") {
+            Some(serde_json::Value::Bool(false)) => out.push(format!(
+                "{path}: additionalProperties: false is not allowed"
+            )),
+            Some(a) if obj.contains_key("properties") => {
+                out.push(format!("{path}: additionalProperties with properties"));
+                structural_problems(a, &format!("{path}.additionalProperties"), out);
+            }
+            Some(serde_json::Value::Bool(true)) | None => {}
+            Some(a) => structural_problems(a, &format!("{path}.additionalProperties"), out),
+        }
+        // Inside logical junctors only value validations may appear, never structure.
+        for junctor in ["allOf", "anyOf", "oneOf", "not"] {
+            let Some(j) = obj.get(junctor) else { continue };
+            let branches = j.as_array().cloned().unwrap_or_else(|| vec![j.clone()]);
+            for (i, b) in branches.iter().enumerate() {
+                for k in [
+                    "type",
+                    "description",
+                    "default",
+                    "additionalProperties",
+                    "nullable",
+                    "properties",
+                    "items",
+                ] {
+                    if b.get(k).is_some() {
+                        out.push(format!(
+                            "{path}.{junctor}[{i}]: {k} inside a logical junctor"
+                        ));
+                    }
+                }
+            }
+        }
+        if let Some(props) = obj.get("properties").and_then(|p| p.as_object()) {
+            for (name, child) in props {
+                structural_problems(child, &format!("{path}.{name}"), out);
+            }
+        }
+        if let Some(items) = obj.get("items") {
+            structural_problems(items, &format!("{path}[]"), out);
+        }
+    }
+
+    #[test]
+    fn schemas_are_structural() {
+        // The checker itself finds what an API server would refuse.
+        let bad = serde_json::json!({"type": "object", "properties": {
+            "a": {"description": "untyped"},
+            "b": {"type": "object", "properties": {}, "additionalProperties": {"type": "string"}},
+            "c": {"type": "string", "anyOf": [{"type": "integer"}]},
+        }});
+        let mut found = Vec::new();
+        structural_problems(&bad, "Bad", &mut found);
+        assert_eq!(found.len(), 3, "{found:#?}");
+        for crd in crds() {
+            let crd = serde_json::to_value(&crd).unwrap();
+            let kind = crd
+                .pointer("/spec/names/kind")
+                .unwrap()
+                .as_str()
+                .unwrap()
+                .to_string();
+            for version in crd.pointer("/spec/versions").unwrap().as_array().unwrap() {
+                let schema = version
+                    .pointer("/schema/openAPIV3Schema")
+                    .expect("a schema");
+                let mut problems = Vec::new();
+                structural_problems(schema, &kind, &mut problems);
+                // metadata may only constrain name and generateName; Weir leaves it alone.
+                if let Some(meta) = schema.pointer("/properties/metadata") {
+                    let keys: Vec<_> = meta.as_object().unwrap().keys().collect();
+                    assert!(
+                        keys.iter().all(|k| *k == "type"),
+                        "{kind}: metadata {keys:?}"
+                    );
+                }
+                assert!(
+                    problems.is_empty(),
+                    "{kind} {}: {problems:#?}",
+                    version["name"]
+                );
+                assert!(
+                    version.pointer("/subresources/status").is_some(),
+                    "{kind}: status subresource"
+                );
+            }
+        }
+    }
+
     #[test]
     fn manifests_parse() {
         let p: Plugin = serde_yaml::from_str(
