@@ -163,44 +163,12 @@ async fn a_broken_plugin_disables_only_its_ingress() {
     );
 }
 
-/// An Ingress with a `tls` section for a.example.test and its Secret (the test certificate).
-fn tls_manifest() -> String {
-    let indent = |pem: String| pem.trim().replace('\n', "\n    ");
-    format!(
-        r#"apiVersion: networking.k8s.io/v1
-kind: Ingress
-metadata: {{name: secure, namespace: demo}}
-spec:
-  ingressClassName: weir
-  tls:
-  - {{hosts: [a.example.test], secretName: secure-tls}}
-  rules:
-  - host: a.example.test
-    http:
-      paths:
-      - {{path: /secure, pathType: Prefix, backend: {{service: {{name: echo, port: {{name: http}}}}}}}}
----
-apiVersion: v1
-kind: Secret
-metadata: {{name: secure-tls, namespace: demo}}
-type: kubernetes.io/tls
-stringData:
-  tls.crt: |
-    {}
-  tls.key: |
-    {}
-"#,
-        indent(common::tls::fixture("a.example.test.crt")),
-        indent(common::tls::fixture("a.example.test.key")),
-    )
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tls_listen_serves_the_ingress_certificates() {
     let a = echo("echo-a");
     let b = echo("echo-b");
+    // The quick start's 40-tls.yaml: an Ingress for a.example.test with the test certificate.
     let dir = quickstart_copy([a.port, b.port]);
-    std::fs::write(dir.join("40-tls.yaml"), tls_manifest()).unwrap();
     let tls_port = free_port();
     let w = start(dir, &["--tls-listen", &format!("127.0.0.1:{tls_port}")]);
     wait_for_port(tls_port);
@@ -208,7 +176,7 @@ async fn tls_listen_serves_the_ingress_certificates() {
     // The listener opens before the first translation lands: retry for up to 2 s.
     let started = Instant::now();
     let r = loop {
-        match common::tls::get(tls_port, "a.example.test", "/secure/x", &["h2", "http/1.1"]).await {
+        match common::tls::get(tls_port, "a.example.test", "/echo/x", &["h2", "http/1.1"]).await {
             Ok(r) => break r,
             Err(_) if started.elapsed() < Duration::from_secs(2) => {
                 tokio::time::sleep(Duration::from_millis(50)).await;
@@ -220,7 +188,8 @@ async fn tls_listen_serves_the_ingress_certificates() {
     assert_eq!(r.alpn.as_deref(), Some(&b"h2"[..]));
     assert_eq!(r.resp.status, 200);
     let seen = r.resp.json();
-    assert_eq!(seen["path"], "/secure/x");
+    assert_eq!(seen["path"], "/x");
+    assert!(r.resp.header("x-request-id").is_some());
     assert_eq!(seen["host"], "a.example.test");
     assert_eq!(seen["headers"]["x-forwarded-proto"], "https");
 
@@ -228,7 +197,7 @@ async fn tls_listen_serves_the_ingress_certificates() {
     let c = client();
     let plain = get(
         &c,
-        &format!("http://127.0.0.1:{}/secure/x", w.proc.port),
+        &format!("http://127.0.0.1:{}/echo/x", w.proc.port),
         &[("host", "a.example.test")],
     )
     .await;

@@ -71,7 +71,11 @@ async fn certificates_are_chosen_by_sni() {
 
     // No certificate for the name and no default one: the handshake fails, nothing else does.
     let none = common::tls::get(port, "other.test", "/", &[]).await;
-    assert!(none.is_err(), "handshake without a certificate succeeded");
+    let err = none
+        .err()
+        .expect("handshake without a certificate succeeded");
+    // The server refused (an alert), rather than this client rejecting some certificate.
+    assert!(err.contains("alert"), "{err}");
     let c = client();
     assert_eq!(get(&c, &weir.url("/"), &[]).await.status, 200);
     assert!(metrics(&c, &weir)
@@ -170,6 +174,11 @@ async fn certificates_follow_pushes_and_bad_ones_are_rejected() {
         .await
         .unwrap();
     assert_eq!(a.resp.status, 200);
+    // The admin API shows the certificate but never its private key.
+    let served = get(&c, &weir.admin_url("/config"), &[]).await.json();
+    assert_eq!(served["certificates"][0]["id"], "a");
+    assert_eq!(served["certificates"][0]["key"], "<redacted>");
+    assert!(!served.to_string().contains("PRIVATE KEY"));
 
     // A key that is not the certificate's, a certificate that is not PEM, a bad server name.
     let mut mismatched = cert("mismatch", "a.example.test", &["m.example.test"]);
@@ -195,4 +204,31 @@ async fn certificates_follow_pushes_and_bad_ones_are_rejected() {
         .await
         .unwrap();
     assert_eq!(a.peer_cert, fixture_der("a.example.test.crt"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_tls_client_does_not_delay_shutdown() {
+    let up = echo("up");
+    let (mut weir, port) = start(
+        up.port,
+        vec![cert("a", "a.example.test", &["a.example.test"])],
+    );
+    // Connected, never says hello: the handshake would wait for --header-read-timeout (60 s),
+    // longer than the shutdown grace (30 s).
+    let _silent = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    let pid = weir.proc.pid().to_string();
+    let killed = std::process::Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let started = std::time::Instant::now();
+    while weir.proc.child.try_wait().unwrap().is_none() {
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(10),
+            "still running 10 s after SIGTERM"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
 }

@@ -60,5 +60,7 @@ fn the_quickstart_translates_cleanly() {
     assert!(scan.errors.is_empty(), "{:?}", scan.errors);
     let t = translate(&m.store(), &Options::default(), &Registry::builtin());
     assert!(t.problems.is_empty(), "{:#?}", t.problems);
-    assert_eq!(t.config.routes.len(), 2);
+    assert_eq!(t.config.routes.len(), 3);
+    assert_eq!(t.config.certificates.len(), 1);
+    assert_eq!(t.config.certificates[0].snis, ["a.example.test"]);
 }

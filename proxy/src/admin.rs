@@ -90,7 +90,15 @@ async fn route(proxy: &Proxy, req: Request<Incoming>) -> Response<ProxyBody> {
         (&Method::GET, "/config") => {
             let rt = shared.runtime.load();
             match serde_json::to_value(&*rt.config) {
-                Ok(v) => json_response(StatusCode::OK, v),
+                Ok(mut v) => {
+                    // Private keys never leave the proxy, even over the loopback admin API.
+                    if let Some(certs) = v["certificates"].as_array_mut() {
+                        for c in certs {
+                            c["key"] = json!("<redacted>");
+                        }
+                    }
+                    json_response(StatusCode::OK, v)
+                }
                 Err(e) => json_response(
                     StatusCode::INTERNAL_SERVER_ERROR,
                     json!({ "message": e.to_string() }),

@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, OnceLock};
 
 use rustls::crypto::CryptoProvider;
-use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::pem::{self, PemObject};
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
@@ -28,14 +28,22 @@ pub fn provider() -> Arc<CryptoProvider> {
 pub fn parse_certificate(c: &Certificate) -> Result<CertifiedKey, (&'static str, String)> {
     let chain = CertificateDer::pem_slice_iter(c.cert.as_bytes())
         .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| ("cert", format!("not a PEM certificate chain: {e}")))?;
+        .map_err(|e| {
+            (
+                "cert",
+                format!("not a PEM certificate chain: {}", pem_error(&e)),
+            )
+        })?;
     if chain.is_empty() {
         return Err(("cert", "no `BEGIN CERTIFICATE` block".to_string()));
     }
     let key = PrivateKeyDer::from_pem_slice(c.key.as_bytes()).map_err(|e| {
         (
             "key",
-            format!("not a PEM private key (PKCS#8, PKCS#1 or SEC1): {e}"),
+            format!(
+                "not a PEM private key (PKCS#8, PKCS#1 or SEC1): {}",
+                pem_error(&e)
+            ),
         )
     })?;
     CertifiedKey::from_der(chain, key, &provider()).map_err(|e| match e {
@@ -46,6 +54,21 @@ pub fn parse_certificate(c: &Certificate) -> Result<CertifiedKey, (&'static str,
         rustls::Error::General(m) => ("key", format!("unusable private key: {m}")),
         e => ("cert", format!("unusable certificate: {e}")),
     })
+}
+
+/// What is wrong with a PEM text, in words that never quote it: the parser's own messages
+/// carry the offending line, which for a key with lost newlines is the whole key.
+fn pem_error(e: &pem::Error) -> &'static str {
+    match e {
+        pem::Error::MissingSectionEnd { .. } => {
+            "a BEGIN line without its END line (were the newlines lost?)"
+        }
+        pem::Error::IllegalSectionStart { .. } => "a malformed BEGIN line",
+        pem::Error::Base64Decode(_) => "the text between BEGIN and END is not base64",
+        pem::Error::NoItemsFound => "no PEM block of the expected kind",
+        pem::Error::SectionTooLarge => "a PEM block larger than 256 MB",
+        _ => "unreadable PEM",
+    }
 }
 
 /// The certificates of one routing table, indexed by server name.
@@ -171,6 +194,15 @@ mod tests {
         assert_eq!(no_cert.0, "cert");
         let no_key = parse_certificate(&cert("a", CERT_A, CERT_A, &[])).unwrap_err();
         assert_eq!(no_key.0, "key");
+        // A key whose newlines were lost (a folded YAML scalar): the message must not quote it.
+        for mangled in [KEY_A.replace('\n', " "), KEY_A.replace('\n', "\\n")] {
+            let e = parse_certificate(&cert("a", CERT_A, &mangled, &[])).unwrap_err();
+            assert_eq!(e.0, "key");
+            for line in KEY_A.lines().filter(|l| !l.starts_with("-----")) {
+                assert!(!e.1.contains(&line[..16]), "leaks the key: {}", e.1);
+            }
+            assert!(!e.1.contains("[4"), "leaks bytes: {}", e.1);
+        }
     }
 
     #[test]

@@ -80,6 +80,9 @@ async fn round(api: &Api<Lease>, name: &str, identity: &str) -> Result<bool, kub
 /// Gives the lease up if this replica holds it, so that a standby takes over at its next round
 /// instead of waiting for the lease to expire (client-go's `ReleaseOnCancel`). Returns whether
 /// there was anything to release.
+///
+/// A renewal already in flight when the campaign stopped can still land first and make our
+/// write fail with 409 Conflict: then the lease is read again and the release retried.
 pub async fn release(
     client: Client,
     namespace: &str,
@@ -87,18 +90,25 @@ pub async fn release(
     identity: &str,
 ) -> Result<bool, kube::Error> {
     let api: Api<Lease> = Api::namespaced(client, namespace);
-    let Some(mut lease) = api.get_opt(name).await? else {
-        return Ok(false);
-    };
-    let spec = lease.spec.get_or_insert_with(Default::default);
-    if spec.holder_identity.as_deref() != Some(identity) {
-        return Ok(false);
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        let Some(mut lease) = api.get_opt(name).await? else {
+            return Ok(false);
+        };
+        let spec = lease.spec.get_or_insert_with(Default::default);
+        if spec.holder_identity.as_deref() != Some(identity) {
+            return Ok(false);
+        }
+        spec.holder_identity = None;
+        spec.lease_duration_seconds = Some(1);
+        spec.renew_time = Some(MicroTime(Timestamp::now()));
+        match api.replace(name, &PostParams::default(), &lease).await {
+            Ok(_) => return Ok(true),
+            Err(kube::Error::Api(e)) if e.code == 409 && attempt < 3 => continue,
+            Err(e) => return Err(e),
+        }
     }
-    spec.holder_identity = None;
-    spec.lease_duration_seconds = Some(1);
-    spec.renew_time = Some(MicroTime(Timestamp::now()));
-    api.replace(name, &PostParams::default(), &lease).await?;
-    Ok(true)
 }
 
 /// Campaigns for (and keeps) the lease `namespace/name` forever.

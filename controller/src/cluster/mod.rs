@@ -258,17 +258,23 @@ pub async fn run(
         () = shutdown => {}
     }
     campaign.abort();
+    let _ = campaign.await;
     let lease = format!("{}/{}", opts.election_namespace, opts.election_name);
-    match leader::release(
-        client,
-        &opts.election_namespace,
-        &opts.election_name,
-        &opts.identity,
+    // Bounded: an unreachable API server must not hold up the exit (the lease then expires).
+    let released = tokio::time::timeout(
+        Duration::from_secs(3),
+        leader::release(
+            client,
+            &opts.election_namespace,
+            &opts.election_name,
+            &opts.identity,
+        ),
     )
-    .await
-    {
-        Ok(true) => tracing::info!(%lease, "leader lease released"),
-        Ok(false) => {}
-        Err(e) => tracing::warn!(%lease, error = %e, "could not release the leader lease"),
+    .await;
+    match released {
+        Ok(Ok(true)) => tracing::info!(%lease, "leader lease released"),
+        Ok(Ok(false)) => {}
+        Ok(Err(e)) => tracing::warn!(%lease, error = %e, "could not release the leader lease"),
+        Err(_) => tracing::warn!(%lease, "releasing the leader lease timed out"),
     }
 }

@@ -265,12 +265,12 @@ fn source_of(entity: &str, id: &str) -> ObjectRef {
 }
 
 /// An object reference for problems.
-/// A Secret key as UTF-8 text: `data` (base64 on the wire), else `stringData` (what a
-/// manifest folder holds before an API server folds it into `data`).
+/// A Secret key as UTF-8 text: `stringData` (what a manifest folder holds before an API
+/// server folds it into `data`, overriding the same key there), else `data`.
 fn secret_text(secret: &k8s_openapi::api::core::v1::Secret, key: &str) -> Option<String> {
-    match secret.data.as_ref().and_then(|d| d.get(key)) {
-        Some(b) => String::from_utf8(b.0.clone()).ok(),
-        None => secret.string_data.as_ref()?.get(key).cloned(),
+    match secret.string_data.as_ref().and_then(|d| d.get(key)) {
+        Some(text) => Some(text.clone()),
+        None => String::from_utf8(secret.data.as_ref()?.get(key)?.0.clone()).ok(),
     }
 }
 

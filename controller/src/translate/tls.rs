@@ -33,7 +33,13 @@ impl Translator<'_> {
             };
             match result {
                 Ok((cert, key_pem)) => {
-                    let id = skey.to_string();
+                    // A host-less entry makes the default certificate; kept apart from the
+                    // same Secret's named hosts, which would otherwise take the default role away.
+                    let id = if hosts.is_empty() {
+                        format!("{skey}#default")
+                    } else {
+                        skey.to_string()
+                    };
                     match self.config.certificates.iter_mut().find(|c| c.id == id) {
                         Some(c) => {
                             for h in hosts {

@@ -352,7 +352,7 @@ pub struct Consumer {
 }
 
 /// A TLS certificate and the server names it serves.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Certificate {
     /// Unique id.
@@ -364,6 +364,17 @@ pub struct Certificate {
     /// Server names (exact or `*.` wildcard).
     #[serde(default)]
     pub snis: Vec<String>,
+}
+
+/// Without the key: debug output ends up in logs.
+impl std::fmt::Debug for Certificate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Certificate")
+            .field("id", &self.id)
+            .field("snis", &self.snis)
+            .field("key", &"<redacted>")
+            .finish_non_exhaustive()
+    }
 }
 
 /// A routing table that failed to parse.

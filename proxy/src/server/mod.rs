@@ -334,26 +334,10 @@ fn worker(
                 match acceptor {
                     None => serve_connection(&shared, &builder, stream, conn, stop).await,
                     Some(acceptor) => {
-                        // The handshake counts as part of the request head's time budget.
-                        let limit = shared.opts.header_read_timeout;
-                        match tokio::time::timeout(limit, acceptor.accept(stream)).await {
-                            Ok(Ok(stream)) => {
-                                serve_connection(&shared, &builder, stream, conn, stop).await
-                            }
-                            Ok(Err(e)) => {
-                                shared
-                                    .metrics
-                                    .tls_handshake_failures
-                                    .fetch_add(1, Ordering::Relaxed);
-                                tracing::debug!(%peer, error = %e, "TLS handshake failed");
-                            }
-                            Err(_) => {
-                                shared
-                                    .metrics
-                                    .tls_handshake_failures
-                                    .fetch_add(1, Ordering::Relaxed);
-                                tracing::debug!(%peer, "TLS handshake timed out");
-                            }
+                        if let Some(stream) =
+                            handshake(&acceptor, stream, &shared, stop.clone()).await
+                        {
+                            serve_connection(&shared, &builder, stream, conn, stop).await
                         }
                     }
                 }
@@ -368,6 +352,43 @@ fn worker(
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
     });
+}
+
+/// Runs a TLS handshake, bounded by `--header-read-timeout` (a budget of its own, before the
+/// request head's) and abandoned when the proxy shuts down, so a silent client delays neither.
+async fn handshake(
+    acceptor: &tokio_rustls::TlsAcceptor,
+    stream: tokio::net::TcpStream,
+    shared: &Shared,
+    mut stop: watch::Receiver<bool>,
+) -> Option<tokio_rustls::server::TlsStream<tokio::net::TcpStream>> {
+    if *stop.borrow() {
+        return None;
+    }
+    let limit = shared.opts.header_read_timeout;
+    let result = tokio::select! {
+        r = tokio::time::timeout(limit, acceptor.accept(stream)) => r,
+        _ = stop.changed() => return None,
+    };
+    match result {
+        Ok(Ok(stream)) => Some(stream),
+        Ok(Err(e)) => {
+            shared
+                .metrics
+                .tls_handshake_failures
+                .fetch_add(1, Ordering::Relaxed);
+            tracing::debug!(error = %e, "TLS handshake failed");
+            None
+        }
+        Err(_) => {
+            shared
+                .metrics
+                .tls_handshake_failures
+                .fetch_add(1, Ordering::Relaxed);
+            tracing::debug!("TLS handshake timed out");
+            None
+        }
+    }
 }
 
 async fn accept_if_some(
