@@ -213,6 +213,20 @@ fn upstream_connections_are_reused() {
         );
     }
     assert_eq!(seen.len(), 1, "upstream connections used: {seen:?}");
+    // The metric says the same: one connection opened, then four requests over it.
+    let text = raw(
+        weir.admin,
+        b"GET /metrics HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n",
+        Duration::from_secs(5),
+    );
+    assert!(
+        text.contains("weir_upstream_requests_total{connection=\"new\"} 1\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains("weir_upstream_requests_total{connection=\"reused\"} 4\n"),
+        "{text}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

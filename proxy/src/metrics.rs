@@ -43,6 +43,8 @@ type Key = (Arc<str>, Arc<str>, u16);
 
 #[derive(Default)]
 struct Shard {
+    /// Upstream requests over a new connection and over a pooled one.
+    upstream_connections: [u64; 2],
     requests: FnvMap<Key, u64>,
     request_latency: FnvMap<Arc<str>, Histogram>,
     upstream_latency: FnvMap<Arc<str>, Histogram>,
@@ -99,8 +101,12 @@ impl Metrics {
         status: u16,
         total_s: f64,
         upstream_s: Option<f64>,
+        upstream_reused: Option<bool>,
     ) {
         let mut s = self.shard();
+        if let Some(reused) = upstream_reused {
+            s.upstream_connections[usize::from(reused)] += 1;
+        }
         let key = (route.clone(), service.clone(), status);
         *s.requests.entry(key).or_default() += 1;
         match s.request_latency.get_mut(route) {
@@ -124,8 +130,11 @@ impl Metrics {
         let mut requests: HashMap<Key, u64> = HashMap::new();
         let mut req_lat: HashMap<Arc<str>, Histogram> = HashMap::new();
         let mut up_lat: HashMap<Arc<str>, Histogram> = HashMap::new();
+        let mut connections = [0u64; 2];
         for shard in &self.shards {
             let s = shard.lock().unwrap_or_else(|e| e.into_inner());
+            connections[0] += s.upstream_connections[0];
+            connections[1] += s.upstream_connections[1];
             for (k, v) in &s.requests {
                 *requests.entry(k.clone()).or_default() += v;
             }
@@ -148,6 +157,14 @@ impl Metrics {
                 escape(&service)
             );
         }
+        let _ = writeln!(
+            out,
+            "# HELP weir_upstream_requests_total Requests sent upstream, by whether the connection was new or taken from the pool.\n\
+             # TYPE weir_upstream_requests_total counter\n\
+             weir_upstream_requests_total{{connection=\"new\"}} {}\n\
+             weir_upstream_requests_total{{connection=\"reused\"}} {}",
+            connections[0], connections[1]
+        );
         histogram(
             &mut out,
             "weir_request_duration_seconds",
@@ -241,10 +258,10 @@ mod tests {
         let m = Metrics::new(2);
         let (r, s): (Arc<str>, Arc<str>) = ("r\"1".into(), "s".into());
         set_worker_shard(0);
-        m.record(&r, &s, 200, 0.002, Some(0.001));
+        m.record(&r, &s, 200, 0.002, Some(0.001), Some(false));
         set_worker_shard(1);
-        m.record(&r, &s, 200, 0.2, None);
-        m.record(&r, &s, 404, 0.0001, None);
+        m.record(&r, &s, 200, 0.2, None, Some(true));
+        m.record(&r, &s, 404, 0.0001, None, None);
         let text = m.render(&[("weir_up", "Up.", 1.0)]);
         assert!(
             text.contains("weir_requests_total{route=\"r\\\"1\",service=\"s\",status=\"200\"} 2"),
@@ -258,5 +275,7 @@ mod tests {
         assert!(text.contains("weir_request_duration_seconds_count{route=\"r\\\"1\"} 3"));
         assert!(text.contains("weir_upstream_duration_seconds_count{service=\"s\"} 1"));
         assert!(text.contains("weir_up 1"));
+        assert!(text.contains("weir_upstream_requests_total{connection=\"new\"} 1"));
+        assert!(text.contains("weir_upstream_requests_total{connection=\"reused\"} 1"));
     }
 }

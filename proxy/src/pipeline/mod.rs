@@ -259,6 +259,9 @@ pub struct LogRecord {
     pub latencies: Latencies,
     /// Whether the client went away before the response was complete.
     pub aborted: bool,
+    /// Whether the last upstream request went over a pooled connection (None: none was sent).
+    #[serde(skip)]
+    pub upstream_reused: Option<bool>,
 }
 
 fn ser_request_id<S: serde::Serializer>(id: &u64, s: S) -> Result<S::Ok, S::Error> {
@@ -405,6 +408,7 @@ mod tests {
             response_bytes: 0,
             latencies: Latencies::default(),
             aborted: false,
+            upstream_reused: None,
         }
     }
 

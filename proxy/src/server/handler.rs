@@ -136,6 +136,7 @@ pub async fn handle(
         response_bytes: 0,
         latencies: Default::default(),
         aborted: false,
+        upstream_reused: None,
     };
     let mut p = Pending {
         shared,
@@ -287,6 +288,7 @@ pub async fn handle(
                 continue;
             }
         };
+        p.record.upstream_reused = Some(conn.reused);
         p.ctx.timings.upstream_sent = Some(Instant::now());
         let sent = wait_response(conn.send(request), p.stats.as_deref(), service).await;
         match sent {

@@ -105,6 +105,7 @@ impl LogSink for Shared {
             r.status,
             r.latencies.total / 1000.0,
             upstream,
+            r.upstream_reused,
         );
         if self.opts.access_log {
             if let Ok(mut line) = serde_json::to_vec(r) {

@@ -71,6 +71,8 @@ pub struct SendError {
 pub struct Conn {
     key: PoolKey,
     sender: Sender,
+    /// Taken from the pool rather than opened for this request.
+    pub reused: bool,
 }
 
 /// Returns an idle pooled connection for `key`, or connects a new one.
@@ -79,6 +81,7 @@ pub async fn checkout(key: &PoolKey, connect_timeout: Duration) -> Result<Conn, 
         return Ok(Conn {
             key: key.clone(),
             sender,
+            reused: true,
         });
     }
     // The connect timeout covers resolution, TCP connect and the HTTP handshake.
@@ -124,6 +127,7 @@ async fn connect(key: &PoolKey) -> Result<Conn, ConnectError> {
     Ok(Conn {
         key: key.clone(),
         sender,
+        reused: false,
     })
 }
 
