@@ -239,20 +239,20 @@ impl Translator<'_> {
 
 /// The object a routing-table entity came from, from the translator's id conventions:
 /// routes `ns/ingress/…`, services and upstreams `ns/service:port`, plugins `ns/plugin@scope`
-/// or `cluster/plugin@scope`, certificates `ns/secret`.
+/// or `cluster/plugin[@scope]`, certificates `ns/secret[#default]`.
 fn source_of(entity: &str, id: &str) -> ObjectRef {
     let (first, rest) = id.split_once('/').unwrap_or(("", id));
     let second = rest
-        .split(['/', ':', '@'])
+        .split(['/', ':', '@', '#'])
         .next()
         .unwrap_or(rest)
         .to_string();
     let (kind, namespace) = match entity {
         "route" => (Kind::Ingress, Some(first.to_string())),
-        "plugin" if id.ends_with("/disabled") || !id.contains('@') => {
-            (Kind::Ingress, Some(first.to_string()))
-        }
+        "plugin" if id.ends_with("/disabled") => (Kind::Ingress, Some(first.to_string())),
+        // Global ClusterPlugin entries carry no scope.
         "plugin" if first == "cluster" => (Kind::ClusterPlugin, None),
+        "plugin" if !id.contains('@') => (Kind::Ingress, Some(first.to_string())),
         "plugin" => (Kind::Plugin, Some(first.to_string())),
         "certificate" => (Kind::Secret, Some(first.to_string())),
         _ => (Kind::Service, Some(first.to_string())),
@@ -264,7 +264,6 @@ fn source_of(entity: &str, id: &str) -> ObjectRef {
     }
 }
 
-/// An object reference for problems.
 /// A Secret key as UTF-8 text: `stringData` (what a manifest folder holds before an API
 /// server folds it into `data`, overriding the same key there), else `data`.
 fn secret_text(secret: &k8s_openapi::api::core::v1::Secret, key: &str) -> Option<String> {
@@ -274,6 +273,7 @@ fn secret_text(secret: &k8s_openapi::api::core::v1::Secret, key: &str) -> Option
     }
 }
 
+/// An object reference for problems.
 fn obj(kind: Kind, key: &Key) -> ObjectRef {
     ObjectRef {
         kind,
@@ -286,6 +286,71 @@ fn obj(kind: Kind, key: &Key) -> ObjectRef {
 mod tests {
     use super::*;
     use std::cell::Cell;
+
+    #[test]
+    fn sources_of_entity_ids() {
+        let cases = [
+            (
+                "route",
+                "shop/web/r0/p0",
+                Kind::Ingress,
+                Some("shop"),
+                "web",
+            ),
+            (
+                "service",
+                "shop/api:8080",
+                Kind::Service,
+                Some("shop"),
+                "api",
+            ),
+            (
+                "upstream",
+                "shop/api:http",
+                Kind::Service,
+                Some("shop"),
+                "api",
+            ),
+            (
+                "plugin",
+                "shop/auth@shop/web/r0/p0",
+                Kind::Plugin,
+                Some("shop"),
+                "auth",
+            ),
+            (
+                "plugin",
+                "cluster/cors@shop/api:80",
+                Kind::ClusterPlugin,
+                None,
+                "cors",
+            ),
+            ("plugin", "cluster/cors", Kind::ClusterPlugin, None, "cors"),
+            (
+                "plugin",
+                "shop/web/r0/p0/disabled",
+                Kind::Ingress,
+                Some("shop"),
+                "web",
+            ),
+            ("certificate", "shop/tls", Kind::Secret, Some("shop"), "tls"),
+            (
+                "certificate",
+                "shop/tls#default",
+                Kind::Secret,
+                Some("shop"),
+                "tls",
+            ),
+        ];
+        for (entity, id, kind, namespace, name) in cases {
+            let o = source_of(entity, id);
+            assert_eq!(
+                (o.kind, o.namespace.as_deref(), o.name.as_str()),
+                (kind, namespace, name),
+                "{entity} {id}"
+            );
+        }
+    }
 
     /// Accepts each plugin config the first time, rejects it afterwards: stands in for a gap
     /// between the translator's checks and the proxy's validation.
