@@ -4,8 +4,8 @@
     python3 bench/callgrind.py                 # Weir at 1 and 10,000 routes, nginx; 20,000 requests each
     python3 bench/callgrind.py --routes 1 --requests 5000 --keep --no-nginx
 
-Runs target/release/weir (1 worker, access log off), and nginx as the reference (1 worker,
-upstream keep-alive, the same forwarding headers), under `valgrind --tool=callgrind`, a
+Runs target/release/weir (1 worker, access log off), and nginx as the reference, each
+configured as bench/run.sh configures it (bench/weirbench.py's generators), under `valgrind --tool=callgrind`, a
 `weir echo` upstream outside valgrind, and a keep-alive client in this process that sends a
 fixed number of requests (spread over the routes). Counting starts after a warm-up
 (`callgrind_control --instr=on`) and stops with `--dump`, so the figure is the proxy's user-space
@@ -17,7 +17,6 @@ file for `callgrind_annotate`.
 import argparse
 import http.client
 import json
-import os
 import re
 import shutil
 import socket
@@ -27,14 +26,16 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-WEIR = REPO / "target" / "release" / "weir"
+import weirbench  # bench/ is this script's folder, so first on sys.path
+
+HOST = weirbench.HOST
+WEIR = weirbench.WEIR_BIN
 NGINX = shutil.which("nginx") or "/usr/sbin/nginx"
 
 
 def free_port() -> int:
     with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
+        s.bind((HOST, 0))
         return s.getsockname()[1]
 
 
@@ -42,55 +43,24 @@ def wait_port(port: int, limit: float = 60.0) -> None:
     deadline = time.time() + limit
     while time.time() < deadline:
         try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+            socket.create_connection((HOST, port), timeout=0.5).close()
             return
         except OSError:
             time.sleep(0.1)
     raise SystemExit(f"port {port} did not open within {limit} s")
 
 
-NGINX_CONF = """worker_processes 1;
-error_log {tmp}/error.log warn;
-pid {tmp}/nginx.pid;
-events {{ worker_connections 1024; }}
-http {{
-  access_log off;
-  client_body_temp_path {tmp}/cb; proxy_temp_path {tmp}/pt; fastcgi_temp_path {tmp}/ft;
-  uwsgi_temp_path {tmp}/ut; scgi_temp_path {tmp}/st;
-  upstream up {{ server 127.0.0.1:{up_port}; keepalive 64; }}
-  server {{
-    listen 127.0.0.1:{port};
-    location / {{
-      proxy_pass http://up;
-      proxy_http_version 1.1;
-      proxy_set_header Connection "";
-      proxy_set_header Host $host;
-      proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for;
-      proxy_set_header X-Forwarded-Proto $scheme;
-      proxy_set_header X-Forwarded-Host $host;
-      proxy_set_header X-Forwarded-Port $server_port;
-      proxy_set_header X-Real-IP $remote_addr;
-    }}
-  }}
-}}
-"""
-
-
 def proxy_command(contender: str, tmp: Path, routes: int, up_port: int, port: int) -> list:
-    """The proxy under measurement: Weir with `routes` prefix routes, or nginx (one location,
-    the same forwarding headers as Weir adds, upstream keep-alive)."""
+    """The proxy under measurement, configured as bench/run.sh configures it (weirbench's
+    generators): Weir with `routes` prefix routes, or nginx with its forwarding headers."""
+    scn = {"routes": routes, "response": "small", "tls": False}
     if contender == "nginx":
-        (tmp / "nginx.conf").write_text(NGINX_CONF.format(tmp=tmp, up_port=up_port, port=port))
-        return [NGINX, "-c", tmp / "nginx.conf", "-g", "daemon off; master_process off;"]
-    table = {
-        "version": 1,
-        "routes": [{"id": f"r{i}", "paths": [{"path": f"/r/{i}"}], "service": "s"}
-                   for i in range(routes)],
-        "services": [{"id": "s", "host": "127.0.0.1", "port": up_port}],
-    }
-    (tmp / "table.json").write_text(json.dumps(table))
+        spec = {"port": port, "upstream_port": up_port, "plugins": []}
+        (tmp / "nginx.conf").write_text(weirbench.nginx_proxy_conf(tmp, scn, spec))
+        return [NGINX, "-c", tmp / "nginx.conf", "-g", "master_process off;"]
+    (tmp / "table.json").write_text(json.dumps(weirbench.weir_table(scn, [], up_port)))
     return [WEIR, "proxy", "--worker-threads", "1", "--access-log", "false",
-            "--listen", f"127.0.0.1:{port}", "--admin-listen", f"127.0.0.1:{free_port()}",
+            "--listen", f"{HOST}:{port}", "--admin-listen", f"{HOST}:{free_port()}",
             "--config", tmp / "table.json"]
 
 
@@ -102,7 +72,7 @@ def run(contender: str, routes: int, requests: int, warmup: int, keep: bool,
     procs = []
     try:
         procs.append(subprocess.Popen(
-            [WEIR, "echo", "--listen", f"127.0.0.1:{up_port}"],
+            [WEIR, "echo", "--listen", f"{HOST}:{up_port}"],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
         procs.append(subprocess.Popen(
             ["valgrind", "--tool=callgrind", "--compress-strings=no", "--instr-atstart=no",
@@ -111,7 +81,7 @@ def run(contender: str, routes: int, requests: int, warmup: int, keep: bool,
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
         wait_port(up_port)
         wait_port(port, 120)
-        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        conn = http.client.HTTPConnection(HOST, port, timeout=30)
 
         def send(n: int) -> None:
             for i in range(n):
@@ -137,10 +107,12 @@ def run(contender: str, routes: int, requests: int, warmup: int, keep: bool,
                 p.wait(timeout=30)
             except subprocess.TimeoutExpired:
                 p.kill()
-    # The dump after --zero is the only one with the measured requests: the largest numbered.
-    dumps = sorted(tmp.glob("callgrind.out*"), key=lambda p: p.stat().st_mtime)
-    measured = [p for p in dumps if re.search(r"\.\d+$", p.name)]
-    text = (measured[0] if measured else dumps[-1]).read_text(errors="replace")
+    # `--dump` writes callgrind.out.1: exactly the measured requests (the file written at exit
+    # covers only what ran after the dump).
+    measured = tmp / "callgrind.out.1"
+    if not measured.exists():
+        raise SystemExit(f"no callgrind dump in {tmp}")
+    text = measured.read_text(errors="replace")
     events = re.search(r"^events: (.+)$", text, re.M).group(1).split()
     totals = [int(x) for x in re.search(r"^(?:summary|totals): (.+)$", text, re.M).group(1).split()]
     per = dict(zip(events, totals))
@@ -151,7 +123,7 @@ def run(contender: str, routes: int, requests: int, warmup: int, keep: bool,
         for e in ("D1mr", "DLmr", "DLmw", "ILmr"):
             result[f"{e}_per_request"] = round(per.get(e, 0) / requests, 1)
     if keep:
-        result["callgrind_file"] = str(measured[0] if measured else dumps[-1])
+        result["callgrind_file"] = str(measured)
     else:
         shutil.rmtree(tmp, ignore_errors=True)
     return result
@@ -168,6 +140,8 @@ def main() -> None:
     args = ap.parse_args()
     if not WEIR.exists():
         raise SystemExit("build first: cargo build --release")
+    if not shutil.which("valgrind"):
+        raise SystemExit("needs valgrind (apt-get install valgrind)")
     runs = [("weir", n) for n in args.routes or [1, 10_000]]
     if not args.no_nginx:
         runs.append(("nginx", 1))

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Weir against nginx and HAProxy, one worker each, same upstream, same wrk load.
 #
-#   bench/run.sh                 full run (3 x 10 s per contender and scenario, ~15 min)
+#   bench/run.sh                 full run (3 x 10 s per contender and scenario, ~25 min)
 #   bench/run.sh --quick         smoke test (1 x 3 s)
 #   bench/run.sh --help          every option (scenarios, contenders, reps, pinning, ...)
 #   bench/run.sh --skip-build    use target/release/weir as it is

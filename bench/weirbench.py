@@ -481,26 +481,21 @@ class Ports:
         raise SystemExit("no free port found near the base port")
 
 
-_TLS_CHECK_CTX: ssl.SSLContext | None = None
-
-
-def tls_check_context(alpn: tuple[str, ...] = ()) -> ssl.SSLContext:
+def tls_check_context(alpn: tuple[str, ...] = (), check_hostname: bool = False) -> ssl.SSLContext:
     """Client context of the checks: trusts only the fixtures' CA (so a contender serving some
     other certificate fails); the host name is checked where the probe sends the SNI."""
     ctx = ssl.create_default_context(cafile=str(TLS_CA))
-    ctx.check_hostname = False
+    ctx.check_hostname = check_hostname
     if alpn:
         ctx.set_alpn_protocols(list(alpn))
     return ctx
 
 
 def http_get(url: str, timeout: float = 2.0) -> tuple[int, bytes]:
-    global _TLS_CHECK_CTX
     req = urllib.request.Request(url, headers={"Connection": "close"})
     kw = {}
     if url.startswith("https:"):
-        _TLS_CHECK_CTX = _TLS_CHECK_CTX or tls_check_context()
-        kw["context"] = _TLS_CHECK_CTX
+        kw["context"] = tls_check_context()
     try:
         with urllib.request.urlopen(req, timeout=timeout, **kw) as r:
             return r.status, r.read()
@@ -757,9 +752,9 @@ def tls_probe(c: Contender, path: str) -> dict:
     whether it resumes a session the way wrk does (wrk keeps each connection's SSL object and
     offers the last session it got on its next handshake)."""
     port = int(c.url.rsplit(":", 1)[1])
-    plain, with_alpn = tls_check_context(), tls_check_context(TLS_ALPN)
-    for cx in (plain, with_alpn):
-        cx.check_hostname = True  # SNI a.example.test, verified against the fixtures' CA
+    # SNI a.example.test, verified against the fixtures' CA.
+    plain = tls_check_context(check_hostname=True)
+    with_alpn = tls_check_context(TLS_ALPN, check_hostname=True)
 
     def connect(cx: ssl.SSLContext, session=None) -> ssl.SSLSocket:
         raw = socket.create_connection((HOST, port), timeout=5.0)

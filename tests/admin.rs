@@ -195,23 +195,15 @@ fn sigterm_drains_in_flight_requests_then_exits_zero() {
     });
     std::thread::sleep(Duration::from_millis(400));
     let started = Instant::now();
-    let kill = Command::new("kill")
-        .args(["-TERM", &weir.proc.pid().to_string()])
-        .status()
-        .unwrap();
-    assert!(kill.success());
+    weir.proc.terminate();
 
     let answer = slow.join().unwrap();
     assert!(
         answer.starts_with("HTTP/1.1 200"),
         "in-flight request was cut: {answer:?}"
     );
-    let mut status = None;
-    assert!(eventually(Duration::from_secs(10), || {
-        status = weir.proc.child.try_wait().unwrap();
-        status.is_some()
-    }));
-    assert!(status.unwrap().success(), "exit status {status:?}");
+    let status = weir.proc.wait_exit(Duration::from_secs(10));
+    assert!(status.success(), "exit status {status:?}");
     assert!(started.elapsed() < Duration::from_secs(8));
     // The listener is gone.
     assert!(std::net::TcpStream::connect(("127.0.0.1", port)).is_err());

@@ -263,17 +263,8 @@ async fn the_controller_follows_the_cluster() {
             .and_then(|l| l.pointer("/spec/holderIdentity").cloned())
     };
     assert!(holder().await.is_some(), "the controller holds the lease");
-    let pid = controller.pid().to_string();
-    assert!(Command::new("kill")
-        .args(["-TERM", &pid])
-        .status()
-        .unwrap()
-        .success());
-    within(Duration::from_secs(5), "controller exit", || {
-        let exited = controller.child.try_wait().unwrap().is_some();
-        async move { exited }
-    })
-    .await;
+    controller.terminate();
+    controller.wait_exit(Duration::from_secs(5));
     assert_eq!(holder().await, None, "lease released on shutdown");
     cluster.cleanup().await;
     let _ = std::fs::remove_dir_all(dir);

@@ -7,6 +7,7 @@ mod common;
 use common::tls::{fixture, fixture_der};
 use common::*;
 use serde_json::{json, Value};
+use std::time::Duration;
 
 fn cert(id: &str, name: &str, snis: &[&str]) -> Value {
     json!({
@@ -15,6 +16,18 @@ fn cert(id: &str, name: &str, snis: &[&str]) -> Value {
         "key": fixture(&format!("{name}.key")),
         "snis": snis,
     })
+}
+
+/// The certificate for a.example.test, under that name.
+fn cert_a() -> Value {
+    cert("a", "a.example.test", &["a.example.test"])
+}
+
+/// `GET path` over TLS with SNI `name`, no ALPN; panics if the handshake fails.
+async fn https(port: u16, name: &str, path: &str) -> common::tls::TlsResp {
+    common::tls::get(port, name, path, &[])
+        .await
+        .unwrap_or_else(|e| panic!("https://{name}{path}: {e}"))
 }
 
 fn table(echo_port: u16, certificates: Vec<Value>) -> String {
@@ -47,14 +60,12 @@ async fn certificates_are_chosen_by_sni() {
     let (weir, port) = start(
         up.port,
         vec![
-            cert("a", "a.example.test", &["a.example.test"]),
+            cert_a(),
             cert("wild", "wild.example.test", &["*.example.test"]),
         ],
     );
 
-    let a = common::tls::get(port, "a.example.test", "/hello", &["http/1.1"])
-        .await
-        .unwrap();
+    let a = https(port, "a.example.test", "/hello").await;
     assert_eq!(a.peer_cert, fixture_der("a.example.test.crt"));
     assert_eq!(a.resp.status, 200);
     let seen = a.resp.json();
@@ -63,9 +74,7 @@ async fn certificates_are_chosen_by_sni() {
     assert_eq!(seen["headers"]["x-forwarded-port"], port.to_string());
     assert_eq!(seen["headers"]["x-forwarded-host"], "a.example.test");
 
-    let b = common::tls::get(port, "b.example.test", "/", &["http/1.1"])
-        .await
-        .unwrap();
+    let b = https(port, "b.example.test", "/").await;
     assert_eq!(b.peer_cert, fixture_der("wild.example.test.crt"));
     assert_eq!(b.resp.status, 200);
 
@@ -87,10 +96,7 @@ async fn certificates_are_chosen_by_sni() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn http2_is_negotiated_by_alpn() {
     let up = echo("up");
-    let (_weir, port) = start(
-        up.port,
-        vec![cert("a", "a.example.test", &["a.example.test"])],
-    );
+    let (_weir, port) = start(up.port, vec![cert_a()]);
     let h2 = common::tls::get(port, "a.example.test", "/h2", &["h2", "http/1.1"])
         .await
         .unwrap();
@@ -108,29 +114,19 @@ async fn a_certificate_without_snis_is_the_default() {
     let up = echo("up");
     let (_weir, port) = start(
         up.port,
-        vec![
-            cert("a", "a.example.test", &["a.example.test"]),
-            cert("default", "wild.example.test", &[]),
-        ],
+        vec![cert_a(), cert("default", "wild.example.test", &[])],
     );
-    let named = common::tls::get(port, "a.example.test", "/", &[])
-        .await
-        .unwrap();
+    let named = https(port, "a.example.test", "/").await;
     assert_eq!(named.peer_cert, fixture_der("a.example.test.crt"));
     // Any other name gets the default (this client only accepts it for a name it covers).
-    let covered = common::tls::get(port, "x.example.test", "/", &[])
-        .await
-        .unwrap();
+    let covered = https(port, "x.example.test", "/").await;
     assert_eq!(covered.peer_cert, fixture_der("wild.example.test.crt"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn https_only_routes_redirect_plain_http() {
     let up = echo("up");
-    let (weir, port) = start(
-        up.port,
-        vec![cert("a", "a.example.test", &["a.example.test"])],
-    );
+    let (weir, port) = start(up.port, vec![cert_a()]);
     let c = client();
     let plain = get(
         &c,
@@ -143,15 +139,11 @@ async fn https_only_routes_redirect_plain_http() {
         plain.header("location"),
         Some("https://a.example.test/secure/x?q=1")
     );
-    let tls = common::tls::get(port, "a.example.test", "/secure/x", &[])
-        .await
-        .unwrap();
+    let tls = https(port, "a.example.test", "/secure/x").await;
     assert_eq!(tls.resp.status, 200);
 
     // An http-only route does not match over HTTPS (Kong's behaviour); plain HTTP reaches it.
-    let tls = common::tls::get(port, "a.example.test", "/plain", &[])
-        .await
-        .unwrap();
+    let tls = https(port, "a.example.test", "/plain").await;
     assert_eq!(tls.resp.status, 404);
     assert_eq!(get(&c, &weir.url("/plain"), &[]).await.status, 200);
 }
@@ -165,14 +157,9 @@ async fn certificates_follow_pushes_and_bad_ones_are_rejected() {
         .is_err());
 
     let c = client();
-    let good = table(
-        up.port,
-        vec![cert("a", "a.example.test", &["a.example.test"])],
-    );
+    let good = table(up.port, vec![cert_a()]);
     assert_eq!(push(&c, &weir, &good).await.status, 200);
-    let a = common::tls::get(port, "a.example.test", "/", &[])
-        .await
-        .unwrap();
+    let a = https(port, "a.example.test", "/").await;
     assert_eq!(a.resp.status, 200);
     // The admin API shows the certificate but never its private key.
     let served = get(&c, &weir.admin_url("/config"), &[]).await.json();
@@ -200,35 +187,18 @@ async fn certificates_follow_pushes_and_bad_ones_are_rejected() {
     assert!(has("badsni", "snis[0]"), "{errors:?}");
 
     // The old table, with its certificate, is still in service.
-    let a = common::tls::get(port, "a.example.test", "/", &[])
-        .await
-        .unwrap();
+    let a = https(port, "a.example.test", "/").await;
     assert_eq!(a.peer_cert, fixture_der("a.example.test.crt"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_silent_tls_client_does_not_delay_shutdown() {
     let up = echo("up");
-    let (mut weir, port) = start(
-        up.port,
-        vec![cert("a", "a.example.test", &["a.example.test"])],
-    );
+    let (mut weir, port) = start(up.port, vec![cert_a()]);
     // Connected, never says hello: the handshake would wait for --header-read-timeout (60 s),
     // longer than the shutdown grace (30 s).
     let _silent = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
-    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
-    let pid = weir.proc.pid().to_string();
-    let killed = std::process::Command::new("kill")
-        .args(["-TERM", &pid])
-        .status()
-        .unwrap();
-    assert!(killed.success());
-    let started = std::time::Instant::now();
-    while weir.proc.child.try_wait().unwrap().is_none() {
-        assert!(
-            started.elapsed() < std::time::Duration::from_secs(10),
-            "still running 10 s after SIGTERM"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    weir.proc.terminate();
+    weir.proc.wait_exit(Duration::from_secs(10));
 }

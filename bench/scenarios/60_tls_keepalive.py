@@ -9,8 +9,6 @@ SCENARIO = {
     "happen once per connection, so this measures encrypting and decrypting records.",
     "response": "small",
     "tls": True,
-    # "direct" is left out: the upstream has no TLS listener.
-    "contenders": ["nginx", "haproxy", "weir"],
     "targets": [
         {"label": "TLS keep-alive, small responses: Weir req/s >= 1.0x nginx",
          "metric": "rps", "of": "weir", "vs": "nginx", "min": 1.0},

@@ -12,8 +12,6 @@ SCENARIO = {
     "response": "small",
     "tls": True,
     "headers": ["Connection: close"],
-    # "direct" is left out: the upstream has no TLS listener.
-    "contenders": ["nginx", "haproxy", "weir"],
     "targets": [
         {"label": "TLS handshakes (resumed), new connection per request: Weir req/s >= 1.0x nginx",
          "metric": "rps", "of": "weir", "vs": "nginx", "min": 1.0},

@@ -79,39 +79,40 @@ fn resource(api_version: &str, kind: &str) -> (String, String, bool) {
     (base, plural.to_string(), namespaced)
 }
 
-/// The plural resource name and scope of every kind the suites use.
+/// Every kind the suites use: (kind, plural resource name, namespaced).
+const KINDS: &[(&str, &str, bool)] = &[
+    ("Service", "services", true),
+    ("Secret", "secrets", true),
+    ("Ingress", "ingresses", true),
+    ("IngressClass", "ingressclasses", false),
+    ("EndpointSlice", "endpointslices", true),
+    ("Plugin", "plugins", true),
+    ("ClusterPlugin", "clusterplugins", false),
+    ("Upstream", "upstreams", true),
+    ("Event", "events", true),
+    ("Lease", "leases", true),
+    ("Namespace", "namespaces", false),
+    (
+        "CustomResourceDefinition",
+        "customresourcedefinitions",
+        false,
+    ),
+];
+
+/// The plural resource name and scope of a kind.
 pub fn plural(kind: &str) -> (&'static str, bool) {
-    match kind {
-        "Service" => ("services", true),
-        "Secret" => ("secrets", true),
-        "Ingress" => ("ingresses", true),
-        "IngressClass" => ("ingressclasses", false),
-        "EndpointSlice" => ("endpointslices", true),
-        "Plugin" => ("plugins", true),
-        "ClusterPlugin" => ("clusterplugins", false),
-        "Upstream" => ("upstreams", true),
-        "Event" => ("events", true),
-        "Lease" => ("leases", true),
-        "Namespace" => ("namespaces", false),
-        "CustomResourceDefinition" => ("customresourcedefinitions", false),
-        other => panic!("unknown kind {other}"),
-    }
+    KINDS
+        .iter()
+        .find(|(k, _, _)| *k == kind)
+        .map(|(_, p, namespaced)| (*p, *namespaced))
+        .unwrap_or_else(|| panic!("unknown kind {kind}"))
 }
 
 fn kind_of_plural(plural: &str) -> &'static str {
-    match plural {
-        "services" => "Service",
-        "secrets" => "Secret",
-        "ingresses" => "Ingress",
-        "ingressclasses" => "IngressClass",
-        "endpointslices" => "EndpointSlice",
-        "plugins" => "Plugin",
-        "clusterplugins" => "ClusterPlugin",
-        "upstreams" => "Upstream",
-        "events" => "Event",
-        "leases" => "Lease",
-        _ => "Unknown",
-    }
+    KINDS
+        .iter()
+        .find(|(_, p, _)| *p == plural)
+        .map_or("Unknown", |(k, _, _)| k)
 }
 
 /// A parsed request path.

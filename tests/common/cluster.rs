@@ -236,7 +236,7 @@ impl Cluster {
                 let o = api_for(client, api_version, kind, namespace)
                     .get_opt(name)
                     .await
-                    .ok()??;
+                    .expect("get from the cluster")?;
                 serde_json::to_value(o).ok()
             }
         }

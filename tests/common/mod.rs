@@ -56,6 +56,27 @@ impl Proc {
     pub fn pid(&self) -> u32 {
         self.child.id()
     }
+
+    /// Sends SIGTERM (what Kubernetes sends a stopping pod).
+    pub fn terminate(&self) {
+        let sent = Command::new("kill")
+            .args(["-TERM", &self.pid().to_string()])
+            .status()
+            .expect("kill");
+        assert!(sent.success(), "kill -TERM {}", self.pid());
+    }
+
+    /// Waits for the process to exit; fails the test after `limit`.
+    pub fn wait_exit(&mut self, limit: Duration) -> std::process::ExitStatus {
+        let started = Instant::now();
+        loop {
+            if let Some(status) = self.child.try_wait().expect("try_wait") {
+                return status;
+            }
+            assert!(started.elapsed() < limit, "still running after {limit:?}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
 }
 
 /// Starts `weir echo` named `name` on a free port.

@@ -234,7 +234,7 @@ pub async fn run(
             }
             was_leader = leader;
             let started = Instant::now();
-            let (t, snapshot) = {
+            let (mut t, snapshot) = {
                 let store = shared.store.lock().unwrap_or_else(|e| e.into_inner());
                 (translate(&store, &opts.translate, &registry), store.clone())
             };
@@ -247,7 +247,8 @@ pub async fn run(
             }
             logged = now;
             tracing::debug!(hash = ?t.config.hash, routes = t.config.routes.len(), took_ms = started.elapsed().as_millis() as u64, "translated");
-            desired_tx.send_replace(Some(Arc::new(t.config.clone())));
+            // The table is only pushed from here on; the reporter reads the problems.
+            desired_tx.send_replace(Some(Arc::new(std::mem::take(&mut t.config))));
             if leader {
                 reporter.report(&t, &snapshot).await;
             }

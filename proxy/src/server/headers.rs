@@ -106,19 +106,22 @@ const PROXY_CONNECTION: HeaderName = HeaderName::from_static("proxy-connection")
 /// The `Via` value Weir adds to requests and responses.
 pub const VIA: HeaderValue = HeaderValue::from_static("1.1 weir");
 
+/// Hop-by-hop headers besides `Connection` and `Upgrade` (which a protocol switch keeps).
+const ALWAYS_HOP_BY_HOP: [HeaderName; 6] = [
+    KEEP_ALIVE,
+    PROXY_CONNECTION,
+    header::PROXY_AUTHORIZATION,
+    header::TE,
+    header::TRAILER,
+    header::TRANSFER_ENCODING,
+];
+
 /// Removes hop-by-hop headers (RFC 9110 §7.6.1), including those named in `Connection`.
 /// With `keep_upgrade`, `Connection: upgrade` and `Upgrade` survive for a protocol switch.
 pub fn remove_hop_by_hop(headers: &mut HeaderMap, keep_upgrade: bool) {
     // Most messages carry none: one pass over the names is much cheaper than eight removals.
     let hop = |n: &HeaderName| {
-        *n == header::CONNECTION
-            || *n == header::UPGRADE
-            || *n == KEEP_ALIVE
-            || *n == PROXY_CONNECTION
-            || *n == header::PROXY_AUTHORIZATION
-            || *n == header::TE
-            || *n == header::TRAILER
-            || *n == header::TRANSFER_ENCODING
+        *n == header::CONNECTION || *n == header::UPGRADE || ALWAYS_HOP_BY_HOP.contains(n)
     };
     if !keep_upgrade && !headers.keys().any(hop) {
         return;
@@ -138,14 +141,7 @@ pub fn remove_hop_by_hop(headers: &mut HeaderMap, keep_upgrade: bool) {
     for n in named {
         headers.remove(n);
     }
-    for n in [
-        KEEP_ALIVE,
-        PROXY_CONNECTION,
-        header::PROXY_AUTHORIZATION,
-        header::TE,
-        header::TRAILER,
-        header::TRANSFER_ENCODING,
-    ] {
+    for n in ALWAYS_HOP_BY_HOP {
         headers.remove(n);
     }
     if keep_upgrade {
