@@ -11,15 +11,11 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
-use hyper::body::Incoming;
 use tokio::time::Sleep;
 
 use super::{LogRecord, RequestCtx};
 use crate::plugins::BodyChunk;
-use crate::upstream::Conn;
-
-/// A pooled upstream connection to give back once the body has been read to its end.
-pub type UpstreamConn = Conn;
+use crate::upstream::ResponseBody;
 
 /// Receives every finished request after the plugins' log handlers (metrics, access log).
 pub trait LogSink: Send + Sync + 'static {
@@ -35,8 +31,7 @@ pub struct ReadTimeout;
 enum Inner {
     Full(Option<Bytes>),
     Upstream {
-        body: Incoming,
-        conn: Option<UpstreamConn>,
+        body: ResponseBody,
         read_timeout: Duration,
         timer: Option<Pin<Box<Sleep>>>,
     },
@@ -120,10 +115,9 @@ impl ProxyBody {
         }
     }
 
-    /// A body streamed from the upstream; `conn` goes back to the pool at its end.
+    /// A body streamed from the upstream (which returns its connection to the pool at its end).
     pub(crate) fn upstream(
-        body: Incoming,
-        conn: Option<UpstreamConn>,
+        body: ResponseBody,
         read_timeout: Duration,
         finish: Box<Finish>,
     ) -> ProxyBody {
@@ -131,7 +125,6 @@ impl ProxyBody {
         ProxyBody {
             inner: Inner::Upstream {
                 body,
-                conn,
                 read_timeout,
                 timer: None,
             },
@@ -175,34 +168,20 @@ impl ProxyBody {
             ),
             Inner::Upstream {
                 body,
-                conn,
                 read_timeout,
                 timer,
             } => match Pin::new(&mut *body).poll_frame(cx) {
                 Poll::Ready(r) => {
                     *timer = None;
-                    // hyper stops polling once a sized response is written, so the end is
-                    // noticed here, on the last frame, not only on `None`.
-                    let ended = match &r {
-                        None => true,
-                        Some(Ok(_)) => body.is_end_stream(),
-                        Some(Err(_)) => false,
-                    };
-                    if ended {
-                        if let Some(c) = conn.take() {
-                            c.release();
-                        }
-                    } else if matches!(r, Some(Err(_))) {
-                        *conn = None;
-                    }
-                    Poll::Ready(r.map(|f| f.map_err(|e| Box::new(e) as BoxError)))
+                    Poll::Ready(r)
                 }
                 Poll::Pending => {
                     let t =
                         timer.get_or_insert_with(|| Box::pin(tokio::time::sleep(*read_timeout)));
                     match t.as_mut().poll(cx) {
                         Poll::Ready(()) => {
-                            *conn = None;
+                            // Dropping the body closes the connection mid-response.
+                            *body = ResponseBody::Done;
                             Poll::Ready(Some(Err(Box::new(ReadTimeout))))
                         }
                         Poll::Pending => Poll::Pending,
@@ -301,13 +280,6 @@ impl Drop for ProxyBody {
     fn drop(&mut self) {
         // A body dropped before its end means the client went away (or a HEAD/304 response).
         let aborted = !self.is_inner_end();
-        if !aborted {
-            if let Inner::Upstream { conn, .. } = &mut self.inner {
-                if let Some(c) = conn.take() {
-                    c.release();
-                }
-            }
-        }
         self.done(aborted);
     }
 }

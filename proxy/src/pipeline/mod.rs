@@ -20,7 +20,7 @@ use crate::plugins::{
 };
 
 pub(crate) use body::Finish;
-pub use body::{ConnActivity, InFlight, LogSink, ProxyBody, ReadTimeout, UpstreamConn};
+pub use body::{ConnActivity, InFlight, LogSink, ProxyBody, ReadTimeout};
 
 /// Per-request state shared by the phases and the plugins.
 pub struct RequestCtx {

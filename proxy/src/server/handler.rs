@@ -242,7 +242,7 @@ pub async fn handle(
     // balancer: pick, connect, send; retry connection failures on another target.
     let mut excluded: Vec<Arc<str>> = Vec::new();
     let mut last_timeout = false;
-    let (response, conn_used) = loop {
+    let response = loop {
         if p.ctx.tries.len() > service.retries as usize {
             let status = if last_timeout {
                 StatusCode::GATEWAY_TIMEOUT
@@ -279,7 +279,7 @@ pub async fn handle(
             target: target.addr.clone(),
             h2: service.h2,
         };
-        let mut conn = match upstream::checkout(&key, service.connect_timeout).await {
+        let conn = match upstream::checkout(&key, service.connect_timeout).await {
             Ok(c) => c,
             Err(e) => {
                 last_timeout = matches!(e, upstream::ConnectError::Timeout(_));
@@ -288,16 +288,20 @@ pub async fn handle(
                 continue;
             }
         };
-        p.record.upstream_reused = Some(conn.reused);
+        let reused = conn.reused;
+        p.record.upstream_reused = Some(reused);
         p.ctx.timings.upstream_sent = Some(Instant::now());
         let sent = wait_response(conn.send(request), p.stats.as_deref(), service).await;
         match sent {
-            Ok(Ok(resp)) => break (resp, conn),
+            Ok(Ok(resp)) => break resp,
             Ok(Err(e)) => match e.unsent {
                 Some(unsent) => {
-                    // Never written: safe to send to another target.
+                    // Never acted on: safe to send again. A kept-alive connection the target
+                    // closed says nothing about the target, so it stays eligible.
                     fail_try(&mut p.ctx, &e.error.to_string());
-                    excluded.push(target.addr.clone());
+                    if !reused {
+                        excluded.push(target.addr.clone());
+                    }
                     request = unsent;
                     last_timeout = false;
                 }
@@ -328,16 +332,11 @@ pub async fn handle(
     p.record.tries = p.ctx.tries.len();
 
     // header_filter.
-    let (mut parts, body) = response.into_parts();
+    let (mut parts, mut body) = response.into_parts();
     let switching = parts.status == StatusCode::SWITCHING_PROTOCOLS;
-    let mut conn_used = Some(conn_used);
     if switching {
-        match (
-            client_upgrade,
-            parts.extensions.remove::<hyper::upgrade::OnUpgrade>(),
-        ) {
+        match (client_upgrade, body.take_upgraded()) {
             (Some(client), Some(upstream)) => {
-                conn_used = None;
                 tokio::spawn(tunnel(client, upstream));
             }
             _ => {
@@ -369,7 +368,7 @@ pub async fn handle(
     parts.headers.append(header::VIA, headers::VIA);
     p.record.status = parts.status.as_u16();
     let read_timeout = service.read_timeout;
-    let body = ProxyBody::upstream(body, conn_used, read_timeout, p.into_finish());
+    let body = ProxyBody::upstream(body, read_timeout, p.into_finish());
     Response::from_parts(parts, body)
 }
 
@@ -583,16 +582,24 @@ where
 }
 
 /// Copies bytes both ways between an upgraded client and upstream connection.
-async fn tunnel(client: hyper::upgrade::OnUpgrade, upstream: hyper::upgrade::OnUpgrade) {
-    let (client, upstream) = match tokio::join!(client, upstream) {
-        (Ok(c), Ok(u)) => (c, u),
-        (Err(e), _) | (_, Err(e)) => {
+async fn tunnel(client: hyper::upgrade::OnUpgrade, upstream: upstream::Upgraded) {
+    let client = match client.await {
+        Ok(c) => c,
+        Err(e) => {
             tracing::debug!(error = %e, "upgrade failed");
             return;
         }
     };
     let mut c = TokioIo::new(client);
-    let mut u = TokioIo::new(upstream);
+    let mut u = upstream.stream;
+    // What the upstream sent right behind its 101 head belongs to the client first.
+    if !upstream.read_ahead.is_empty()
+        && tokio::io::AsyncWriteExt::write_all(&mut c, &upstream.read_ahead)
+            .await
+            .is_err()
+    {
+        return;
+    }
     let _ = tokio::io::copy_bidirectional(&mut c, &mut u).await;
 }
 

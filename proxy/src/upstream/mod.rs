@@ -1,7 +1,68 @@
-//! Talking to upstream targets: a per-worker connection pool and the streamed request body.
+//! Talking to upstream targets: a per-worker connection pool, Weir's HTTP/1.1 client, and the
+//! streamed bodies in both directions.
 
 mod body;
+mod h1;
 mod pool;
 
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use http_body::{Body, Frame, SizeHint};
+
 pub use body::{BodyStats, UpstreamBody};
+pub use h1::Upgraded;
 pub use pool::{checkout, Conn, ConnectError, PoolKey, SendError};
+
+/// A response body from an upstream, over either protocol.
+pub enum ResponseBody {
+    /// From Weir's HTTP/1.1 client; holds the connection until the body ends.
+    H1(h1::ResponseBody),
+    /// From an h2c connection (hyper's client).
+    H2(hyper::body::Incoming),
+    /// Abandoned mid-response (a read timeout); its connection is closed.
+    Done,
+}
+
+impl ResponseBody {
+    /// The upstream's connection after a 101 response, for a tunnel.
+    pub fn take_upgraded(&mut self) -> Option<Upgraded> {
+        match self {
+            ResponseBody::H1(b) => b.take_upgraded(),
+            ResponseBody::H2(_) | ResponseBody::Done => None,
+        }
+    }
+}
+
+impl Body for ResponseBody {
+    type Data = Bytes;
+    type Error = Box<dyn std::error::Error + Send + Sync>;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+        match self.get_mut() {
+            ResponseBody::H1(b) => Pin::new(b).poll_frame(cx).map_err(Into::into),
+            ResponseBody::H2(b) => Pin::new(b).poll_frame(cx).map_err(Into::into),
+            ResponseBody::Done => Poll::Ready(None),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match self {
+            ResponseBody::H1(b) => b.is_end_stream(),
+            ResponseBody::H2(b) => b.is_end_stream(),
+            ResponseBody::Done => true,
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match self {
+            ResponseBody::H1(b) => b.size_hint(),
+            ResponseBody::H2(b) => b.size_hint(),
+            ResponseBody::Done => SizeHint::with_exact(0),
+        }
+    }
+}

@@ -1,8 +1,9 @@
 //! Keep-alive connections to upstream targets, pooled per worker thread.
 //!
 //! Each worker runs a current-thread runtime, so its pool is a thread-local map with no lock.
-//! An HTTP/1.1 connection is taken out of the pool for one request and put back only once the
-//! response body has been read to its end; an h2c connection is shared by concurrent requests.
+//! An HTTP/1.1 connection is taken out of the pool for one request and put back by its response
+//! body once read to its end ([`h1`]); an h2c connection (hyper's client) is shared by
+//! concurrent requests.
 //! The key is everything that makes two connections interchangeable (the target and the
 //! protocol; TLS settings join it when upstream TLS arrives).
 
@@ -13,12 +14,11 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use hyper::body::Incoming;
-use hyper::client::conn::{http1, http2};
+use hyper::client::conn::http2;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use tokio::net::TcpStream;
 
-use super::UpstreamBody;
+use super::{h1, ResponseBody, UpstreamBody};
 use crate::router::Fnv;
 
 /// Idle HTTP/1.1 connections kept per key; more are closed when released.
@@ -34,7 +34,7 @@ pub struct PoolKey {
 }
 
 enum Sender {
-    H1(http1::SendRequest<UpstreamBody>),
+    H1(h1::Connection),
     H2(http2::SendRequest<UpstreamBody>),
 }
 
@@ -62,7 +62,7 @@ pub enum ConnectError {
 /// A failed exchange on an established connection.
 pub struct SendError {
     /// The underlying error.
-    pub error: hyper::Error,
+    pub error: Box<dyn std::error::Error + Send + Sync>,
     /// The request, when it was never written (safe to send elsewhere).
     pub unsent: Option<http::Request<UpstreamBody>>,
 }
@@ -97,10 +97,9 @@ async fn connect(key: &PoolKey) -> Result<Conn, ConnectError> {
         .await
         .map_err(|e| ConnectError::Connect(key.target.clone(), e))?;
     let _ = stream.set_nodelay(true);
-    let io = TokioIo::new(stream);
     let sender = if key.h2 {
         let (sender, conn) = http2::Builder::new(TokioExecutor::new())
-            .handshake(io)
+            .handshake(TokioIo::new(stream))
             .await
             .map_err(|e| ConnectError::Handshake(key.target.clone(), e))?;
         tokio::spawn(async move {
@@ -115,14 +114,7 @@ async fn connect(key: &PoolKey) -> Result<Conn, ConnectError> {
         });
         Sender::H2(sender)
     } else {
-        let (sender, conn) = http1::Builder::new()
-            .handshake(io)
-            .await
-            .map_err(|e| ConnectError::Handshake(key.target.clone(), e))?;
-        tokio::spawn(async move {
-            let _ = conn.with_upgrades().await;
-        });
-        Sender::H1(sender)
+        Sender::H1(h1::Connection::new(stream))
     };
     Ok(Conn {
         key: key.clone(),
@@ -137,7 +129,7 @@ fn take_idle(key: &PoolKey) -> Option<Sender> {
         let list = m.get_mut(key)?;
         while let Some(s) = list.pop() {
             match s {
-                Sender::H1(s) if !s.is_closed() => return Some(Sender::H1(s)),
+                Sender::H1(c) if c.is_usable() => return Some(Sender::H1(c)),
                 Sender::H2(s) if !s.is_closed() => {
                     list.push(Sender::H2(s.clone()));
                     return Some(Sender::H2(s));
@@ -162,45 +154,44 @@ async fn resolve(target: &Arc<str>) -> Result<SocketAddr, ConnectError> {
 }
 
 impl Conn {
-    /// Sends a request; on failure, hands the request back if it was never written.
+    /// Sends a request; on failure, hands the request back if the upstream cannot have acted
+    /// on it. An HTTP/1.1 connection travels on inside the response body.
     pub async fn send(
-        &mut self,
+        self,
         req: http::Request<UpstreamBody>,
-    ) -> Result<http::Response<Incoming>, SendError> {
-        let res = match &mut self.sender {
-            Sender::H1(s) => {
-                if let Err(error) = s.ready().await {
-                    return Err(SendError {
-                        error,
-                        unsent: Some(req),
-                    });
+    ) -> Result<http::Response<ResponseBody>, SendError> {
+        match self.sender {
+            Sender::H1(c) => match c.send(req, self.key, self.reused).await {
+                Ok(res) => Ok(res.map(ResponseBody::H1)),
+                Err(f) => Err(SendError {
+                    error: Box::new(f.error),
+                    unsent: f.unsent,
+                }),
+            },
+            Sender::H2(mut s) => match s.try_send_request(req).await {
+                Ok(res) => Ok(res.map(ResponseBody::H2)),
+                Err(mut e) => {
+                    let unsent = e.take_message();
+                    Err(SendError {
+                        error: Box::new(e.into_error()),
+                        unsent,
+                    })
                 }
-                s.try_send_request(req).await
-            }
-            Sender::H2(s) => s.try_send_request(req).await,
-        };
-        res.map_err(|mut e| {
-            let unsent = e.take_message();
-            SendError {
-                error: e.into_error(),
-                unsent,
-            }
-        })
-    }
-
-    /// Returns the connection to this worker's pool (the response was read to its end).
-    pub fn release(self) {
-        if let Sender::H1(s) = self.sender {
-            if s.is_closed() {
-                return;
-            }
-            IDLE.with(|m| {
-                let mut m = m.borrow_mut();
-                let list = m.entry(self.key).or_default();
-                if list.len() < MAX_IDLE_PER_KEY {
-                    list.push(Sender::H1(s));
-                }
-            });
+            },
         }
     }
+}
+
+/// Returns an HTTP/1.1 connection whose response was read to its end to this worker's pool.
+pub(super) fn release_h1(key: &PoolKey, conn: h1::Connection) {
+    IDLE.with(|m| {
+        let mut m = m.borrow_mut();
+        if let Some(list) = m.get_mut(key) {
+            if list.len() < MAX_IDLE_PER_KEY {
+                list.push(Sender::H1(conn));
+            }
+        } else {
+            m.insert(key.clone(), vec![Sender::H1(conn)]);
+        }
+    });
 }

@@ -1,0 +1,406 @@
+//! Weir's own HTTP/1.1 client for upstream connections.
+//!
+//! A request is written and its response read by the request's own task: no connection task,
+//! no channels between them. The response body owns the connection while it is read and puts
+//! it back in the pool when the body ends cleanly. The codec itself (heads, chunked coding) is
+//! in [`head`] and [`chunked`], free of I/O.
+
+mod chunked;
+mod head;
+
+use std::future::poll_fn;
+use std::io;
+use std::pin::Pin;
+use std::task::{ready, Context, Poll, Waker};
+
+use bytes::{Buf, Bytes, BytesMut};
+use http::{Method, Request, Response, StatusCode};
+use http_body::{Body as _, Frame, SizeHint};
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpStream;
+
+use super::body::UpstreamBody;
+use super::pool::{self, PoolKey};
+pub use chunked::ChunkError;
+use chunked::{ChunkedDecoder, Decoded};
+pub use head::HeadError;
+use head::{RequestFraming, ResponseFraming};
+
+/// First read of a response; grows for large bodies.
+const INITIAL_READ: usize = 8 * 1024;
+/// Largest single read (1 MiB bodies arrive in 16 of them).
+const MAX_READ: usize = 64 * 1024;
+
+/// Why an exchange failed.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// Reading or writing the socket failed.
+    #[error("upstream connection error: {0}")]
+    Io(#[from] io::Error),
+    /// The upstream closed the connection before the response was complete.
+    #[error("upstream closed the connection before the response was complete")]
+    Closed,
+    /// The response head was refused.
+    #[error(transparent)]
+    Head(#[from] HeadError),
+    /// The chunked response body was malformed.
+    #[error("malformed chunked response body: {0}")]
+    Chunked(#[from] ChunkError),
+    /// The client's request body failed (cut off, or over the size limit).
+    #[error("request body: {0}")]
+    RequestBody(Box<dyn std::error::Error + Send + Sync>),
+}
+
+/// An HTTP/1.1 connection to one upstream target.
+pub struct Connection {
+    stream: TcpStream,
+    /// Bytes read and not yet consumed.
+    buf: BytesMut,
+    /// The request head being written, kept to reuse its allocation.
+    head: Vec<u8>,
+    /// Size of the next read.
+    read_size: usize,
+}
+
+/// A response body being read from an HTTP/1.1 connection.
+pub struct ResponseBody {
+    /// `None` once the body has ended (and the connection went back to the pool or closed).
+    conn: Option<Connection>,
+    key: PoolKey,
+    state: BodyState,
+    keep_alive: bool,
+}
+
+enum BodyState {
+    Length(u64),
+    Chunked(ChunkedDecoder),
+    Close,
+    /// A 101 response: the connection belongs to the tunnel.
+    Upgraded,
+}
+
+/// An upstream connection switched to another protocol, with bytes already read from it.
+pub struct Upgraded {
+    /// The connection.
+    pub stream: TcpStream,
+    /// Bytes the upstream sent after its 101 response head.
+    pub read_ahead: Bytes,
+}
+
+/// A failed exchange, and the request when it is safe to send it to another target.
+pub struct Failed {
+    /// What went wrong.
+    pub error: Error,
+    /// The request, when the upstream cannot have acted on it.
+    pub unsent: Option<Request<UpstreamBody>>,
+}
+
+impl Connection {
+    /// Wraps a connected stream.
+    pub fn new(stream: TcpStream) -> Connection {
+        Connection {
+            stream,
+            buf: BytesMut::new(),
+            head: Vec::new(),
+            read_size: INITIAL_READ,
+        }
+    }
+
+    /// Whether an idle connection may carry a request: the upstream has neither closed it nor
+    /// sent anything unasked. Costs no system call unless the socket became readable.
+    pub fn is_usable(&self) -> bool {
+        let mut cx = Context::from_waker(Waker::noop());
+        match self.stream.poll_read_ready(&mut cx) {
+            Poll::Pending => true,
+            Poll::Ready(Err(_)) => false,
+            // Readiness may be stale (the last read filled its buffer exactly): look.
+            Poll::Ready(Ok(())) => matches!(
+                self.stream.try_read(&mut [0u8; 1]),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock
+            ),
+        }
+    }
+
+    /// Writes `req` and reads the response head. `reused` says the connection came from the
+    /// pool, where the upstream may have closed it just as it was taken.
+    pub async fn send(
+        mut self,
+        req: Request<UpstreamBody>,
+        key: PoolKey,
+        reused: bool,
+    ) -> Result<Response<ResponseBody>, Failed> {
+        let (parts, mut body) = req.into_parts();
+        let framing = if body.is_end_stream() {
+            RequestFraming::Empty
+        } else {
+            head::request_length(&parts.headers)
+                .map_or(RequestFraming::Chunked, RequestFraming::Length)
+        };
+        head::encode_request(&parts, &key.target, framing, &mut self.head);
+        if let Err(e) = self.stream.write_all(&self.head).await {
+            // The upstream never saw a whole request head.
+            return Err(Failed {
+                error: e.into(),
+                unsent: Some(Request::from_parts(parts, body)),
+            });
+        }
+        let mut keep_alive = true;
+        if framing != RequestFraming::Empty {
+            match self.write_body(&mut body, framing).await {
+                Ok(true) => {}
+                // The response came before the whole body was sent: the connection cannot
+                // carry another request.
+                Ok(false) => keep_alive = false,
+                Err(error) => {
+                    return Err(Failed {
+                        error,
+                        unsent: None,
+                    })
+                }
+            }
+        }
+        let method = parts.method.clone();
+        let head = loop {
+            match head::parse_response(&mut self.buf, &method) {
+                Ok(Some(h))
+                    if h.parts.status.is_informational()
+                        && h.parts.status != StatusCode::SWITCHING_PROTOCOLS =>
+                {
+                    continue
+                }
+                Ok(Some(h)) => break h,
+                Ok(None) => {}
+                Err(e) => return Err(Failed::new(e.into())),
+            }
+            match self.fill().await {
+                Ok(0) => {
+                    // A pooled connection closed under us before any answer: the upstream
+                    // did not process the request, so an idempotent one without a body may
+                    // go to another target (what nginx's proxy_next_upstream does).
+                    let retry = reused
+                        && self.buf.is_empty()
+                        && framing == RequestFraming::Empty
+                        && is_idempotent(&method);
+                    return Err(Failed {
+                        error: Error::Closed,
+                        unsent: retry.then(|| Request::from_parts(parts, UpstreamBody::empty())),
+                    });
+                }
+                Ok(_) => {}
+                Err(e) => return Err(Failed::new(e.into())),
+            }
+        };
+        let state = if head.parts.status == StatusCode::SWITCHING_PROTOCOLS {
+            BodyState::Upgraded
+        } else {
+            match head.framing {
+                ResponseFraming::Empty => BodyState::Length(0),
+                ResponseFraming::Length(n) => BodyState::Length(n),
+                ResponseFraming::Chunked => BodyState::Chunked(ChunkedDecoder::default()),
+                ResponseFraming::Close => BodyState::Close,
+            }
+        };
+        let mut body = ResponseBody {
+            conn: Some(self),
+            key,
+            state,
+            keep_alive: keep_alive && head.keep_alive,
+        };
+        if matches!(body.state, BodyState::Length(0)) {
+            body.finish();
+        }
+        Ok(Response::from_parts(head.parts, body))
+    }
+
+    /// Streams the request body; returns `false` if the upstream answered before it was all
+    /// sent (the answer's first bytes are then in the buffer).
+    async fn write_body(
+        &mut self,
+        body: &mut UpstreamBody,
+        framing: RequestFraming,
+    ) -> Result<bool, Error> {
+        let (mut rd, mut wr) = self.stream.split();
+        let buf = &mut self.buf;
+        let write = async {
+            while let Some(frame) = poll_fn(|cx| Pin::new(&mut *body).poll_frame(cx)).await {
+                let frame = frame.map_err(Error::RequestBody)?;
+                // Trailers are dropped: few upstreams read them and HTTP/1 framing of them
+                // needs the client to have announced them.
+                let Ok(data) = frame.into_data() else {
+                    continue;
+                };
+                if data.is_empty() {
+                    continue;
+                }
+                if framing == RequestFraming::Chunked {
+                    let size = format!("{:x}\r\n", data.len());
+                    let mut chunk = size.as_bytes().chain(data).chain(&b"\r\n"[..]);
+                    wr.write_all_buf(&mut chunk).await?;
+                } else {
+                    let mut data = data;
+                    wr.write_all_buf(&mut data).await?;
+                }
+            }
+            if framing == RequestFraming::Chunked {
+                wr.write_all(b"0\r\n\r\n").await?;
+            }
+            Ok::<(), Error>(())
+        };
+        let early = poll_fn(|cx| {
+            if buf.capacity() - buf.len() < 1024 {
+                buf.reserve(INITIAL_READ);
+            }
+            tokio_util::io::poll_read_buf(Pin::new(&mut rd), cx, buf)
+        });
+        tokio::select! {
+            biased;
+            r = write => r.map(|()| true),
+            n = early => match n? {
+                0 => Err(Error::Closed),
+                _ => Ok(false),
+            },
+        }
+    }
+
+    /// Reads once into the buffer; `Ok(0)` is the end of the stream.
+    fn poll_fill(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<usize>> {
+        if self.buf.capacity() - self.buf.len() < self.read_size / 2 {
+            self.buf.reserve(self.read_size);
+        }
+        let spare = self.buf.capacity() - self.buf.len();
+        let n = ready!(tokio_util::io::poll_read_buf(
+            Pin::new(&mut self.stream),
+            cx,
+            &mut self.buf
+        ))?;
+        // A read that filled the buffer suggests a large body: read more at once next time.
+        if n == spare && self.read_size < MAX_READ {
+            self.read_size *= 2;
+        }
+        Poll::Ready(Ok(n))
+    }
+
+    async fn fill(&mut self) -> io::Result<usize> {
+        poll_fn(|cx| self.poll_fill(cx)).await
+    }
+}
+
+impl Failed {
+    fn new(error: Error) -> Failed {
+        Failed {
+            error,
+            unsent: None,
+        }
+    }
+}
+
+fn is_idempotent(m: &Method) -> bool {
+    matches!(
+        *m,
+        Method::GET | Method::HEAD | Method::OPTIONS | Method::TRACE | Method::PUT | Method::DELETE
+    )
+}
+
+impl ResponseBody {
+    /// The body ended: the connection goes back to the pool if it can carry another request.
+    fn finish(&mut self) {
+        if let Some(mut conn) = self.conn.take() {
+            // Bytes past the body's end would be an answer to nothing: close instead.
+            if self.keep_alive && conn.buf.is_empty() {
+                conn.read_size = INITIAL_READ;
+                pool::release_h1(&self.key, conn);
+            }
+        }
+    }
+
+    /// Takes the connection of a 101 response for a tunnel.
+    pub fn take_upgraded(&mut self) -> Option<Upgraded> {
+        if !matches!(self.state, BodyState::Upgraded) {
+            return None;
+        }
+        let conn = self.conn.take()?;
+        Some(Upgraded {
+            stream: conn.stream,
+            read_ahead: conn.buf.freeze(),
+        })
+    }
+
+    fn fail(&mut self, e: Error) -> Poll<Option<Result<Frame<Bytes>, Error>>> {
+        self.conn = None;
+        Poll::Ready(Some(Err(e)))
+    }
+}
+
+impl http_body::Body for ResponseBody {
+    type Data = Bytes;
+    type Error = Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Error>>> {
+        let this = self.get_mut();
+        loop {
+            let Some(conn) = this.conn.as_mut() else {
+                return Poll::Ready(None);
+            };
+            match &mut this.state {
+                BodyState::Upgraded => return Poll::Ready(None),
+                BodyState::Length(left) => {
+                    if *left == 0 {
+                        this.finish();
+                        return Poll::Ready(None);
+                    }
+                    if !conn.buf.is_empty() {
+                        let n = (*left).min(conn.buf.len() as u64);
+                        let data = conn.buf.split_to(n as usize).freeze();
+                        *left -= n;
+                        if *left == 0 {
+                            // The end is known now: release before the server stops polling.
+                            this.finish();
+                        }
+                        return Poll::Ready(Some(Ok(Frame::data(data))));
+                    }
+                }
+                BodyState::Chunked(decoder) => match decoder.decode(&mut conn.buf) {
+                    Ok(Decoded::Data(data)) => return Poll::Ready(Some(Ok(Frame::data(data)))),
+                    Ok(Decoded::End) => {
+                        this.finish();
+                        return Poll::Ready(None);
+                    }
+                    Ok(Decoded::NeedMore) => {}
+                    Err(e) => return this.fail(e.into()),
+                },
+                BodyState::Close => {
+                    if !conn.buf.is_empty() {
+                        let data = conn.buf.split().freeze();
+                        return Poll::Ready(Some(Ok(Frame::data(data))));
+                    }
+                }
+            }
+            match ready!(conn.poll_fill(cx)) {
+                Ok(0) if matches!(this.state, BodyState::Close) => {
+                    this.conn = None;
+                    return Poll::Ready(None);
+                }
+                Ok(0) => return this.fail(Error::Closed),
+                Ok(_) => {}
+                Err(e) => return this.fail(e.into()),
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.conn.is_none()
+            || matches!(self.state, BodyState::Length(0))
+            || matches!(&self.state, BodyState::Chunked(d) if d.is_end())
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match self.state {
+            BodyState::Length(n) => SizeHint::with_exact(n),
+            _ if self.conn.is_none() => SizeHint::with_exact(0),
+            _ => SizeHint::default(),
+        }
+    }
+}

@@ -1,0 +1,386 @@
+//! Weir's HTTP/1.1 client against scripted upstreams: response framing (length, chunked, until
+//! close), informational responses, request body framing, an answer before the upload ends,
+//! kept-alive connections the upstream closed, malformed responses, and a protocol switch with
+//! bytes right behind the 101.
+
+mod common;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::*;
+
+/// An upstream that hands each accepted connection, numbered from 0, to `script`.
+struct Scripted {
+    port: u16,
+    accepted: Arc<AtomicUsize>,
+}
+
+fn scripted<F>(script: F) -> Scripted
+where
+    F: Fn(usize, BufReader<TcpStream>, TcpStream) + Send + Sync + 'static,
+{
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let accepted = Arc::new(AtomicUsize::new(0));
+    let count = accepted.clone();
+    let script = Arc::new(script);
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(stream) = stream else { return };
+            stream
+                .set_read_timeout(Some(Duration::from_secs(20)))
+                .unwrap();
+            let n = count.fetch_add(1, Ordering::SeqCst);
+            let script = script.clone();
+            std::thread::spawn(move || {
+                let w = stream.try_clone().unwrap();
+                script(n, BufReader::new(stream), w)
+            });
+        }
+    });
+    Scripted { port, accepted }
+}
+
+fn proxy_to(up: &Scripted) -> Weir {
+    Weir::start(
+        &format!(
+            "routes:\n- {{id: r, service: s}}\nservices:\n- {{id: s, host: 127.0.0.1, port: {}, retries: 1}}\n",
+            up.port
+        ),
+        &["--access-log", "false"],
+    )
+}
+
+/// One request as the upstream received it.
+struct Received {
+    head: String,
+    body: Vec<u8>,
+}
+
+impl Received {
+    fn header(&self, name: &str) -> Option<String> {
+        self.head.lines().skip(1).find_map(|l| {
+            let (k, v) = l.split_once(':')?;
+            k.eq_ignore_ascii_case(name).then(|| v.trim().to_string())
+        })
+    }
+}
+
+/// Reads one request (head and body, by its framing); `None` when the peer closed.
+fn read_request(r: &mut BufReader<TcpStream>) -> Option<Received> {
+    let mut head = String::new();
+    loop {
+        let mut line = String::new();
+        if r.read_line(&mut line).ok()? == 0 {
+            return None;
+        }
+        head.push_str(&line);
+        if line == "\r\n" {
+            break;
+        }
+    }
+    let mut req = Received {
+        head,
+        body: Vec::new(),
+    };
+    if let Some(n) = req.header("content-length") {
+        let mut body = vec![0; n.parse().unwrap()];
+        r.read_exact(&mut body).unwrap();
+        req.body = body;
+    } else if req.header("transfer-encoding").as_deref() == Some("chunked") {
+        loop {
+            let mut size = String::new();
+            r.read_line(&mut size).unwrap();
+            let n = usize::from_str_radix(size.trim(), 16).unwrap();
+            let mut chunk = vec![0; n + 2];
+            r.read_exact(&mut chunk).unwrap();
+            if n == 0 {
+                break;
+            }
+            req.body.extend_from_slice(&chunk[..n]);
+        }
+    }
+    Some(req)
+}
+
+/// Reads a client-side response whose body runs to the connection's end.
+fn read_to_close(s: &mut TcpStream) -> String {
+    let mut out = Vec::new();
+    let _ = s.read_to_end(&mut out);
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chunked_and_close_delimited_responses_arrive_whole() {
+    let up = scripted(|n, mut r, mut w| {
+        if n == 0 {
+            // Chunked, in pieces, then a second request on the same connection.
+            let req = read_request(&mut r).unwrap();
+            assert!(
+                req.head.starts_with("GET /chunked HTTP/1.1\r\n"),
+                "{}",
+                req.head
+            );
+            w.write_all(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n5\r\nhel")
+                .unwrap();
+            std::thread::sleep(Duration::from_millis(50));
+            w.write_all(b"lo\r\n6;ext=1\r\n world\r\n0\r\ntrailer: x\r\n\r\n")
+                .unwrap();
+            let req = read_request(&mut r).unwrap();
+            assert!(req.head.starts_with("GET /again "), "{}", req.head);
+            w.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nagain")
+                .unwrap();
+            let _ = read_request(&mut r);
+        } else {
+            // No length: the body ends when the upstream closes.
+            let req = read_request(&mut r).unwrap();
+            assert!(req.head.starts_with("GET /close "), "{}", req.head);
+            w.write_all(b"HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\n\r\nuntil ")
+                .unwrap();
+            std::thread::sleep(Duration::from_millis(50));
+            w.write_all(b"the end").unwrap();
+        }
+    });
+    let weir = proxy_to(&up);
+    let c = client();
+    let r = get(&c, &weir.url("/chunked"), &[]).await;
+    assert_eq!((r.status, &r.body[..]), (200, &b"hello world"[..]));
+    let r = get(&c, &weir.url("/again"), &[]).await;
+    assert_eq!((r.status, &r.body[..]), (200, &b"again"[..]));
+    assert_eq!(
+        up.accepted.load(Ordering::SeqCst),
+        1,
+        "chunked response reused"
+    );
+    let r = get(&c, &weir.url("/close"), &[]).await;
+    assert_eq!((r.status, &r.body[..]), (200, &b"until the end"[..]));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn informational_responses_are_dropped() {
+    let up = scripted(|_, mut r, mut w| {
+        while read_request(&mut r).is_some() {
+            w.write_all(
+                b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 103 Early Hints\r\nlink: </a.css>\r\n\r\n\
+                  HTTP/1.1 201 Created\r\ncontent-length: 2\r\n\r\nok",
+            )
+            .unwrap();
+        }
+    });
+    let weir = proxy_to(&up);
+    let r = get(&client(), &weir.url("/"), &[]).await;
+    assert_eq!((r.status, &r.body[..]), (201, &b"ok"[..]));
+    assert!(r.header("link").is_none());
+}
+
+#[test]
+fn request_bodies_keep_their_length_or_travel_chunked() {
+    let up = scripted(|_, mut r, mut w| {
+        while let Some(req) = read_request(&mut r) {
+            let framing = match (
+                req.header("content-length"),
+                req.header("transfer-encoding"),
+            ) {
+                (Some(n), None) => format!("length {n}"),
+                (None, Some(te)) => te,
+                other => panic!("framing {other:?}"),
+            };
+            let body = format!("{framing}: {}", String::from_utf8_lossy(&req.body));
+            write!(
+                w,
+                "HTTP/1.1 200 OK\r\ncontent-length: {}\r\n\r\n{body}",
+                body.len()
+            )
+            .unwrap();
+        }
+    });
+    let weir = proxy_to(&up);
+    let t = Duration::from_secs(10);
+    let sized = raw(
+        weir.proc.port,
+        b"POST / HTTP/1.1\r\nHost: t\r\nConnection: close\r\nContent-Length: 5\r\n\r\nabcde",
+        t,
+    );
+    assert!(sized.ends_with("\r\n\r\nlength 5: abcde"), "{sized}");
+    let chunked = raw(
+        weir.proc.port,
+        b"POST / HTTP/1.1\r\nHost: t\r\nConnection: close\r\nTransfer-Encoding: chunked\r\n\r\n\
+          3\r\nabc\r\n4\r\ndefg\r\n0\r\n\r\n",
+        t,
+    );
+    assert!(chunked.ends_with("\r\n\r\nchunked: abcdefg"), "{chunked}");
+}
+
+#[test]
+fn an_answer_before_the_upload_ends_reaches_the_client() {
+    let up = scripted(|_, mut r, mut w| {
+        let mut line = String::new();
+        while r.read_line(&mut line).unwrap() > 0 && line != "\r\n" {
+            line.clear();
+        }
+        // Refuse the body without reading it.
+        w.write_all(
+            b"HTTP/1.1 413 Payload Too Large\r\nconnection: close\r\ncontent-length: 4\r\n\r\nnope",
+        )
+        .unwrap();
+        std::thread::sleep(Duration::from_secs(2));
+    });
+    let weir = proxy_to(&up);
+    let mut s = TcpStream::connect(("127.0.0.1", weir.proc.port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    // 64 MiB announced, far more than the socket buffers hold; sent from another thread.
+    let size = 64 << 20;
+    write!(
+        s,
+        "POST /up HTTP/1.1\r\nHost: t\r\nContent-Length: {size}\r\n\r\n"
+    )
+    .unwrap();
+    let mut writer = s.try_clone().unwrap();
+    let upload = std::thread::spawn(move || {
+        let chunk = vec![b'u'; 256 * 1024];
+        for _ in 0..(size / chunk.len()) {
+            if writer.write_all(&chunk).is_err() {
+                return;
+            }
+        }
+    });
+    let mut r = BufReader::new(s);
+    let mut status = String::new();
+    r.read_line(&mut status).unwrap();
+    assert!(status.starts_with("HTTP/1.1 413"), "{status}");
+    // The upstream's own answer, not one of Weir's.
+    let mut line = String::new();
+    while line != "\r\n" {
+        line.clear();
+        r.read_line(&mut line).unwrap();
+    }
+    let mut body = [0u8; 4];
+    r.read_exact(&mut body).unwrap();
+    assert_eq!(&body, b"nope");
+    drop(r);
+    upload.join().unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kept_alive_connection_closed_by_the_upstream_is_retried() {
+    let up = scripted(|n, mut r, mut w| {
+        let req = read_request(&mut r).unwrap();
+        if n == 0 {
+            w.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 3\r\n\r\none")
+                .unwrap();
+            // Read the next request, then close without a word: the keep-alive race.
+            let _ = read_request(&mut r);
+            return;
+        }
+        let body = format!("{} on {n}", req.head.lines().next().unwrap());
+        write!(
+            w,
+            "HTTP/1.1 200 OK\r\ncontent-length: {}\r\n\r\n{body}",
+            body.len()
+        )
+        .unwrap();
+        while read_request(&mut r).is_some() {}
+    });
+    let weir = proxy_to(&up);
+    let c = client();
+    assert_eq!(&get(&c, &weir.url("/1"), &[]).await.body[..], b"one");
+    let r = get(&c, &weir.url("/2"), &[]).await;
+    assert_eq!(r.status, 200);
+    assert_eq!(&r.body[..], b"GET /2 HTTP/1.1 on 1");
+    // Not for a POST: the upstream may have acted on it.
+    let up = scripted(|_, mut r, mut w| {
+        let _ = read_request(&mut r);
+        w.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 3\r\n\r\none")
+            .unwrap();
+        let _ = read_request(&mut r);
+    });
+    let weir = proxy_to(&up);
+    assert_eq!(get(&c, &weir.url("/1"), &[]).await.status, 200);
+    let r = send(&c, "POST", &weir.url("/2"), &[], "x").await;
+    assert_eq!(r.status, 502);
+    assert_eq!(up.accepted.load(Ordering::SeqCst), 1);
+}
+
+#[test]
+fn malformed_or_cut_responses() {
+    let up = scripted(|n, mut r, mut w| {
+        let _ = read_request(&mut r);
+        let answer: &[u8] = match n {
+            0 => b"HTTP/1.1 200 OK\r\ncontent-length: 4\r\ncontent-length: 5\r\n\r\nabcd",
+            1 => b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\nzz\r\n",
+            2 => {
+                // Let the proxy pass the first bytes on before the connection drops.
+                w.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 10\r\n\r\nabc")
+                    .unwrap();
+                std::thread::sleep(Duration::from_millis(200));
+                return;
+            }
+            _ => b"HTTP/1.1 200 OK\r\nbad header\r\n\r\n",
+        };
+        w.write_all(answer).unwrap();
+    });
+    let weir = proxy_to(&up);
+    let t = Duration::from_secs(10);
+    let req = b"GET / HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n";
+    let ambiguous = raw(weir.proc.port, req, t);
+    assert!(ambiguous.starts_with("HTTP/1.1 502"), "{ambiguous}");
+    // A bad chunk after a good head: the client's response is cut off (before its head went
+    // out, as here, or after), never completed.
+    let bad_chunk = raw(weir.proc.port, req, t);
+    assert!(
+        bad_chunk.is_empty() || bad_chunk.starts_with("HTTP/1.1 200"),
+        "{bad_chunk}"
+    );
+    assert!(!bad_chunk.ends_with("0\r\n\r\n"), "{bad_chunk}");
+    let mut s = TcpStream::connect(("127.0.0.1", weir.proc.port)).unwrap();
+    s.set_read_timeout(Some(t)).unwrap();
+    s.write_all(req).unwrap();
+    let cut = read_to_close(&mut s);
+    assert!(cut.starts_with("HTTP/1.1 200"), "{cut}");
+    assert!(cut.contains("content-length: 10\r\n"), "{cut}");
+    assert!(cut.ends_with("\r\n\r\nabc"), "{cut}");
+    let bad_header = raw(weir.proc.port, req, t);
+    assert!(bad_header.starts_with("HTTP/1.1 502"), "{bad_header}");
+}
+
+#[test]
+fn bytes_right_behind_a_101_reach_the_client() {
+    let up = scripted(|_, mut r, mut w| {
+        let req = read_request(&mut r).unwrap();
+        assert_eq!(
+            req.header("upgrade").as_deref(),
+            Some("x-test"),
+            "{}",
+            req.head
+        );
+        w.write_all(b"HTTP/1.1 101 Switching Protocols\r\nconnection: upgrade\r\nupgrade: x-test\r\n\r\nHELLO")
+            .unwrap();
+        let mut buf = [0u8; 4];
+        r.read_exact(&mut buf).unwrap();
+        w.write_all(&buf).unwrap();
+    });
+    let weir = proxy_to(&up);
+    let mut s = TcpStream::connect(("127.0.0.1", weir.proc.port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.write_all(b"GET /ws HTTP/1.1\r\nHost: t\r\nConnection: upgrade\r\nUpgrade: x-test\r\n\r\n")
+        .unwrap();
+    let mut r = BufReader::new(s.try_clone().unwrap());
+    let mut line = String::new();
+    r.read_line(&mut line).unwrap();
+    assert!(line.starts_with("HTTP/1.1 101"), "{line}");
+    while line != "\r\n" {
+        line.clear();
+        r.read_line(&mut line).unwrap();
+    }
+    let mut hello = [0u8; 5];
+    r.read_exact(&mut hello).unwrap();
+    assert_eq!(&hello, b"HELLO");
+    s.write_all(b"ping").unwrap();
+    let mut pong = [0u8; 4];
+    r.read_exact(&mut pong).unwrap();
+    assert_eq!(&pong, b"ping");
+}
