@@ -172,7 +172,7 @@ struct ProxyArgs {
     /// Client connections open at once; more are closed on accept.
     #[arg(long, env = "WEIR_MAX_CONNECTIONS", default_value_t = 16_384)]
     max_connections: usize,
-    /// Time to receive a request head (HTTP/1.1; also bounds waiting for the next request).
+    /// Time a connection may go without a request: from accept or the previous response to a complete request head (also the TLS handshake's limit).
     #[arg(long, env = "WEIR_HEADER_READ_TIMEOUT", default_value = "60s", value_parser = parse_duration)]
     header_read_timeout: Duration,
     /// Idle time after which a keep-alive client connection is closed.

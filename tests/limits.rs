@@ -107,6 +107,41 @@ fn idle_keepalive_connections_are_closed() {
 }
 
 #[test]
+fn a_request_head_trickled_slowly_is_cut_off() {
+    let up = echo("up");
+    let weir = Weir::start(&table(up.port), &["--header-read-timeout", "500ms"]);
+    let mut s = TcpStream::connect(("127.0.0.1", weir.proc.port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_millis(100)))
+        .unwrap();
+    // One byte of a never-ending header every 100 ms: a slowloris client. Without the limit
+    // the connection would stay open for the whole 10 s.
+    s.write_all(b"GET / HTTP/1.1\r\nHost: t\r\nX-Slow: ")
+        .unwrap();
+    let started = std::time::Instant::now();
+    let mut buf = [0u8; 1024];
+    let closed = loop {
+        if started.elapsed() > Duration::from_secs(10) {
+            break false;
+        }
+        if s.write_all(b"a").is_err() {
+            break true;
+        }
+        match s.read(&mut buf) {
+            Ok(0) => break true,
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+            Err(_) => break true,
+        }
+    };
+    assert!(closed, "a trickled head kept its connection open for 10 s");
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+}
+
+#[test]
 fn connections_over_the_cap_are_closed_at_accept() {
     let up = echo("up");
     let weir = Weir::start(&table(up.port), &["--max-connections", "2"]);

@@ -44,8 +44,8 @@ pub struct ProxyOptions {
     pub trusted_proxies: Vec<Cidr>,
     /// Client connections accepted at once; more are closed on accept.
     pub max_connections: usize,
-    /// Time a client has to send a complete request head (HTTP/1.1; it also bounds how long a
-    /// keep-alive connection may sit idle waiting for the next request).
+    /// Time a connection may go without a request in progress: from accept, or from the end
+    /// of the previous response, to a complete request head (also the TLS handshake's limit).
     pub header_read_timeout: Duration,
     /// Idle time after which a keep-alive connection (HTTP/1.1 or HTTP/2) is closed.
     pub keepalive_timeout: Duration,
@@ -411,9 +411,11 @@ fn tls_acceptor(shared: &Arc<Shared>) -> tokio_rustls::TlsAcceptor {
 
 fn connection_builder(opts: &ProxyOptions) -> auto::Builder<TokioExecutor> {
     let mut b = auto::Builder::new(TokioExecutor::new());
+    // The head's time limit is kept by `serve_connection`'s idle clock: hyper's own arms and
+    // drops a timer for every request.
     b.http1()
         .timer(TokioTimer::new())
-        .header_read_timeout(opts.header_read_timeout)
+        .header_read_timeout(None)
         .max_buf_size(opts.max_header_bytes.max(8192))
         .max_headers(opts.max_headers);
     b.http2()
@@ -422,6 +424,9 @@ fn connection_builder(opts: &ProxyOptions) -> auto::Builder<TokioExecutor> {
         .max_concurrent_streams(256);
     b
 }
+
+/// How long a connection closed for idleness may take to go before it is dropped.
+const IDLE_CLOSE_GRACE: Duration = Duration::from_secs(1);
 
 async fn serve_connection<S>(
     shared: &Arc<Shared>,
@@ -446,12 +451,18 @@ async fn serve_connection<S>(
     };
     let conn = builder.serve_connection_with_upgrades(TokioIo::new(stream), svc);
     tokio::pin!(conn);
-    let keepalive = shared.opts.keepalive_timeout;
+    // With no request in flight a connection is idle or still receiving a request head;
+    // either may last this long (the keep-alive and header-read limits in one clock).
+    let idle_limit = shared
+        .opts
+        .keepalive_timeout
+        .min(shared.opts.header_read_timeout);
     let mut closing = *stop.borrow();
     if closing {
         conn.as_mut().graceful_shutdown();
     }
-    let mut check_at = tokio::time::Instant::now() + keepalive;
+    let mut check_at = tokio::time::Instant::now() + idle_limit;
+    let mut force_close: Option<tokio::time::Instant> = None;
     loop {
         tokio::select! {
             _ = conn.as_mut() => break,
@@ -461,14 +472,18 @@ async fn serve_connection<S>(
             }
             _ = tokio::time::sleep_until(check_at), if !closing => {
                 match activity.idle_since() {
-                    Some(since) if since.elapsed() >= keepalive => {
+                    Some(since) if since.elapsed() >= idle_limit => {
                         closing = true;
                         conn.as_mut().graceful_shutdown();
+                        // An idle HTTP/1.1 connection closes at once; one holding half a
+                        // request head does not, so it is dropped shortly after.
+                        force_close = Some(tokio::time::Instant::now() + IDLE_CLOSE_GRACE);
                     }
-                    Some(since) => check_at = tokio::time::Instant::from_std(since + keepalive),
-                    None => check_at = tokio::time::Instant::now() + keepalive,
+                    Some(since) => check_at = tokio::time::Instant::from_std(since + idle_limit),
+                    None => check_at = tokio::time::Instant::now() + idle_limit,
                 }
             }
+            _ = tokio::time::sleep_until(force_close.unwrap_or(check_at)), if force_close.is_some() => break,
         }
     }
 }
