@@ -157,6 +157,15 @@ fn connections_over_the_cap_are_closed_at_accept() {
         }
         s
     };
+    // The start-up probe's connection counts until the worker sees it closed.
+    assert!(eventually(Duration::from_secs(5), || {
+        raw(
+            weir.admin,
+            b"GET /metrics HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n",
+            Duration::from_secs(2),
+        )
+        .contains("weir_connections_active 0\n")
+    }));
     let a = open(true);
     let b = open(true);
     let mut third = TcpStream::connect(("127.0.0.1", port)).unwrap();

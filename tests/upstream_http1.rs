@@ -1,7 +1,7 @@
 //! Weir's HTTP/1.1 client against scripted upstreams: response framing (length, chunked, until
-//! close), informational responses, request body framing, an answer before the upload ends,
-//! kept-alive connections the upstream closed, malformed responses, and a protocol switch with
-//! bytes right behind the 101.
+//! close), informational responses, request body framing, an answer before the upload ends
+//! (refusing it, or echoing it full-duplex), kept-alive connections the upstream closed,
+//! malformed responses, and a protocol switch with bytes right behind the 101.
 
 mod common;
 
@@ -263,6 +263,55 @@ fn an_answer_before_the_upload_ends_reaches_the_client() {
     assert_eq!(&body, b"nope");
     drop(r);
     upload.join().unwrap();
+}
+
+#[test]
+fn a_full_duplex_upstream_answers_while_the_body_streams() {
+    // Echoes each chunk as it arrives, having answered at once.
+    let up = scripted(|_, mut r, mut w| {
+        let mut line = String::new();
+        while r.read_line(&mut line).unwrap() > 0 && line != "\r\n" {
+            line.clear();
+        }
+        w.write_all(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n")
+            .unwrap();
+        loop {
+            let mut size = String::new();
+            r.read_line(&mut size).unwrap();
+            let n = usize::from_str_radix(size.trim(), 16).unwrap();
+            let mut chunk = vec![0; n + 2];
+            r.read_exact(&mut chunk).unwrap();
+            if n == 0 {
+                w.write_all(b"0\r\n\r\n").unwrap();
+                return;
+            }
+            write!(w, "{n:x}\r\n").unwrap();
+            w.write_all(&chunk).unwrap();
+        }
+    });
+    let weir = proxy_to(&up);
+    let mut s = TcpStream::connect(("127.0.0.1", weir.proc.port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.write_all(b"POST /duplex HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n")
+        .unwrap();
+    let mut seen = String::new();
+    let mut buf = [0u8; 4096];
+    // Each piece is sent only once the echo of the one before came back.
+    for word in ["first", "second", "third"] {
+        write!(s, "{:x}\r\n{word}\r\n", word.len()).unwrap();
+        while !seen.contains(word) {
+            let n = s.read(&mut buf).expect("the echo did not come back");
+            assert!(n > 0, "closed early: {seen}");
+            seen.push_str(&String::from_utf8_lossy(&buf[..n]));
+        }
+    }
+    s.write_all(b"0\r\n\r\n").unwrap();
+    while !seen.ends_with("0\r\n\r\n") {
+        let n = s.read(&mut buf).expect("the response did not end");
+        assert!(n > 0, "closed early: {seen}");
+        seen.push_str(&String::from_utf8_lossy(&buf[..n]));
+    }
+    assert!(seen.starts_with("HTTP/1.1 200"), "{seen}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

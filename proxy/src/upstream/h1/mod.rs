@@ -2,18 +2,20 @@
 //!
 //! A request is written and its response read by the request's own task: no connection task,
 //! no channels between them. The response body owns the connection while it is read and puts
-//! it back in the pool when the body ends cleanly. The codec itself (heads, chunked coding) is
+//! it back in the pool when the body ends cleanly; a request body still being sent when the
+//! answer came keeps going from there ([`upload`]). The codec itself (heads, chunked coding) is
 //! in [`head`] and [`chunked`], free of I/O.
 
 mod chunked;
 mod head;
+mod upload;
 
 use std::future::poll_fn;
 use std::io;
 use std::pin::Pin;
 use std::task::{ready, Context, Poll, Waker};
 
-use bytes::{Buf, Bytes, BytesMut};
+use bytes::{Bytes, BytesMut};
 use http::{Method, Request, Response, StatusCode};
 use http_body::{Body as _, Frame, SizeHint};
 use tokio::io::AsyncWriteExt;
@@ -25,6 +27,7 @@ pub use chunked::ChunkError;
 use chunked::{ChunkedDecoder, Decoded};
 pub use head::HeadError;
 use head::{RequestFraming, ResponseFraming};
+use upload::Upload;
 
 /// First read of a response; grows for large bodies.
 const INITIAL_READ: usize = 8 * 1024;
@@ -69,6 +72,8 @@ pub struct ResponseBody {
     key: PoolKey,
     state: BodyState,
     keep_alive: bool,
+    /// The rest of a request body the upstream answered before receiving whole.
+    upload: Option<Box<Upload>>,
 }
 
 enum BodyState {
@@ -129,7 +134,7 @@ impl Connection {
         key: PoolKey,
         reused: bool,
     ) -> Result<Response<ResponseBody>, Failed> {
-        let (parts, mut body) = req.into_parts();
+        let (parts, body) = req.into_parts();
         let framing = if body.is_end_stream() {
             RequestFraming::Empty
         } else {
@@ -144,21 +149,10 @@ impl Connection {
                 unsent: Some(Request::from_parts(parts, body)),
             });
         }
+        // The body goes out while the response head is awaited, and after it if need be.
+        let mut upload = (framing != RequestFraming::Empty)
+            .then(|| Box::new(Upload::new(body, framing == RequestFraming::Chunked)));
         let mut keep_alive = true;
-        if framing != RequestFraming::Empty {
-            match self.write_body(&mut body, framing).await {
-                Ok(true) => {}
-                // The response came before the whole body was sent: the connection cannot
-                // carry another request.
-                Ok(false) => keep_alive = false,
-                Err(error) => {
-                    return Err(Failed {
-                        error,
-                        unsent: None,
-                    })
-                }
-            }
-        }
         let method = parts.method.clone();
         let head = loop {
             match head::parse_response(&mut self.buf, &method) {
@@ -172,11 +166,27 @@ impl Connection {
                 Ok(None) => {}
                 Err(e) => return Err(Failed::new(e.into())),
             }
-            match self.fill().await {
+            let filled = poll_fn(|cx| {
+                if let Some(up) = upload.as_mut() {
+                    match up.poll_send(cx, &mut self.stream) {
+                        Poll::Ready(Ok(())) => upload = None,
+                        Poll::Ready(Err(e @ Error::RequestBody(_))) => return Poll::Ready(Err(e)),
+                        // The upstream stopped reading; what it says may still arrive.
+                        Poll::Ready(Err(_)) => {
+                            upload = None;
+                            keep_alive = false;
+                        }
+                        Poll::Pending => {}
+                    }
+                }
+                self.poll_fill(cx).map_err(Error::from)
+            })
+            .await;
+            match filled {
                 Ok(0) => {
                     // A pooled connection closed under us before any answer: the upstream
                     // did not process the request, so an idempotent one without a body may
-                    // go to another target (what nginx's proxy_next_upstream does).
+                    // be sent again.
                     let retry = reused
                         && self.buf.is_empty()
                         && framing == RequestFraming::Empty
@@ -187,7 +197,7 @@ impl Connection {
                     });
                 }
                 Ok(_) => {}
-                Err(e) => return Err(Failed::new(e.into())),
+                Err(e) => return Err(Failed::new(e)),
             }
         };
         let state = if head.parts.status == StatusCode::SWITCHING_PROTOCOLS {
@@ -205,61 +215,12 @@ impl Connection {
             key,
             state,
             keep_alive: keep_alive && head.keep_alive,
+            upload,
         };
         if matches!(body.state, BodyState::Length(0)) {
             body.finish();
         }
         Ok(Response::from_parts(head.parts, body))
-    }
-
-    /// Streams the request body; returns `false` if the upstream answered before it was all
-    /// sent (the answer's first bytes are then in the buffer).
-    async fn write_body(
-        &mut self,
-        body: &mut UpstreamBody,
-        framing: RequestFraming,
-    ) -> Result<bool, Error> {
-        let (mut rd, mut wr) = self.stream.split();
-        let buf = &mut self.buf;
-        let write = async {
-            while let Some(frame) = poll_fn(|cx| Pin::new(&mut *body).poll_frame(cx)).await {
-                let frame = frame.map_err(Error::RequestBody)?;
-                // Trailers are dropped: few upstreams read them and HTTP/1 framing of them
-                // needs the client to have announced them.
-                let Ok(data) = frame.into_data() else {
-                    continue;
-                };
-                if data.is_empty() {
-                    continue;
-                }
-                if framing == RequestFraming::Chunked {
-                    let size = format!("{:x}\r\n", data.len());
-                    let mut chunk = size.as_bytes().chain(data).chain(&b"\r\n"[..]);
-                    wr.write_all_buf(&mut chunk).await?;
-                } else {
-                    let mut data = data;
-                    wr.write_all_buf(&mut data).await?;
-                }
-            }
-            if framing == RequestFraming::Chunked {
-                wr.write_all(b"0\r\n\r\n").await?;
-            }
-            Ok::<(), Error>(())
-        };
-        let early = poll_fn(|cx| {
-            if buf.capacity() - buf.len() < 1024 {
-                buf.reserve(INITIAL_READ);
-            }
-            tokio_util::io::poll_read_buf(Pin::new(&mut rd), cx, buf)
-        });
-        tokio::select! {
-            biased;
-            r = write => r.map(|()| true),
-            n = early => match n? {
-                0 => Err(Error::Closed),
-                _ => Ok(false),
-            },
-        }
     }
 
     /// Reads once into the buffer; `Ok(0)` is the end of the stream.
@@ -278,10 +239,6 @@ impl Connection {
             self.read_size *= 2;
         }
         Poll::Ready(Ok(n))
-    }
-
-    async fn fill(&mut self) -> io::Result<usize> {
-        poll_fn(|cx| self.poll_fill(cx)).await
     }
 }
 
@@ -305,8 +262,9 @@ impl ResponseBody {
     /// The body ended: the connection goes back to the pool if it can carry another request.
     fn finish(&mut self) {
         if let Some(mut conn) = self.conn.take() {
-            // Bytes past the body's end would be an answer to nothing: close instead.
-            if self.keep_alive && conn.buf.is_empty() {
+            // Bytes past the body's end would be an answer to nothing, and a request body
+            // not sent whole leaves the upstream waiting for it: close instead.
+            if self.keep_alive && self.upload.is_none() && conn.buf.is_empty() {
                 conn.read_size = INITIAL_READ;
                 pool::release_h1(&self.key, conn);
             }
@@ -344,6 +302,16 @@ impl http_body::Body for ResponseBody {
             let Some(conn) = this.conn.as_mut() else {
                 return Poll::Ready(None);
             };
+            if let Some(up) = this.upload.as_mut() {
+                match up.poll_send(cx, &mut conn.stream) {
+                    Poll::Ready(Ok(())) => this.upload = None,
+                    Poll::Ready(Err(_)) => {
+                        this.upload = None;
+                        this.keep_alive = false;
+                    }
+                    Poll::Pending => {}
+                }
+            }
             match &mut this.state {
                 BodyState::Upgraded => return Poll::Ready(None),
                 BodyState::Length(left) => {

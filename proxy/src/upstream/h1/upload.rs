@@ -1,0 +1,92 @@
+//! The request body on its way to the upstream, written as far as the socket takes it.
+//!
+//! It is driven by polling, alongside reading the response: an upstream may answer before
+//! the body is all sent (a 413, an unasked `100 Continue`, or a full-duplex stream that echoes
+//! as it reads), and the upload goes on for as long as the response is being read.
+
+use std::pin::Pin;
+use std::task::{ready, Context, Poll};
+
+use bytes::buf::Chain;
+use bytes::{Buf, Bytes};
+use http_body::Body;
+use tokio::net::TcpStream;
+
+use super::Error;
+use crate::upstream::body::UpstreamBody;
+
+/// Bytes of one body frame on the wire: the chunk-size line, the data, the chunk's CRLF.
+type Out = Chain<Chain<Bytes, Bytes>, &'static [u8]>;
+
+/// A request body being sent.
+pub struct Upload {
+    body: UpstreamBody,
+    chunked: bool,
+    out: Out,
+    ended: bool,
+}
+
+impl Upload {
+    /// Starts sending `body`, chunk-encoded or as is (its length was declared).
+    pub fn new(body: UpstreamBody, chunked: bool) -> Upload {
+        Upload {
+            body,
+            chunked,
+            out: frame_out(Bytes::new(), Bytes::new(), b""),
+            ended: false,
+        }
+    }
+
+    /// Writes until the socket or the client's body has nothing more to give; `Ready(Ok)`
+    /// once the whole body (and the last chunk) is written.
+    pub fn poll_send(
+        &mut self,
+        cx: &mut Context<'_>,
+        stream: &mut TcpStream,
+    ) -> Poll<Result<(), Error>> {
+        loop {
+            while self.out.has_remaining() {
+                let n = ready!(tokio_util::io::poll_write_buf(
+                    Pin::new(&mut *stream),
+                    cx,
+                    &mut self.out
+                ))?;
+                if n == 0 {
+                    return Poll::Ready(Err(Error::Io(std::io::ErrorKind::WriteZero.into())));
+                }
+            }
+            if self.ended {
+                return Poll::Ready(Ok(()));
+            }
+            match ready!(Pin::new(&mut self.body).poll_frame(cx)) {
+                None => {
+                    self.ended = true;
+                    if self.chunked {
+                        self.out = frame_out(Bytes::new(), Bytes::new(), b"0\r\n\r\n");
+                    }
+                }
+                Some(Err(e)) => return Poll::Ready(Err(Error::RequestBody(e))),
+                Some(Ok(frame)) => {
+                    // Trailers are dropped: HTTP/1 trailers need the client to have announced
+                    // them, and few upstreams read them.
+                    let Ok(data) = frame.into_data() else {
+                        continue;
+                    };
+                    if data.is_empty() {
+                        continue;
+                    }
+                    self.out = if self.chunked {
+                        let size = Bytes::from(format!("{:x}\r\n", data.len()));
+                        frame_out(size, data, b"\r\n")
+                    } else {
+                        frame_out(Bytes::new(), data, b"")
+                    };
+                }
+            }
+        }
+    }
+}
+
+fn frame_out(size: Bytes, data: Bytes, end: &'static [u8]) -> Out {
+    size.chain(data).chain(end)
+}
