@@ -142,6 +142,24 @@ fn a_request_head_trickled_slowly_is_cut_off() {
 }
 
 #[test]
+fn a_request_that_starts_as_an_idle_connection_is_closed_still_completes() {
+    let up = echo("up");
+    let weir = Weir::start(&table(up.port), &["--header-read-timeout", "500ms"]);
+    let mut s = TcpStream::connect(("127.0.0.1", weir.proc.port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    // Half a head; the idle limit passes (close asked, dropped 1 s later if still idle)...
+    s.write_all(b"GET /?delay_ms=1500 HTTP/1.1\r\nHost: t\r\n")
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(800));
+    // ...but the head completes within that second, and its answer takes longer than it.
+    s.write_all(b"\r\n").unwrap();
+    let mut out = Vec::new();
+    let _ = s.read_to_end(&mut out);
+    let answer = String::from_utf8_lossy(&out);
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+}
+
+#[test]
 fn connections_over_the_cap_are_closed_at_accept() {
     let up = echo("up");
     let weir = Weir::start(&table(up.port), &["--max-connections", "2"]);

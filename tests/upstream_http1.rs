@@ -160,21 +160,26 @@ async fn chunked_and_close_delimited_responses_arrive_whole() {
     assert_eq!((r.status, &r.body[..]), (200, &b"until the end"[..]));
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn informational_responses_are_dropped() {
+#[test]
+fn informational_responses_are_dropped_and_reason_phrases_kept() {
     let up = scripted(|_, mut r, mut w| {
         while read_request(&mut r).is_some() {
             w.write_all(
                 b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 103 Early Hints\r\nlink: </a.css>\r\n\r\n\
-                  HTTP/1.1 201 Created\r\ncontent-length: 2\r\n\r\nok",
+                  HTTP/1.1 201 Made It\r\ncontent-length: 2\r\n\r\nok",
             )
             .unwrap();
         }
     });
     let weir = proxy_to(&up);
-    let r = get(&client(), &weir.url("/"), &[]).await;
-    assert_eq!((r.status, &r.body[..]), (201, &b"ok"[..]));
-    assert!(r.header("link").is_none());
+    let answer = raw(
+        weir.proc.port,
+        b"GET / HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n",
+        Duration::from_secs(10),
+    );
+    assert!(answer.starts_with("HTTP/1.1 201 Made It\r\n"), "{answer}");
+    assert!(answer.ends_with("\r\n\r\nok"), "{answer}");
+    assert!(!answer.contains("link:"), "{answer}");
 }
 
 #[test]
@@ -263,6 +268,74 @@ fn an_answer_before_the_upload_ends_reaches_the_client() {
     assert_eq!(&body, b"nope");
     drop(r);
     upload.join().unwrap();
+}
+
+#[test]
+fn an_early_answer_still_gets_the_whole_body_and_the_connection_is_reused() {
+    let size: usize = 4 << 20;
+    let received = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flag = received.clone();
+    let up = scripted(move |n, mut r, mut w| {
+        // Accept at once, then read the whole body, then serve the next request.
+        let mut head = String::new();
+        let mut line = String::new();
+        while r.read_line(&mut line).unwrap() > 0 && line != "\r\n" {
+            head.push_str(&line);
+            line.clear();
+        }
+        assert!(head.contains(&format!("content-length: {size}")), "{head}");
+        w.write_all(b"HTTP/1.1 202 Accepted\r\ncontent-length: 0\r\n\r\n")
+            .unwrap();
+        let mut body = vec![0u8; size];
+        r.read_exact(&mut body).unwrap();
+        assert!(body.iter().all(|&b| b == b'u'));
+        flag.store(true, Ordering::SeqCst);
+        let next = read_request(&mut r).unwrap();
+        let text = format!(
+            "got {size} on {n}, then {}",
+            next.head.lines().next().unwrap()
+        );
+        write!(
+            w,
+            "HTTP/1.1 200 OK\r\ncontent-length: {}\r\n\r\n{text}",
+            text.len()
+        )
+        .unwrap();
+        while read_request(&mut r).is_some() {}
+    });
+    let weir = proxy_to(&up);
+    let mut s = TcpStream::connect(("127.0.0.1", weir.proc.port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    write!(
+        s,
+        "POST /up HTTP/1.1\r\nHost: t\r\nContent-Length: {size}\r\n\r\n"
+    )
+    .unwrap();
+    let mut writer = s.try_clone().unwrap();
+    let mut next = s.try_clone().unwrap();
+    let upload = std::thread::spawn(move || {
+        let chunk = vec![b'u'; 64 * 1024];
+        for _ in 0..(size / chunk.len()) {
+            writer.write_all(&chunk).unwrap();
+        }
+    });
+    let mut r = BufReader::new(s);
+    let mut status = String::new();
+    r.read_line(&mut status).unwrap();
+    assert!(status.starts_with("HTTP/1.1 202"), "{status}");
+    upload.join().unwrap();
+    // The connection is busy until the upload is through; then it is back in the pool (of
+    // this client connection's worker, hence the same client connection for the next request).
+    assert!(eventually(Duration::from_secs(20), || received.load(Ordering::SeqCst)));
+    std::thread::sleep(Duration::from_millis(100));
+    next.write_all(b"GET /next HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let mut answer = String::new();
+    let _ = r.read_to_string(&mut answer);
+    assert!(
+        answer.ends_with(&format!("got {size} on 0, then GET /next HTTP/1.1")),
+        "{answer}"
+    );
 }
 
 #[test]

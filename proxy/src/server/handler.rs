@@ -242,6 +242,9 @@ pub async fn handle(
     // balancer: pick, connect, send; retry connection failures on another target.
     let mut excluded: Vec<Arc<str>> = Vec::new();
     let mut last_timeout = false;
+    // One failure on a kept-alive connection may be the upstream's idle close crossing the
+    // request: that retry keeps the target eligible. A second one counts against the target.
+    let mut stale_retried = false;
     let response = loop {
         if p.ctx.tries.len() > service.retries as usize {
             let status = if last_timeout {
@@ -290,8 +293,15 @@ pub async fn handle(
         };
         let reused = conn.reused;
         p.record.upstream_reused = Some(reused);
-        p.ctx.timings.upstream_sent = Some(Instant::now());
-        let sent = wait_response(conn.send(request), p.stats.as_deref(), service).await;
+        let sent_at = Instant::now();
+        p.ctx.timings.upstream_sent = Some(sent_at);
+        let sent = wait_response(
+            conn.send(request, service.write_timeout),
+            sent_at,
+            p.stats.as_deref(),
+            service,
+        )
+        .await;
         match sent {
             Ok(Ok(resp)) => break resp,
             Ok(Err(e)) => match e.unsent {
@@ -299,7 +309,9 @@ pub async fn handle(
                     // Never acted on: safe to send again. A kept-alive connection the target
                     // closed says nothing about the target, so it stays eligible.
                     fail_try(&mut p.ctx, &e.error.to_string());
-                    if !reused {
+                    if reused && !stale_retried {
+                        stale_retried = true;
+                    } else {
                         excluded.push(target.addr.clone());
                     }
                     request = unsent;
@@ -551,6 +563,7 @@ struct TimedOut;
 /// streaming (between two forwarded frames), the read timeout after it.
 async fn wait_response<F, T>(
     fut: F,
+    sent: Instant,
     stats: Option<&BodyStats>,
     service: &CompiledService,
 ) -> Result<T, TimedOut>
@@ -558,7 +571,6 @@ where
     F: std::future::Future<Output = T>,
 {
     tokio::pin!(fut);
-    let sent = Instant::now();
     let deadline = || -> Instant {
         match stats {
             Some(s) if !s.done.load(Ordering::Relaxed) => {

@@ -297,6 +297,7 @@ fn worker(
             };
         let acceptor = tls_listener.as_ref().map(|_| tls_acceptor(&shared));
         let builder = Arc::new(connection_builder(&shared.opts));
+        tokio::spawn(crate::upstream::sweep_idle());
         let live = Arc::new(AtomicUsize::new(0));
         let port = |l: &tokio::net::TcpListener| l.local_addr().map(|a| a.port()).unwrap_or(0);
         let (plain_port, tls_port) = (port(&listener), tls_listener.as_ref().map_or(0, port));
@@ -425,7 +426,8 @@ fn connection_builder(opts: &ProxyOptions) -> auto::Builder<TokioExecutor> {
     b
 }
 
-/// How long a connection closed for idleness may take to go before it is dropped.
+/// How long a connection asked to close (idle, or at shutdown) may take to go before it is
+/// dropped, unless a request is in flight on it.
 const IDLE_CLOSE_GRACE: Duration = Duration::from_secs(1);
 
 async fn serve_connection<S>(
@@ -457,18 +459,22 @@ async fn serve_connection<S>(
         .opts
         .keepalive_timeout
         .min(shared.opts.header_read_timeout);
+    // Set once the connection was asked to close: an idle one (or one holding half a request
+    // head, which hyper's graceful shutdown leaves open) is dropped at this point.
+    let mut force_close: Option<tokio::time::Instant> = None;
     let mut closing = *stop.borrow();
     if closing {
         conn.as_mut().graceful_shutdown();
+        force_close = Some(tokio::time::Instant::now() + IDLE_CLOSE_GRACE);
     }
     let mut check_at = tokio::time::Instant::now() + idle_limit;
-    let mut force_close: Option<tokio::time::Instant> = None;
     loop {
         tokio::select! {
             _ = conn.as_mut() => break,
             _ = stop.changed(), if !closing => {
                 closing = true;
                 conn.as_mut().graceful_shutdown();
+                force_close = Some(tokio::time::Instant::now() + IDLE_CLOSE_GRACE);
             }
             _ = tokio::time::sleep_until(check_at), if !closing => {
                 match activity.idle_since() {
@@ -483,7 +489,13 @@ async fn serve_connection<S>(
                     None => check_at = tokio::time::Instant::now() + idle_limit,
                 }
             }
-            _ = tokio::time::sleep_until(force_close.unwrap_or(check_at)), if force_close.is_some() => break,
+            _ = tokio::time::sleep_until(force_close.unwrap_or(check_at)), if force_close.is_some() => {
+                // A request that started meanwhile finishes; hyper closes after it.
+                if activity.idle_since().is_some() {
+                    break;
+                }
+                force_close = None;
+            }
         }
     }
 }

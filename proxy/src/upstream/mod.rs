@@ -13,7 +13,7 @@ use http_body::{Body, Frame, SizeHint};
 
 pub use body::{BodyStats, UpstreamBody};
 pub use h1::Upgraded;
-pub use pool::{checkout, Conn, ConnectError, PoolKey, SendError};
+pub use pool::{checkout, sweep_idle, Conn, ConnectError, PoolKey, SendError};
 
 /// A response body from an upstream, over either protocol.
 pub enum ResponseBody {

@@ -23,6 +23,11 @@ use crate::router::Fnv;
 
 /// Idle HTTP/1.1 connections kept per key; more are closed when released.
 const MAX_IDLE_PER_KEY: usize = 256;
+/// How often each worker sweeps its idle connections.
+const SWEEP_EVERY: Duration = Duration::from_secs(10);
+/// Sweeps an idle HTTP/1.1 connection may stay unused: about a minute, under the keep-alive
+/// timeouts upstreams commonly use (nginx 75 s), so the upstream rarely closes one first.
+const MAX_IDLE_SWEEPS: u64 = 6;
 
 /// What identifies interchangeable upstream connections.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -34,12 +39,41 @@ pub struct PoolKey {
 }
 
 enum Sender {
-    H1(h1::Connection),
+    /// With the sweep count at which it became idle.
+    H1(h1::Connection, u64),
     H2(http2::SendRequest<UpstreamBody>),
 }
 
 thread_local! {
     static IDLE: RefCell<HashMap<PoolKey, Vec<Sender>, BuildHasherDefault<Fnv>>> = RefCell::default();
+    /// Sweeps done on this worker: the pool's clock, cheaper than reading the time per release.
+    static SWEEPS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// Closes, every few seconds, this worker's idle connections that the upstream closed or that
+/// went unused for about a minute, and forgets targets with none left. Without it a socket
+/// the upstream closed would sit in CLOSE_WAIT until taken again, which for a target gone
+/// from the table is never. Runs until the worker's runtime stops.
+pub async fn sweep_idle() {
+    let mut tick = tokio::time::interval(SWEEP_EVERY);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    tick.tick().await;
+    loop {
+        tick.tick().await;
+        let now = SWEEPS.with(|s| {
+            s.set(s.get() + 1);
+            s.get()
+        });
+        IDLE.with(|m| {
+            m.borrow_mut().retain(|_, list| {
+                list.retain(|s| match s {
+                    Sender::H1(c, since) => now - since < MAX_IDLE_SWEEPS && c.is_usable(),
+                    Sender::H2(s) => !s.is_closed(),
+                });
+                !list.is_empty()
+            })
+        });
+    }
 }
 
 /// Why no connection could be made.
@@ -114,7 +148,7 @@ async fn connect(key: &PoolKey) -> Result<Conn, ConnectError> {
         });
         Sender::H2(sender)
     } else {
-        Sender::H1(h1::Connection::new(stream))
+        Sender::H1(h1::Connection::new(stream), 0)
     };
     Ok(Conn {
         key: key.clone(),
@@ -129,7 +163,7 @@ fn take_idle(key: &PoolKey) -> Option<Sender> {
         let list = m.get_mut(key)?;
         while let Some(s) = list.pop() {
             match s {
-                Sender::H1(c) if c.is_usable() => return Some(Sender::H1(c)),
+                Sender::H1(c, since) if c.is_usable() => return Some(Sender::H1(c, since)),
                 Sender::H2(s) if !s.is_closed() => {
                     list.push(Sender::H2(s.clone()));
                     return Some(Sender::H2(s));
@@ -156,12 +190,14 @@ async fn resolve(target: &Arc<str>) -> Result<SocketAddr, ConnectError> {
 impl Conn {
     /// Sends a request; on failure, hands the request back if the upstream cannot have acted
     /// on it. An HTTP/1.1 connection travels on inside the response body.
+    /// `write_timeout` bounds sending the rest of a request body after an early answer.
     pub async fn send(
         self,
         req: http::Request<UpstreamBody>,
+        write_timeout: Duration,
     ) -> Result<http::Response<ResponseBody>, SendError> {
         match self.sender {
-            Sender::H1(c) => match c.send(req, self.key, self.reused).await {
+            Sender::H1(c, _) => match c.send(req, self.key, self.reused, write_timeout).await {
                 Ok(res) => Ok(res.map(ResponseBody::H1)),
                 Err(f) => Err(SendError {
                     error: Box::new(f.error),
@@ -183,15 +219,17 @@ impl Conn {
 }
 
 /// Returns an HTTP/1.1 connection whose response was read to its end to this worker's pool.
-pub(super) fn release_h1(key: &PoolKey, conn: h1::Connection) {
+pub(super) fn release_h1(key: &PoolKey, mut conn: h1::Connection) {
+    conn.prepare_idle();
+    let idle = Sender::H1(conn, SWEEPS.with(|s| s.get()));
     IDLE.with(|m| {
         let mut m = m.borrow_mut();
         if let Some(list) = m.get_mut(key) {
             if list.len() < MAX_IDLE_PER_KEY {
-                list.push(Sender::H1(conn));
+                list.push(idle);
             }
         } else {
-            m.insert(key.clone(), vec![Sender::H1(conn)]);
+            m.insert(key.clone(), vec![idle]);
         }
     });
 }

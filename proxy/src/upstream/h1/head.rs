@@ -67,8 +67,10 @@ pub enum HeadError {
     ContentLength,
 }
 
-/// Writes the request line and headers; adds `Host` when absent and the framing header chunked
-/// bodies need (the client's own `Transfer-Encoding` was removed as hop-by-hop).
+/// Writes the request line and headers; adds `Host` when absent. The body's framing header is
+/// written from `framing` alone: the message's own `Content-Length` is never copied, so what
+/// the upstream is told always matches what is sent (the client's `Transfer-Encoding` was
+/// removed as hop-by-hop).
 pub fn encode_request(
     head: &http::request::Parts,
     default_host: &str,
@@ -87,21 +89,53 @@ pub fn encode_request(
         out.extend_from_slice(b"\r\n");
     }
     for (name, value) in &head.headers {
+        if name == header::CONTENT_LENGTH {
+            continue;
+        }
         out.extend_from_slice(name.as_str().as_bytes());
         out.extend_from_slice(b": ");
         out.extend_from_slice(value.as_bytes());
         out.extend_from_slice(b"\r\n");
     }
-    if framing == RequestFraming::Chunked {
-        out.extend_from_slice(b"transfer-encoding: chunked\r\n");
+    match framing {
+        RequestFraming::Chunked => out.extend_from_slice(b"transfer-encoding: chunked\r\n"),
+        RequestFraming::Length(n) => {
+            out.extend_from_slice(b"content-length: ");
+            out.extend_from_slice(n.to_string().as_bytes());
+            out.extend_from_slice(b"\r\n");
+        }
+        // A body-less POST/PUT/PATCH says so, as curl does: some servers insist (411).
+        RequestFraming::Empty
+            if head.headers.contains_key(header::CONTENT_LENGTH)
+                || matches!(head.method, Method::POST | Method::PUT | Method::PATCH) =>
+        {
+            out.extend_from_slice(b"content-length: 0\r\n")
+        }
+        RequestFraming::Empty => {}
     }
     out.extend_from_slice(b"\r\n");
 }
 
-/// The request's declared body length, if it has a valid one.
-pub fn request_length(headers: &HeaderMap) -> Option<u64> {
-    let v = headers.get(header::CONTENT_LENGTH)?;
-    std::str::from_utf8(v.as_bytes()).ok()?.parse().ok()
+/// How a request body is framed: its declared length (or its exact size); a `GET`/`HEAD` of
+/// unknown length as empty (as hyper does; any data then fails the upload); otherwise chunked.
+pub fn request_framing(
+    method: &Method,
+    headers: &HeaderMap,
+    end_stream: bool,
+    exact: Option<u64>,
+) -> RequestFraming {
+    if end_stream {
+        return RequestFraming::Empty;
+    }
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| std::str::from_utf8(v.as_bytes()).ok())
+        .and_then(|v| v.parse().ok());
+    match declared.or(exact) {
+        Some(n) => RequestFraming::Length(n),
+        None if matches!(*method, Method::GET | Method::HEAD) => RequestFraming::Length(0),
+        None => RequestFraming::Chunked,
+    }
 }
 
 /// Parses a response head from the start of `buf`. Returns `None` when more bytes are needed;
@@ -132,6 +166,11 @@ pub fn parse_response(
         .code
         .and_then(|c| StatusCode::from_u16(c).ok())
         .ok_or(HeadError::StatusLine)?;
+    // A reason phrase of the upstream's own travels on (hyper's server writes it).
+    let reason = res
+        .reason
+        .filter(|r| status.canonical_reason() != Some(*r))
+        .and_then(|r| hyper::ext::ReasonPhrase::try_from(r.as_bytes().to_vec()).ok());
     // Header positions relative to the buffer, so values can share the frozen head's bytes.
     let base = buf.as_ptr() as usize;
     let spans: Vec<(usize, usize, usize, usize)> = res
@@ -154,6 +193,7 @@ pub fn parse_response(
     let mut close = false;
     let mut keep_alive_token = false;
     let mut chunked = None;
+    let mut transfer_encoding = false;
     let mut length: Option<u64> = None;
     for &(ns, nl, vs, vl) in &spans {
         let name = HeaderName::from_bytes(&bytes[ns..ns + nl]).map_err(|_| HeadError::Header)?;
@@ -166,6 +206,7 @@ pub fn parse_response(
                 keep_alive_token |= token.eq_ignore_ascii_case(b"keep-alive");
             }
         } else if name == header::TRANSFER_ENCODING {
+            transfer_encoding = true;
             // Only the last coding decides; a later header line overrides an earlier one.
             let last = value
                 .as_bytes()
@@ -190,6 +231,11 @@ pub fn parse_response(
     } else {
         keep_alive_token && !close
     };
+    // Both length headers, or chunking from an HTTP/1.0 server: decodable, but the framing is
+    // suspect, so the connection is not trusted with another request (RFC 9112 §6.1, §6.3).
+    if transfer_encoding && (length.is_some() || version == Version::HTTP_10) {
+        keep_alive = false;
+    }
     let no_body = *method == Method::HEAD
         || status.is_informational()
         || status == StatusCode::NO_CONTENT
@@ -213,6 +259,9 @@ pub fn parse_response(
     };
 
     let mut parts = http::Response::new(()).into_parts().0;
+    if let Some(r) = reason {
+        parts.extensions.insert(r);
+    }
     parts.status = status;
     parts.version = version;
     parts.headers = headers;
@@ -256,13 +305,38 @@ mod tests {
             String::from_utf8(out.clone()).unwrap(),
             "POST /a/b?x=1 HTTP/1.1\r\nhost: 10.0.0.1:80\r\nx-one: 1\r\ntransfer-encoding: chunked\r\n\r\n"
         );
+        // The message's own Content-Length never travels: the framing decides.
+        req.headers
+            .insert(header::CONTENT_LENGTH, HeaderValue::from_static("5"));
+        encode_request(&req, "u", RequestFraming::Chunked, &mut out);
+        let text = String::from_utf8(out.clone()).unwrap();
+        assert!(!text.contains("content-length"), "{text}");
+        encode_request(&req, "u", RequestFraming::Length(7), &mut out);
+        let text = String::from_utf8(out.clone()).unwrap();
+        assert!(
+            text.ends_with("x-one: 1\r\ncontent-length: 7\r\n\r\n"),
+            "{text}"
+        );
+        req.headers.remove(header::CONTENT_LENGTH);
+        assert_eq!(
+            request_framing(&Method::GET, &req.headers, false, None),
+            RequestFraming::Length(0)
+        );
+        assert_eq!(
+            request_framing(&Method::POST, &req.headers, false, None),
+            RequestFraming::Chunked
+        );
+        assert_eq!(
+            request_framing(&Method::POST, &req.headers, false, Some(3)),
+            RequestFraming::Length(3)
+        );
         req.headers
             .insert(header::HOST, HeaderValue::from_static("example.com"));
         req.uri = http::Uri::from_static("*");
         encode_request(&req, "10.0.0.1:80", RequestFraming::Empty, &mut out);
         assert_eq!(
             String::from_utf8(out).unwrap(),
-            "POST * HTTP/1.1\r\nx-one: 1\r\nhost: example.com\r\n\r\n"
+            "POST * HTTP/1.1\r\nx-one: 1\r\nhost: example.com\r\ncontent-length: 0\r\n\r\n"
         );
     }
 

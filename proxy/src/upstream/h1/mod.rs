@@ -14,6 +14,7 @@ use std::future::poll_fn;
 use std::io;
 use std::pin::Pin;
 use std::task::{ready, Context, Poll, Waker};
+use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use http::{Method, Request, Response, StatusCode};
@@ -74,6 +75,8 @@ pub struct ResponseBody {
     keep_alive: bool,
     /// The rest of a request body the upstream answered before receiving whole.
     upload: Option<Box<Upload>>,
+    /// Bound on finishing that upload once the response has ended.
+    write_timeout: Duration,
 }
 
 enum BodyState {
@@ -111,6 +114,15 @@ impl Connection {
         }
     }
 
+    /// Readies the connection for the pool: the next response starts with small reads, and a
+    /// buffer grown by a large body is given back rather than kept by an idle socket.
+    pub fn prepare_idle(&mut self) {
+        self.read_size = INITIAL_READ;
+        if self.buf.capacity() > MAX_READ {
+            self.buf = BytesMut::new();
+        }
+    }
+
     /// Whether an idle connection may carry a request: the upstream has neither closed it nor
     /// sent anything unasked. Costs no system call unless the socket became readable.
     pub fn is_usable(&self) -> bool {
@@ -127,20 +139,22 @@ impl Connection {
     }
 
     /// Writes `req` and reads the response head. `reused` says the connection came from the
-    /// pool, where the upstream may have closed it just as it was taken.
+    /// pool, where the upstream may have closed it just as it was taken; `write_timeout`
+    /// bounds finishing an upload the upstream answered before receiving whole.
     pub async fn send(
         mut self,
         req: Request<UpstreamBody>,
         key: PoolKey,
         reused: bool,
+        write_timeout: Duration,
     ) -> Result<Response<ResponseBody>, Failed> {
         let (parts, body) = req.into_parts();
-        let framing = if body.is_end_stream() {
-            RequestFraming::Empty
-        } else {
-            head::request_length(&parts.headers)
-                .map_or(RequestFraming::Chunked, RequestFraming::Length)
-        };
+        let framing = head::request_framing(
+            &parts.method,
+            &parts.headers,
+            body.is_end_stream(),
+            body.size_hint().exact(),
+        );
         head::encode_request(&parts, &key.target, framing, &mut self.head);
         if let Err(e) = self.stream.write_all(&self.head).await {
             // The upstream never saw a whole request head.
@@ -150,9 +164,11 @@ impl Connection {
             });
         }
         // The body goes out while the response head is awaited, and after it if need be.
-        let mut upload = (framing != RequestFraming::Empty)
-            .then(|| Box::new(Upload::new(body, framing == RequestFraming::Chunked)));
+        let mut upload =
+            (framing != RequestFraming::Empty).then(|| Box::new(Upload::new(body, framing)));
         let mut keep_alive = true;
+        // Any answer at all (a 1xx included) means the upstream saw the request.
+        let mut answered = false;
         let method = parts.method.clone();
         let head = loop {
             match head::parse_response(&mut self.buf, &method) {
@@ -160,7 +176,8 @@ impl Connection {
                     if h.parts.status.is_informational()
                         && h.parts.status != StatusCode::SWITCHING_PROTOCOLS =>
                 {
-                    continue
+                    answered = true;
+                    continue;
                 }
                 Ok(Some(h)) => break h,
                 Ok(None) => {}
@@ -182,23 +199,24 @@ impl Connection {
                 self.poll_fill(cx).map_err(Error::from)
             })
             .await;
-            match filled {
-                Ok(0) => {
-                    // A pooled connection closed under us before any answer: the upstream
-                    // did not process the request, so an idempotent one without a body may
-                    // be sent again.
-                    let retry = reused
-                        && self.buf.is_empty()
-                        && framing == RequestFraming::Empty
-                        && is_idempotent(&method);
-                    return Err(Failed {
-                        error: Error::Closed,
-                        unsent: retry.then(|| Request::from_parts(parts, UpstreamBody::empty())),
-                    });
-                }
-                Ok(_) => {}
+            let closed = match filled {
+                Ok(0) => Error::Closed,
+                Ok(_) => continue,
+                Err(Error::Io(e)) if is_reset(&e) => Error::Io(e),
                 Err(e) => return Err(Failed::new(e)),
-            }
+            };
+            // A pooled connection closed under us before any answer: most likely the
+            // upstream's keep-alive timeout crossed our request, so an idempotent one without
+            // a body may be sent again (as nginx does for its cached connections).
+            let retry = reused
+                && !answered
+                && self.buf.is_empty()
+                && matches!(framing, RequestFraming::Empty | RequestFraming::Length(0))
+                && is_idempotent(&method);
+            return Err(Failed {
+                error: closed,
+                unsent: retry.then(|| Request::from_parts(parts, UpstreamBody::empty())),
+            });
         };
         let state = if head.parts.status == StatusCode::SWITCHING_PROTOCOLS {
             BodyState::Upgraded
@@ -216,6 +234,7 @@ impl Connection {
             state,
             keep_alive: keep_alive && head.keep_alive,
             upload,
+            write_timeout,
         };
         if matches!(body.state, BodyState::Length(0)) {
             body.finish();
@@ -242,6 +261,29 @@ impl Connection {
     }
 }
 
+/// Sends the rest of a request body after its response ended, then pools the connection.
+async fn finish_upload(
+    mut conn: Connection,
+    mut upload: Box<Upload>,
+    key: PoolKey,
+    limit: Duration,
+) {
+    let sent = tokio::time::timeout(limit, poll_fn(|cx| upload.poll_send(cx, &mut conn.stream)));
+    if matches!(sent.await, Ok(Ok(()))) && conn.buf.is_empty() && conn.is_usable() {
+        pool::release_h1(&key, conn);
+    }
+}
+
+/// A reset or broken connection: the peer closed it hard.
+fn is_reset(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::ConnectionReset
+            | io::ErrorKind::BrokenPipe
+            | io::ErrorKind::ConnectionAborted
+    )
+}
+
 impl Failed {
     fn new(error: Error) -> Failed {
         Failed {
@@ -261,12 +303,24 @@ fn is_idempotent(m: &Method) -> bool {
 impl ResponseBody {
     /// The body ended: the connection goes back to the pool if it can carry another request.
     fn finish(&mut self) {
-        if let Some(mut conn) = self.conn.take() {
-            // Bytes past the body's end would be an answer to nothing, and a request body
-            // not sent whole leaves the upstream waiting for it: close instead.
-            if self.keep_alive && self.upload.is_none() && conn.buf.is_empty() {
-                conn.read_size = INITIAL_READ;
-                pool::release_h1(&self.key, conn);
+        let Some(conn) = self.conn.take() else {
+            return;
+        };
+        // Bytes past the body's end would be an answer to nothing: close instead.
+        if !self.keep_alive || !conn.buf.is_empty() {
+            return;
+        }
+        match self.upload.take() {
+            None => pool::release_h1(&self.key, conn),
+            // Answered early (a 202 while the body still streams, say) and not closing: the
+            // upstream still expects the rest, so it is sent before the connection is reused.
+            Some(upload) => {
+                tokio::spawn(finish_upload(
+                    conn,
+                    upload,
+                    self.key.clone(),
+                    self.write_timeout,
+                ));
             }
         }
     }

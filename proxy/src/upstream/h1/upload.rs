@@ -12,26 +12,46 @@ use bytes::{Buf, Bytes};
 use http_body::Body;
 use tokio::net::TcpStream;
 
+use super::head::RequestFraming;
 use super::Error;
 use crate::upstream::body::UpstreamBody;
 
 /// Bytes of one body frame on the wire: the chunk-size line, the data, the chunk's CRLF.
 type Out = Chain<Chain<Bytes, Bytes>, &'static [u8]>;
 
+/// A request body that does not match the length announced upstream.
+#[derive(Debug, thiserror::Error)]
+pub enum LengthMismatch {
+    /// More bytes than announced: sending them would start a request of their own.
+    #[error("request body longer than its {0}-byte Content-Length")]
+    Long(u64),
+    /// Fewer: the upstream would wait for the rest, or read the next request as body.
+    #[error("request body shorter than its {0}-byte Content-Length")]
+    Short(u64),
+}
+
 /// A request body being sent.
 pub struct Upload {
     body: UpstreamBody,
     chunked: bool,
+    /// The announced length and what is left of it (`None` when chunked).
+    length: Option<(u64, u64)>,
     out: Out,
     ended: bool,
 }
 
 impl Upload {
-    /// Starts sending `body`, chunk-encoded or as is (its length was declared).
-    pub fn new(body: UpstreamBody, chunked: bool) -> Upload {
+    /// Starts sending `body` as `framing` (length or chunked) announced it.
+    pub fn new(body: UpstreamBody, framing: RequestFraming) -> Upload {
+        let length = match framing {
+            RequestFraming::Length(n) => Some((n, n)),
+            RequestFraming::Empty => Some((0, 0)),
+            RequestFraming::Chunked => None,
+        };
         Upload {
             body,
-            chunked,
+            chunked: length.is_none(),
+            length,
             out: frame_out(Bytes::new(), Bytes::new(), b""),
             ended: false,
         }
@@ -58,8 +78,21 @@ impl Upload {
             if self.ended {
                 return Poll::Ready(Ok(()));
             }
+            // All announced bytes are out: done, without waiting for the client's body to
+            // say so (hyper may only say it when the client's next request arrives).
+            if self.length.is_some_and(|(_, left)| left == 0) {
+                self.ended = true;
+                return Poll::Ready(Ok(()));
+            }
             match ready!(Pin::new(&mut self.body).poll_frame(cx)) {
                 None => {
+                    if let Some((n, left)) = self.length {
+                        if left > 0 {
+                            return Poll::Ready(Err(Error::RequestBody(Box::new(
+                                LengthMismatch::Short(n),
+                            ))));
+                        }
+                    }
                     self.ended = true;
                     if self.chunked {
                         self.out = frame_out(Bytes::new(), Bytes::new(), b"0\r\n\r\n");
@@ -74,6 +107,16 @@ impl Upload {
                     };
                     if data.is_empty() {
                         continue;
+                    }
+                    if let Some((n, left)) = self.length.as_mut() {
+                        match left.checked_sub(data.len() as u64) {
+                            Some(rest) => *left = rest,
+                            None => {
+                                return Poll::Ready(Err(Error::RequestBody(Box::new(
+                                    LengthMismatch::Long(*n),
+                                ))))
+                            }
+                        }
                     }
                     self.out = if self.chunked {
                         let size = Bytes::from(format!("{:x}\r\n", data.len()));
