@@ -70,8 +70,9 @@ impl Received {
     }
 }
 
-/// Reads one request (head and body, by its framing); `None` when the peer closed.
-fn read_request(r: &mut BufReader<TcpStream>) -> Option<Received> {
+/// Reads a message head (request or response) through its empty line; `None` when the peer
+/// closed first.
+fn read_head(r: &mut BufReader<TcpStream>) -> Option<String> {
     let mut head = String::new();
     loop {
         let mut line = String::new();
@@ -80,9 +81,35 @@ fn read_request(r: &mut BufReader<TcpStream>) -> Option<Received> {
         }
         head.push_str(&line);
         if line == "\r\n" {
-            break;
+            return Some(head);
         }
     }
+}
+
+/// Reads one chunk of a chunked body: its data, empty for the last chunk.
+fn read_chunk(r: &mut BufReader<TcpStream>) -> Vec<u8> {
+    let mut size = String::new();
+    r.read_line(&mut size).unwrap();
+    let n = usize::from_str_radix(size.trim(), 16).unwrap();
+    let mut chunk = vec![0; n + 2];
+    r.read_exact(&mut chunk).unwrap();
+    chunk.truncate(n);
+    chunk
+}
+
+/// Answers 200 with `body` and its length.
+fn respond(w: &mut TcpStream, body: &str) {
+    write!(
+        w,
+        "HTTP/1.1 200 OK\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+}
+
+/// Reads one request (head and body, by its framing); `None` when the peer closed.
+fn read_request(r: &mut BufReader<TcpStream>) -> Option<Received> {
+    let head = read_head(r)?;
     let mut req = Received {
         head,
         body: Vec::new(),
@@ -93,15 +120,11 @@ fn read_request(r: &mut BufReader<TcpStream>) -> Option<Received> {
         req.body = body;
     } else if req.header("transfer-encoding").as_deref() == Some("chunked") {
         loop {
-            let mut size = String::new();
-            r.read_line(&mut size).unwrap();
-            let n = usize::from_str_radix(size.trim(), 16).unwrap();
-            let mut chunk = vec![0; n + 2];
-            r.read_exact(&mut chunk).unwrap();
-            if n == 0 {
+            let chunk = read_chunk(r);
+            if chunk.is_empty() {
                 break;
             }
-            req.body.extend_from_slice(&chunk[..n]);
+            req.body.extend_from_slice(&chunk);
         }
     }
     Some(req)
@@ -194,13 +217,10 @@ fn request_bodies_keep_their_length_or_travel_chunked() {
                 (None, Some(te)) => te,
                 other => panic!("framing {other:?}"),
             };
-            let body = format!("{framing}: {}", String::from_utf8_lossy(&req.body));
-            write!(
-                w,
-                "HTTP/1.1 200 OK\r\ncontent-length: {}\r\n\r\n{body}",
-                body.len()
-            )
-            .unwrap();
+            respond(
+                &mut w,
+                &format!("{framing}: {}", String::from_utf8_lossy(&req.body)),
+            );
         }
     });
     let weir = proxy_to(&up);
@@ -223,10 +243,7 @@ fn request_bodies_keep_their_length_or_travel_chunked() {
 #[test]
 fn an_answer_before_the_upload_ends_reaches_the_client() {
     let up = scripted(|_, mut r, mut w| {
-        let mut line = String::new();
-        while r.read_line(&mut line).unwrap() > 0 && line != "\r\n" {
-            line.clear();
-        }
+        read_head(&mut r).unwrap();
         // Refuse the body without reading it.
         w.write_all(
             b"HTTP/1.1 413 Payload Too Large\r\nconnection: close\r\ncontent-length: 4\r\n\r\nnope",
@@ -258,11 +275,7 @@ fn an_answer_before_the_upload_ends_reaches_the_client() {
     r.read_line(&mut status).unwrap();
     assert!(status.starts_with("HTTP/1.1 413"), "{status}");
     // The upstream's own answer, not one of Weir's.
-    let mut line = String::new();
-    while line != "\r\n" {
-        line.clear();
-        r.read_line(&mut line).unwrap();
-    }
+    read_head(&mut r).unwrap();
     let mut body = [0u8; 4];
     r.read_exact(&mut body).unwrap();
     assert_eq!(&body, b"nope");
@@ -277,12 +290,7 @@ fn an_early_answer_still_gets_the_whole_body_and_the_connection_is_reused() {
     let flag = received.clone();
     let up = scripted(move |n, mut r, mut w| {
         // Accept at once, then read the whole body, then serve the next request.
-        let mut head = String::new();
-        let mut line = String::new();
-        while r.read_line(&mut line).unwrap() > 0 && line != "\r\n" {
-            head.push_str(&line);
-            line.clear();
-        }
+        let head = read_head(&mut r).unwrap();
         assert!(head.contains(&format!("content-length: {size}")), "{head}");
         w.write_all(b"HTTP/1.1 202 Accepted\r\ncontent-length: 0\r\n\r\n")
             .unwrap();
@@ -291,16 +299,8 @@ fn an_early_answer_still_gets_the_whole_body_and_the_connection_is_reused() {
         assert!(body.iter().all(|&b| b == b'u'));
         flag.store(true, Ordering::SeqCst);
         let next = read_request(&mut r).unwrap();
-        let text = format!(
-            "got {size} on {n}, then {}",
-            next.head.lines().next().unwrap()
-        );
-        write!(
-            w,
-            "HTTP/1.1 200 OK\r\ncontent-length: {}\r\n\r\n{text}",
-            text.len()
-        )
-        .unwrap();
+        let line = next.head.lines().next().unwrap();
+        respond(&mut w, &format!("got {size} on {n}, then {line}"));
         while read_request(&mut r).is_some() {}
     });
     let weir = proxy_to(&up);
@@ -342,24 +342,17 @@ fn an_early_answer_still_gets_the_whole_body_and_the_connection_is_reused() {
 fn a_full_duplex_upstream_answers_while_the_body_streams() {
     // Echoes each chunk as it arrives, having answered at once.
     let up = scripted(|_, mut r, mut w| {
-        let mut line = String::new();
-        while r.read_line(&mut line).unwrap() > 0 && line != "\r\n" {
-            line.clear();
-        }
+        read_head(&mut r).unwrap();
         w.write_all(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n")
             .unwrap();
         loop {
-            let mut size = String::new();
-            r.read_line(&mut size).unwrap();
-            let n = usize::from_str_radix(size.trim(), 16).unwrap();
-            let mut chunk = vec![0; n + 2];
-            r.read_exact(&mut chunk).unwrap();
-            if n == 0 {
-                w.write_all(b"0\r\n\r\n").unwrap();
+            let chunk = read_chunk(&mut r);
+            write!(w, "{:x}\r\n", chunk.len()).unwrap();
+            w.write_all(&chunk).unwrap();
+            w.write_all(b"\r\n").unwrap();
+            if chunk.is_empty() {
                 return;
             }
-            write!(w, "{n:x}\r\n").unwrap();
-            w.write_all(&chunk).unwrap();
         }
     });
     let weir = proxy_to(&up);
@@ -398,13 +391,10 @@ async fn a_kept_alive_connection_closed_by_the_upstream_is_retried() {
             let _ = read_request(&mut r);
             return;
         }
-        let body = format!("{} on {n}", req.head.lines().next().unwrap());
-        write!(
-            w,
-            "HTTP/1.1 200 OK\r\ncontent-length: {}\r\n\r\n{body}",
-            body.len()
-        )
-        .unwrap();
+        respond(
+            &mut w,
+            &format!("{} on {n}", req.head.lines().next().unwrap()),
+        );
         while read_request(&mut r).is_some() {}
     });
     let weir = proxy_to(&up);
@@ -491,13 +481,8 @@ fn bytes_right_behind_a_101_reach_the_client() {
     s.write_all(b"GET /ws HTTP/1.1\r\nHost: t\r\nConnection: upgrade\r\nUpgrade: x-test\r\n\r\n")
         .unwrap();
     let mut r = BufReader::new(s.try_clone().unwrap());
-    let mut line = String::new();
-    r.read_line(&mut line).unwrap();
-    assert!(line.starts_with("HTTP/1.1 101"), "{line}");
-    while line != "\r\n" {
-        line.clear();
-        r.read_line(&mut line).unwrap();
-    }
+    let head = read_head(&mut r).unwrap();
+    assert!(head.starts_with("HTTP/1.1 101"), "{head}");
     let mut hello = [0u8; 5];
     r.read_exact(&mut hello).unwrap();
     assert_eq!(&hello, b"HELLO");

@@ -60,20 +60,25 @@ pub async fn sweep_idle() {
     tick.tick().await;
     loop {
         tick.tick().await;
-        let now = SWEEPS.with(|s| {
-            s.set(s.get() + 1);
-            s.get()
-        });
-        IDLE.with(|m| {
-            m.borrow_mut().retain(|_, list| {
-                list.retain(|s| match s {
-                    Sender::H1(c, since) => now - since < MAX_IDLE_SWEEPS && c.is_usable(),
-                    Sender::H2(s) => !s.is_closed(),
-                });
-                !list.is_empty()
-            })
-        });
+        sweep_once();
     }
+}
+
+/// One sweep of this worker's idle connections.
+fn sweep_once() {
+    let now = SWEEPS.with(|s| {
+        s.set(s.get() + 1);
+        s.get()
+    });
+    IDLE.with(|m| {
+        m.borrow_mut().retain(|_, list| {
+            list.retain(|s| match s {
+                Sender::H1(c, since) => now - since < MAX_IDLE_SWEEPS && c.is_usable(),
+                Sender::H2(s) => !s.is_closed(),
+            });
+            !list.is_empty()
+        })
+    });
 }
 
 /// Why no connection could be made.
@@ -88,7 +93,7 @@ pub enum ConnectError {
     /// TCP connect took longer than the service's connect timeout.
     #[error("connect to {0} timed out")]
     Timeout(Arc<str>),
-    /// The HTTP handshake failed.
+    /// The HTTP/2 handshake failed.
     #[error("handshake with {0} failed: {1}")]
     Handshake(Arc<str>, hyper::Error),
 }
@@ -97,7 +102,7 @@ pub enum ConnectError {
 pub struct SendError {
     /// The underlying error.
     pub error: Box<dyn std::error::Error + Send + Sync>,
-    /// The request, when it was never written (safe to send elsewhere).
+    /// The request, when the upstream cannot have acted on it (safe to send again).
     pub unsent: Option<http::Request<UpstreamBody>>,
 }
 
@@ -197,13 +202,10 @@ impl Conn {
         write_timeout: Duration,
     ) -> Result<http::Response<ResponseBody>, SendError> {
         match self.sender {
-            Sender::H1(c, _) => match c.send(req, self.key, self.reused, write_timeout).await {
-                Ok(res) => Ok(res.map(ResponseBody::H1)),
-                Err(f) => Err(SendError {
-                    error: Box::new(f.error),
-                    unsent: f.unsent,
-                }),
-            },
+            Sender::H1(c, _) => c
+                .send(req, self.key, self.reused, write_timeout)
+                .await
+                .map(|res| res.map(ResponseBody::H1)),
             Sender::H2(mut s) => match s.try_send_request(req).await {
                 Ok(res) => Ok(res.map(ResponseBody::H2)),
                 Err(mut e) => {
@@ -232,4 +234,62 @@ pub(super) fn release_h1(key: &PoolKey, mut conn: h1::Connection) {
             m.insert(key.clone(), vec![idle]);
         }
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::net::TcpListener;
+
+    fn idle(key: &PoolKey) -> usize {
+        IDLE.with(|m| m.borrow().get(key).map_or(0, Vec::len))
+    }
+
+    /// A pooled connection to a fresh listener, and the listener's end of it.
+    async fn pooled() -> (PoolKey, TcpStream) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let client = TcpStream::connect(addr).await.unwrap();
+        let (server, _) = listener.accept().await.unwrap();
+        let key = PoolKey {
+            target: addr.to_string().into(),
+            h2: false,
+        };
+        release_h1(&key, h1::Connection::new(client));
+        (key, server)
+    }
+
+    #[tokio::test]
+    async fn sweeps_close_connections_the_upstream_closed() {
+        let (key, server) = pooled().await;
+        let (kept, _server2) = pooled().await;
+        sweep_once();
+        assert_eq!((idle(&key), idle(&kept)), (1, 1));
+        drop(server);
+        // Let the runtime see the close.
+        for _ in 0..100 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            sweep_once();
+            if idle(&key) == 0 {
+                break;
+            }
+        }
+        assert_eq!(idle(&key), 0, "closed connection still pooled");
+        assert!(
+            IDLE.with(|m| !m.borrow().contains_key(&key)),
+            "empty key kept"
+        );
+        assert_eq!(idle(&kept), 1);
+    }
+
+    #[tokio::test]
+    async fn sweeps_close_connections_idle_for_about_a_minute() {
+        let (key, _server) = pooled().await;
+        for _ in 1..MAX_IDLE_SWEEPS {
+            sweep_once();
+        }
+        assert_eq!(idle(&key), 1, "closed before its time");
+        sweep_once();
+        assert_eq!(idle(&key), 0, "kept past {MAX_IDLE_SWEEPS} sweeps");
+    }
 }

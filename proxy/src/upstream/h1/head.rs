@@ -367,6 +367,13 @@ mod tests {
         );
         assert_eq!(chunked.framing, ResponseFraming::Chunked);
         assert!(!chunked.parts.headers.contains_key(header::CONTENT_LENGTH));
+        // Both length headers, or chunking from HTTP/1.0: decoded, but not trusted again.
+        assert!(!chunked.keep_alive);
+        let old =
+            head("HTTP/1.0 200 OK\r\nConnection: keep-alive\r\nTransfer-Encoding: chunked\r\n\r\n");
+        assert_eq!(old.framing, ResponseFraming::Chunked);
+        assert!(!old.keep_alive);
+        assert!(head("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n").keep_alive);
         let not_last = head("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked, gzip\r\n\r\n");
         assert_eq!(not_last.framing, ResponseFraming::Close);
         assert!(!not_last.keep_alive);

@@ -23,7 +23,7 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
 use super::body::UpstreamBody;
-use super::pool::{self, PoolKey};
+use super::pool::{self, PoolKey, SendError};
 pub use chunked::ChunkError;
 use chunked::{ChunkedDecoder, Decoded};
 pub use head::HeadError;
@@ -95,14 +95,6 @@ pub struct Upgraded {
     pub read_ahead: Bytes,
 }
 
-/// A failed exchange, and the request when it is safe to send it to another target.
-pub struct Failed {
-    /// What went wrong.
-    pub error: Error,
-    /// The request, when the upstream cannot have acted on it.
-    pub unsent: Option<Request<UpstreamBody>>,
-}
-
 impl Connection {
     /// Wraps a connected stream.
     pub fn new(stream: TcpStream) -> Connection {
@@ -147,7 +139,7 @@ impl Connection {
         key: PoolKey,
         reused: bool,
         write_timeout: Duration,
-    ) -> Result<Response<ResponseBody>, Failed> {
+    ) -> Result<Response<ResponseBody>, SendError> {
         let (parts, body) = req.into_parts();
         let framing = head::request_framing(
             &parts.method,
@@ -158,10 +150,7 @@ impl Connection {
         head::encode_request(&parts, &key.target, framing, &mut self.head);
         if let Err(e) = self.stream.write_all(&self.head).await {
             // The upstream never saw a whole request head.
-            return Err(Failed {
-                error: e.into(),
-                unsent: Some(Request::from_parts(parts, body)),
-            });
+            return Err(failed(e.into(), Some(Request::from_parts(parts, body))));
         }
         // The body goes out while the response head is awaited, and after it if need be.
         let mut upload =
@@ -181,20 +170,14 @@ impl Connection {
                 }
                 Ok(Some(h)) => break h,
                 Ok(None) => {}
-                Err(e) => return Err(Failed::new(e.into())),
+                Err(e) => return Err(failed(e.into(), None)),
             }
             let filled = poll_fn(|cx| {
-                if let Some(up) = upload.as_mut() {
-                    match up.poll_send(cx, &mut self.stream) {
-                        Poll::Ready(Ok(())) => upload = None,
-                        Poll::Ready(Err(e @ Error::RequestBody(_))) => return Poll::Ready(Err(e)),
-                        // The upstream stopped reading; what it says may still arrive.
-                        Poll::Ready(Err(_)) => {
-                            upload = None;
-                            keep_alive = false;
-                        }
-                        Poll::Pending => {}
-                    }
+                match poll_upload(&mut upload, cx, &mut self.stream) {
+                    Err(e @ Error::RequestBody(_)) => return Poll::Ready(Err(e)),
+                    // The upstream stopped reading; what it says may still arrive.
+                    Err(_) => keep_alive = false,
+                    Ok(()) => {}
                 }
                 self.poll_fill(cx).map_err(Error::from)
             })
@@ -203,7 +186,7 @@ impl Connection {
                 Ok(0) => Error::Closed,
                 Ok(_) => continue,
                 Err(Error::Io(e)) if is_reset(&e) => Error::Io(e),
-                Err(e) => return Err(Failed::new(e)),
+                Err(e) => return Err(failed(e, None)),
             };
             // A pooled connection closed under us before any answer: most likely the
             // upstream's keep-alive timeout crossed our request, so an idempotent one without
@@ -213,10 +196,8 @@ impl Connection {
                 && self.buf.is_empty()
                 && matches!(framing, RequestFraming::Empty | RequestFraming::Length(0))
                 && is_idempotent(&method);
-            return Err(Failed {
-                error: closed,
-                unsent: retry.then(|| Request::from_parts(parts, UpstreamBody::empty())),
-            });
+            let unsent = retry.then(|| Request::from_parts(parts, UpstreamBody::empty()));
+            return Err(failed(closed, unsent));
         };
         let state = if head.parts.status == StatusCode::SWITCHING_PROTOCOLS {
             BodyState::Upgraded
@@ -261,6 +242,25 @@ impl Connection {
     }
 }
 
+/// Moves an unfinished upload along as far as it goes now; on its end or failure it is dropped,
+/// and a failure is returned.
+fn poll_upload(
+    upload: &mut Option<Box<Upload>>,
+    cx: &mut Context<'_>,
+    stream: &mut TcpStream,
+) -> Result<(), Error> {
+    let Some(up) = upload.as_mut() else {
+        return Ok(());
+    };
+    match up.poll_send(cx, stream) {
+        Poll::Pending => Ok(()),
+        Poll::Ready(r) => {
+            *upload = None;
+            r
+        }
+    }
+}
+
 /// Sends the rest of a request body after its response ended, then pools the connection.
 async fn finish_upload(
     mut conn: Connection,
@@ -284,12 +284,10 @@ fn is_reset(e: &io::Error) -> bool {
     )
 }
 
-impl Failed {
-    fn new(error: Error) -> Failed {
-        Failed {
-            error,
-            unsent: None,
-        }
+fn failed(error: Error, unsent: Option<Request<UpstreamBody>>) -> SendError {
+    SendError {
+        error: Box::new(error),
+        unsent,
     }
 }
 
@@ -356,15 +354,8 @@ impl http_body::Body for ResponseBody {
             let Some(conn) = this.conn.as_mut() else {
                 return Poll::Ready(None);
             };
-            if let Some(up) = this.upload.as_mut() {
-                match up.poll_send(cx, &mut conn.stream) {
-                    Poll::Ready(Ok(())) => this.upload = None,
-                    Poll::Ready(Err(_)) => {
-                        this.upload = None;
-                        this.keep_alive = false;
-                    }
-                    Poll::Pending => {}
-                }
+            if poll_upload(&mut this.upload, cx, &mut conn.stream).is_err() {
+                this.keep_alive = false;
             }
             match &mut this.state {
                 BodyState::Upgraded => return Poll::Ready(None),
