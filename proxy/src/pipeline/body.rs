@@ -11,7 +11,8 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
-use tokio::time::Sleep;
+
+use crate::timer::Timer;
 
 use super::{LogRecord, RequestCtx};
 use crate::plugins::BodyChunk;
@@ -33,7 +34,7 @@ enum Inner {
     Upstream {
         body: ResponseBody,
         read_timeout: Duration,
-        timer: Option<Pin<Box<Sleep>>>,
+        timer: Option<Timer>,
     },
 }
 
@@ -176,9 +177,10 @@ impl ProxyBody {
                     Poll::Ready(r)
                 }
                 Poll::Pending => {
-                    let t =
-                        timer.get_or_insert_with(|| Box::pin(tokio::time::sleep(*read_timeout)));
-                    match t.as_mut().poll(cx) {
+                    let t = timer.get_or_insert_with(|| {
+                        Timer::at(tokio::time::Instant::now() + *read_timeout)
+                    });
+                    match Pin::new(t).poll(cx) {
                         Poll::Ready(()) => {
                             // Dropping the body closes the connection mid-response.
                             *body = ResponseBody::Done;

@@ -285,8 +285,9 @@ pub struct Latencies {
     pub total: f64,
 }
 
+/// Milliseconds with microsecond precision (without `as_micros`' 128-bit division).
 fn ms(d: Duration) -> f64 {
-    (d.as_micros() as f64) / 1000.0
+    d.as_secs() as f64 * 1000.0 + f64::from(d.subsec_micros()) / 1000.0
 }
 
 impl Timings {

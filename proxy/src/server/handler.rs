@@ -21,7 +21,7 @@ use crate::pipeline::{
 };
 use crate::plugins::{EarlyResponse, RequestHead};
 use crate::router::{normalize_path, request_host, Lookup, RequestView};
-use crate::upstream::{self, BodyStats, PoolKey, UpstreamBody};
+use crate::upstream::{self, Added, BodyStats, PoolKey, UpstreamBody};
 
 const SERVER: HeaderValue = HeaderValue::from_static("weir");
 const PROXY_LATENCY: HeaderName = HeaderName::from_static("x-weir-proxy-latency");
@@ -109,16 +109,17 @@ impl Pending {
     }
 }
 
-/// Handles one request; never fails (errors become responses).
+/// Handles one request (`body` is `None` when it has none); never fails (errors become
+/// responses).
 pub async fn handle(
     shared: Arc<Shared>,
     conn: Arc<ConnInfo>,
     activity: Arc<ConnActivity>,
-    req: Request<Incoming>,
+    mut head: RequestHead,
+    body: Option<Incoming>,
 ) -> Response<ProxyBody> {
     let guard = InFlight::new(&activity);
     let rt = shared.runtime.load_full();
-    let (mut head, body) = req.into_parts();
     let client_ip = headers::client_ip(conn.peer.ip(), &head.headers, &shared.opts.trusted_proxies);
     let ctx = RequestCtx::new(client_ip, next_request_id(), rt.global.clone());
     let record = LogRecord {
@@ -157,7 +158,12 @@ pub async fn handle(
         Err(e) => return p.error(StatusCode::BAD_REQUEST, &e.to_string()),
     };
     p.record.path.clone_from(&path);
-    let host = request_host(&head.uri, &head.headers);
+    // Without global plugins nothing can have changed the head since the log record's Host.
+    let host = if p.ctx.plugins().is_empty() {
+        p.record.host.as_str()
+    } else {
+        request_host(&head.uri, &head.headers)
+    };
     let view = RequestView {
         host,
         path: &path,
@@ -180,7 +186,8 @@ pub async fn handle(
         }
         Lookup::WrongProtocol(m) => {
             let route = &rt.routes[m.route];
-            return redirect_to_https(p, route, host, &head);
+            let host = host.to_owned();
+            return redirect_to_https(p, route, &host, &head);
         }
     };
     let route = &rt.routes[m.route];
@@ -223,14 +230,24 @@ pub async fn handle(
         head.uri.query(),
     );
     let stripped = (route.strip_path && m.matched_len > 0).then(|| &path[..m.matched_len]);
-    prepare_request_headers(&mut head, &p, &conn, route, stripped, upgrade);
+    // hyper answers `Expect: 100-continue` itself when the body is first read (the fast path,
+    // which passes no body, never takes a request that has one).
+    if body.is_some() {
+        head.headers.remove(header::EXPECT);
+    }
+    let mut added = Added::default();
+    prepare_request_headers(&mut head, &mut added, &p, &conn, route, stripped, upgrade);
+    if service.h2 {
+        added.append_to(&mut head.headers);
+    }
 
-    let body = if body.is_end_stream() {
-        UpstreamBody::empty()
-    } else {
-        let stats = BodyStats::new();
-        p.stats = Some(stats.clone());
-        UpstreamBody::streamed(body, stats, max_body)
+    let body = match body {
+        Some(body) if !body.is_end_stream() => {
+            let stats = BodyStats::new();
+            p.stats = Some(stats.clone());
+            UpstreamBody::streamed(body, stats, max_body)
+        }
+        _ => UpstreamBody::empty(),
     };
     head.uri = match upstream_path.parse() {
         Ok(uri) => uri,
@@ -296,7 +313,7 @@ pub async fn handle(
         let sent_at = Instant::now();
         p.ctx.timings.upstream_sent = Some(sent_at);
         let sent = wait_response(
-            conn.send(request, service.write_timeout),
+            conn.send(request, &added, service.write_timeout),
             sent_at,
             p.stats.as_deref(),
             service,
@@ -496,6 +513,7 @@ fn expand_rewrite(template: &str, regexes: &[regex::Regex], path: &str) -> Strin
 
 fn prepare_request_headers(
     head: &mut RequestHead,
+    added: &mut Added,
     p: &Pending,
     conn: &ConnInfo,
     route: &CompiledRoute,
@@ -510,10 +528,9 @@ fn prepare_request_headers(
             .and_then(|a| HeaderValue::from_str(a.as_str()).ok())
     });
     headers::remove_hop_by_hop(&mut head.headers, upgrade);
-    // One growth of the map instead of one per added header.
-    head.headers.reserve(8);
     headers::set_forwarded(
         &mut head.headers,
+        added,
         &Forwarding {
             peer: conn.peer.ip(),
             peer_value: &conn.peer_value,
@@ -530,9 +547,7 @@ fn prepare_request_headers(
             head.headers.insert(header::HOST, h);
         }
     }
-    // hyper answers `Expect: 100-continue` itself when the body is first read.
-    head.headers.remove(header::EXPECT);
-    head.headers.append(header::VIA, headers::VIA);
+    added.push(header::VIA, headers::VIA);
 }
 
 /// A latency in milliseconds as a header value; the common single digits need no allocation.
@@ -580,14 +595,16 @@ where
             None => sent + service.read_timeout,
         }
     };
+    let mut timer = crate::timer::Timer::at(deadline());
     loop {
-        let at = deadline();
         tokio::select! {
             r = &mut fut => return Ok(r),
-            _ = tokio::time::sleep_until(at.into()) => {
-                if Instant::now() >= deadline() {
+            _ = &mut timer => {
+                let at = deadline();
+                if Instant::now() >= at {
                     return Err(TimedOut);
                 }
+                timer.reset(at);
             }
         }
     }

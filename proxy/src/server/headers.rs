@@ -6,6 +6,8 @@ use std::str::FromStr;
 
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 
+use crate::upstream::Added;
+
 /// An IP network in CIDR notation (`10.0.0.0/8`, `::1/128`, or a bare address).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Cidr {
@@ -181,10 +183,54 @@ pub struct Forwarding<'a> {
     pub stripped_prefix: Option<&'a str>,
 }
 
+/// The forwarding headers a client that is not a trusted proxy may not set.
+const FORWARDING: [HeaderName; 6] = [
+    X_FORWARDED_FOR,
+    X_FORWARDED_PROTO,
+    X_FORWARDED_HOST,
+    X_FORWARDED_PORT,
+    X_FORWARDED_PREFIX,
+    X_REAL_IP,
+];
+
 /// Sets `X-Forwarded-For/Proto/Host/Port/Prefix` and `X-Real-IP`, keeping incoming values only
 /// from trusted proxies.
-pub fn set_forwarded(headers: &mut HeaderMap, f: &Forwarding<'_>, trusted_list: &[Cidr]) {
+///
+/// From any other peer the client's own are removed and the proxy's go to `added` (written
+/// after the request's headers, without map inserts); from a trusted proxy the map is edited.
+pub fn set_forwarded(
+    headers: &mut HeaderMap,
+    added: &mut Added,
+    f: &Forwarding<'_>,
+    trusted_list: &[Cidr],
+) {
     let from_trusted = trusted(trusted_list, f.peer);
+    if !from_trusted {
+        let forwarding = |n: &HeaderName| {
+            let n = n.as_str();
+            n.starts_with("x-forwarded-") || n == "x-real-ip"
+        };
+        if headers.keys().any(forwarding) {
+            for n in FORWARDING {
+                headers.remove(n);
+            }
+        }
+        added.push(X_FORWARDED_FOR, f.peer_value.clone());
+        added.push(X_FORWARDED_PROTO, HeaderValue::from_static(f.proto));
+        if let Some(h) = f.host {
+            added.push(X_FORWARDED_HOST, h.clone());
+        }
+        added.push(X_FORWARDED_PORT, f.port.clone());
+        if let Some(v) = f
+            .stripped_prefix
+            .and_then(|p| HeaderValue::from_str(p).ok())
+        {
+            added.push(X_FORWARDED_PREFIX, v);
+        }
+        // An untrusted peer is the client.
+        added.push(X_REAL_IP, f.peer_value.clone());
+        return;
+    }
     let prev: Vec<&str> = if from_trusted {
         headers
             .get_all(X_FORWARDED_FOR)
@@ -340,9 +386,15 @@ mod tests {
             port: &port,
             stripped_prefix: Some("/api"),
         };
-        set_forwarded(&mut h, &f, &[]);
+        h.insert(X_FORWARDED_PREFIX, HeaderValue::from_static("/spoof"));
+        let mut added = Added::default();
+        set_forwarded(&mut h, &mut added, &f, &[]);
+        assert!(!h.contains_key(X_FORWARDED_FOR) && !h.contains_key(X_FORWARDED_PREFIX));
+        added.append_to(&mut h);
+        let xff: Vec<_> = h.get_all(X_FORWARDED_FOR).iter().collect();
         assert_eq!(
-            h[X_FORWARDED_FOR], "127.0.0.1",
+            xff,
+            ["127.0.0.1"],
             "spoofed value from an untrusted peer is replaced"
         );
         assert_eq!(h[X_FORWARDED_PROTO], "http");
@@ -355,12 +407,17 @@ mod tests {
         h.insert(X_FORWARDED_FOR, HeaderValue::from_static("6.6.6.6"));
         h.append(X_FORWARDED_FOR, HeaderValue::from_static("7.7.7.7"));
         h.insert(X_FORWARDED_PROTO, HeaderValue::from_static("https"));
-        set_forwarded(&mut h, &f, &cidrs(&["127.0.0.0/8"]));
+        set_forwarded(&mut h, &mut added, &f, &cidrs(&["127.0.0.0/8"]));
+        assert_eq!(
+            added.iter().count(),
+            0,
+            "a trusted peer's headers are edited in place"
+        );
         assert_eq!(h[X_FORWARDED_FOR], "6.6.6.6, 7.7.7.7, 127.0.0.1");
         assert_eq!(h[X_FORWARDED_PROTO], "https");
 
         f.client = "7.7.7.7".parse().unwrap();
-        set_forwarded(&mut h, &f, &cidrs(&["127.0.0.0/8"]));
+        set_forwarded(&mut h, &mut added, &f, &cidrs(&["127.0.0.0/8"]));
         assert_eq!(h[X_REAL_IP], "7.7.7.7");
     }
 

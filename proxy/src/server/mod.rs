@@ -4,6 +4,7 @@
 //! upstream pool; workers share only the compiled routing table (one atomic pointer), the
 //! metrics shards and a few counters. The admin API and signal handling run on the main thread.
 
+mod h1;
 mod handler;
 pub mod headers;
 
@@ -89,6 +90,8 @@ pub(crate) struct Shared {
     pub opts: ProxyOptions,
     pub metrics: Metrics,
     pub ready: AtomicBool,
+    /// Set at SIGTERM: connections close after their current response.
+    pub stopping: AtomicBool,
     pub started: Instant,
     pub connections: AtomicUsize,
     apply_lock: Mutex<()>,
@@ -134,6 +137,7 @@ impl Proxy {
                 metrics: Metrics::new(workers),
                 opts,
                 ready: AtomicBool::new(false),
+                stopping: AtomicBool::new(false),
                 started: Instant::now(),
                 connections: AtomicUsize::new(0),
                 apply_lock: Mutex::new(()),
@@ -225,6 +229,7 @@ impl Proxy {
                 grace_s = opts.shutdown_grace.as_secs_f64(),
                 "shutting down: draining connections"
             );
+            self.shared.stopping.store(true, Ordering::Relaxed);
             let _ = stop_tx.send(true);
             admin_task.abort();
             io::Result::Ok(())
@@ -334,12 +339,13 @@ fn worker(
                 (shared.clone(), builder.clone(), live.clone(), stop.clone());
             tokio::spawn(async move {
                 match acceptor {
-                    None => serve_connection(&shared, &builder, stream, conn, stop).await,
+                    None => serve_connection(&shared, &builder, stream, conn, stop, true).await,
                     Some(acceptor) => {
                         if let Some(stream) =
                             handshake(&acceptor, stream, &shared, stop.clone()).await
                         {
-                            serve_connection(&shared, &builder, stream, conn, stop).await
+                            let h2 = stream.get_ref().1.alpn_protocol() == Some(b"h2");
+                            serve_connection(&shared, &builder, stream, conn, stop, !h2).await
                         }
                     }
                 }
@@ -428,7 +434,7 @@ fn connection_builder(opts: &ProxyOptions) -> auto::Builder<TokioExecutor> {
 
 /// How long a connection asked to close (idle, or at shutdown) may take to go before it is
 /// dropped, unless a request is in flight on it.
-const IDLE_CLOSE_GRACE: Duration = Duration::from_secs(1);
+pub(crate) const IDLE_CLOSE_GRACE: Duration = Duration::from_secs(1);
 
 async fn serve_connection<S>(
     shared: &Arc<Shared>,
@@ -436,11 +442,22 @@ async fn serve_connection<S>(
     stream: S,
     conn_info: handler::ConnInfo,
     mut stop: watch::Receiver<bool>,
+    http1: bool,
 ) where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
     let activity = ConnActivity::new();
     let conn_info = Arc::new(conn_info);
+    // HTTP/1.1 starts on Weir's own loop; hyper takes over at the first request it leaves.
+    let (stream, read) = if http1 {
+        match h1::serve(shared, &conn_info, &activity, stream, &mut stop).await {
+            h1::Outcome::Closed => return,
+            h1::Outcome::Handover(stream, read) => (stream, read),
+        }
+    } else {
+        (stream, bytes::Bytes::new())
+    };
+    let stream = h1::Rewind::new(stream, read);
     let svc = {
         let shared = shared.clone();
         let activity = activity.clone();
@@ -448,7 +465,11 @@ async fn serve_connection<S>(
             let shared = shared.clone();
             let activity = activity.clone();
             let conn_info = conn_info.clone();
-            async move { Ok::<_, Infallible>(handler::handle(shared, conn_info, activity, req).await) }
+            async move {
+                let (head, body) = req.into_parts();
+                let resp = handler::handle(shared, conn_info, activity, head, Some(body)).await;
+                Ok::<_, Infallible>(resp)
+            }
         })
     };
     let conn = builder.serve_connection_with_upgrades(TokioIo::new(stream), svc);

@@ -1,6 +1,7 @@
 //! Talking to upstream targets: a per-worker connection pool, Weir's HTTP/1.1 client, and the
 //! streamed bodies in both directions.
 
+mod added;
 mod body;
 mod h1;
 mod pool;
@@ -11,6 +12,7 @@ use std::task::{Context, Poll};
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 
+pub use added::Added;
 pub use body::{BodyStats, UpstreamBody};
 pub use h1::Upgraded;
 pub use pool::{checkout, sweep_idle, Conn, ConnectError, PoolKey, SendError};

@@ -18,7 +18,7 @@ use hyper::client::conn::http2;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use tokio::net::TcpStream;
 
-use super::{h1, ResponseBody, UpstreamBody};
+use super::{h1, Added, ResponseBody, UpstreamBody};
 use crate::router::Fnv;
 
 /// Idle HTTP/1.1 connections kept per key; more are closed when released.
@@ -195,15 +195,18 @@ async fn resolve(target: &Arc<str>) -> Result<SocketAddr, ConnectError> {
 impl Conn {
     /// Sends a request; on failure, hands the request back if the upstream cannot have acted
     /// on it. An HTTP/1.1 connection travels on inside the response body.
-    /// `write_timeout` bounds sending the rest of a request body after an early answer.
+    /// `added` is written after the request's own headers (HTTP/1.1 only: for HTTP/2 the
+    /// caller appends it to the map). `write_timeout` bounds sending the rest of a request body
+    /// after an early answer.
     pub async fn send(
         self,
         req: http::Request<UpstreamBody>,
+        added: &Added,
         write_timeout: Duration,
     ) -> Result<http::Response<ResponseBody>, SendError> {
         match self.sender {
             Sender::H1(c, _) => c
-                .send(req, self.key, self.reused, write_timeout)
+                .send(req, added, self.key, self.reused, write_timeout)
                 .await
                 .map(|res| res.map(ResponseBody::H1)),
             Sender::H2(mut s) => match s.try_send_request(req).await {

@@ -7,6 +7,8 @@ use bytes::BytesMut;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Method, StatusCode, Version};
 
+use crate::upstream::Added;
+
 /// Most headers a response head may carry (hyper's default too).
 pub const MAX_HEADERS: usize = 100;
 /// Largest response head accepted.
@@ -67,12 +69,13 @@ pub enum HeadError {
     ContentLength,
 }
 
-/// Writes the request line and headers; adds `Host` when absent. The body's framing header is
+/// Writes the request line, the request's headers and then `added`; adds `Host` when absent. The body's framing header is
 /// written from `framing` alone: the message's own `Content-Length` is never copied, so what
 /// the upstream is told always matches what is sent (the client's `Transfer-Encoding` was
 /// removed as hop-by-hop).
 pub fn encode_request(
     head: &http::request::Parts,
+    added: &Added,
     default_host: &str,
     framing: RequestFraming,
     out: &mut Vec<u8>,
@@ -92,6 +95,12 @@ pub fn encode_request(
         if name == header::CONTENT_LENGTH {
             continue;
         }
+        out.extend_from_slice(name.as_str().as_bytes());
+        out.extend_from_slice(b": ");
+        out.extend_from_slice(value.as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
+    for (name, value) in added.iter() {
         out.extend_from_slice(name.as_str().as_bytes());
         out.extend_from_slice(b": ");
         out.extend_from_slice(value.as_bytes());
@@ -173,19 +182,20 @@ pub fn parse_response(
         .and_then(|r| hyper::ext::ReasonPhrase::try_from(r.as_bytes().to_vec()).ok());
     // Header positions relative to the buffer, so values can share the frozen head's bytes.
     let base = buf.as_ptr() as usize;
-    let spans: Vec<(usize, usize, usize, usize)> = res
-        .headers
-        .iter()
-        .map(|h| {
-            (
-                h.name.as_ptr() as usize - base,
-                h.name.len(),
-                h.value.as_ptr() as usize - base,
-                h.value.len(),
-            )
-        })
-        .collect();
-    let count = spans.len();
+    // u16 keeps the array small enough to clear cheaply; the head is at most 64 KiB.
+    if len > usize::from(u16::MAX) {
+        return Err(HeadError::TooLarge);
+    }
+    let mut spans = [(0u16, 0u16, 0u16, 0u16); MAX_HEADERS];
+    let count = res.headers.len();
+    for (span, h) in spans.iter_mut().zip(res.headers.iter()) {
+        *span = (
+            (h.name.as_ptr() as usize - base) as u16,
+            h.name.len() as u16,
+            (h.value.as_ptr() as usize - base) as u16,
+            h.value.len() as u16,
+        );
+    }
     let bytes = buf.split_to(len).freeze();
 
     // Room for what the proxy adds (Via, latency headers) without growing the map again.
@@ -195,7 +205,8 @@ pub fn parse_response(
     let mut chunked = None;
     let mut transfer_encoding = false;
     let mut length: Option<u64> = None;
-    for &(ns, nl, vs, vl) in &spans {
+    for &(ns, nl, vs, vl) in &spans[..count] {
+        let (ns, nl, vs, vl) = (ns as usize, nl as usize, vs as usize, vl as usize);
         let name = HeaderName::from_bytes(&bytes[ns..ns + nl]).map_err(|_| HeadError::Header)?;
         let value = HeaderValue::from_maybe_shared(bytes.slice(vs..vs + vl))
             .map_err(|_| HeadError::Header)?;
@@ -300,18 +311,38 @@ mod tests {
             .into_parts()
             .0;
         let mut out = Vec::new();
-        encode_request(&req, "10.0.0.1:80", RequestFraming::Chunked, &mut out);
+        let mut added = Added::default();
+        added.push(header::VIA, HeaderValue::from_static("1.1 weir"));
+        encode_request(
+            &req,
+            &added,
+            "10.0.0.1:80",
+            RequestFraming::Chunked,
+            &mut out,
+        );
         assert_eq!(
             String::from_utf8(out.clone()).unwrap(),
-            "POST /a/b?x=1 HTTP/1.1\r\nhost: 10.0.0.1:80\r\nx-one: 1\r\ntransfer-encoding: chunked\r\n\r\n"
+            "POST /a/b?x=1 HTTP/1.1\r\nhost: 10.0.0.1:80\r\nx-one: 1\r\nvia: 1.1 weir\r\ntransfer-encoding: chunked\r\n\r\n"
         );
         // The message's own Content-Length never travels: the framing decides.
         req.headers
             .insert(header::CONTENT_LENGTH, HeaderValue::from_static("5"));
-        encode_request(&req, "u", RequestFraming::Chunked, &mut out);
+        encode_request(
+            &req,
+            &Added::default(),
+            "u",
+            RequestFraming::Chunked,
+            &mut out,
+        );
         let text = String::from_utf8(out.clone()).unwrap();
         assert!(!text.contains("content-length"), "{text}");
-        encode_request(&req, "u", RequestFraming::Length(7), &mut out);
+        encode_request(
+            &req,
+            &Added::default(),
+            "u",
+            RequestFraming::Length(7),
+            &mut out,
+        );
         let text = String::from_utf8(out.clone()).unwrap();
         assert!(
             text.ends_with("x-one: 1\r\ncontent-length: 7\r\n\r\n"),
@@ -333,7 +364,13 @@ mod tests {
         req.headers
             .insert(header::HOST, HeaderValue::from_static("example.com"));
         req.uri = http::Uri::from_static("*");
-        encode_request(&req, "10.0.0.1:80", RequestFraming::Empty, &mut out);
+        encode_request(
+            &req,
+            &Added::default(),
+            "10.0.0.1:80",
+            RequestFraming::Empty,
+            &mut out,
+        );
         assert_eq!(
             String::from_utf8(out).unwrap(),
             "POST * HTTP/1.1\r\nx-one: 1\r\nhost: example.com\r\ncontent-length: 0\r\n\r\n"

@@ -24,6 +24,7 @@ use tokio::net::TcpStream;
 
 use super::body::UpstreamBody;
 use super::pool::{self, PoolKey, SendError};
+use super::Added;
 pub use chunked::ChunkError;
 use chunked::{ChunkedDecoder, Decoded};
 pub use head::HeadError;
@@ -136,6 +137,7 @@ impl Connection {
     pub async fn send(
         mut self,
         req: Request<UpstreamBody>,
+        added: &Added,
         key: PoolKey,
         reused: bool,
         write_timeout: Duration,
@@ -147,7 +149,7 @@ impl Connection {
             body.is_end_stream(),
             body.size_hint().exact(),
         );
-        head::encode_request(&parts, &key.target, framing, &mut self.head);
+        head::encode_request(&parts, added, &key.target, framing, &mut self.head);
         if let Err(e) = self.stream.write_all(&self.head).await {
             // The upstream never saw a whole request head.
             return Err(failed(e.into(), Some(Request::from_parts(parts, body))));

@@ -1,0 +1,222 @@
+//! Weir's own HTTP/1.1 server loop for the common request: keep-alive HTTP/1.1 without a
+//! request body or upgrade.
+//!
+//! The connection's task reads a head, runs the handler inline and writes the response head
+//! and body straight to the socket, with no dispatcher, channel or per-request timer between
+//! them (hyper's server spent about a third of the proxy's instructions per request there).
+//! The first request it does not take — a body, an upgrade, `Expect`, HTTP/1.0, an HTTP/2
+//! preface, anything malformed or over a limit — hands the connection to hyper together with
+//! the bytes already read, and hyper serves the rest of it.
+
+mod head;
+mod rewind;
+
+use std::future::poll_fn;
+use std::pin::pin;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::task::Poll;
+use std::time::Instant;
+
+use bytes::{Bytes, BytesMut};
+use http::Response;
+use http_body::Body as _;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::sync::watch;
+
+use super::handler::{self, ConnInfo};
+use super::{Shared, IDLE_CLOSE_GRACE};
+use crate::pipeline::{ConnActivity, ProxyBody};
+use head::{Framing, Parsed};
+pub(crate) use rewind::Rewind;
+
+/// Room kept free in the read buffer before each read.
+const READ_BUF: usize = 8 * 1024;
+/// Body frames up to this size are copied behind the head (one write); larger ones are
+/// written on their own.
+const COPY_MAX: usize = 16 * 1024;
+
+/// How the fast path ended.
+pub(crate) enum Outcome<S> {
+    /// The connection is finished (closed by either side, idle, or shut down).
+    Closed,
+    /// hyper serves the rest: the stream and the bytes read but not consumed.
+    Handover(S, Bytes),
+}
+
+/// Serves requests until the connection ends or a request needs hyper.
+pub(crate) async fn serve<S>(
+    shared: &Arc<Shared>,
+    conn: &Arc<ConnInfo>,
+    activity: &Arc<ConnActivity>,
+    mut stream: S,
+    stop: &mut watch::Receiver<bool>,
+) -> Outcome<S>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    let opts = &shared.opts;
+    // With no request in flight a connection is idle or still receiving a request head;
+    // either may last this long (the keep-alive and header-read limits in one clock).
+    let idle_limit = opts.keepalive_timeout.min(opts.header_read_timeout);
+    let mut buf = BytesMut::with_capacity(READ_BUF);
+    let mut out = Vec::with_capacity(READ_BUF);
+    let mut closing = *stop.borrow();
+    // Set once a connection holding half a request head was asked to close: it has this long
+    // to complete the head (then served and closed) before it is dropped.
+    let mut give_up: Option<Instant> = None;
+    // One timer per connection, moved only when it fires, instead of one per request.
+    let mut timer = pin!(tokio::time::sleep(idle_limit));
+    let mut stopped = pin!(stop.changed());
+    loop {
+        match head::parse_request(&mut buf, opts.max_header_bytes, opts.max_headers) {
+            Parsed::Handover => return Outcome::Handover(stream, buf.freeze()),
+            Parsed::Request { parts, close } => {
+                let resp =
+                    handler::handle(shared.clone(), conn.clone(), activity.clone(), parts, None)
+                        .await;
+                closing |= shared.stopping.load(Ordering::Relaxed);
+                let close = close || closing;
+                let reusable = write_response(&mut stream, &mut out, resp, close).await;
+                if !reusable || close {
+                    return Outcome::Closed;
+                }
+                continue;
+            }
+            Parsed::Partial => {}
+        }
+        if closing && buf.is_empty() {
+            return Outcome::Closed;
+        }
+        if buf.capacity() - buf.len() < READ_BUF / 8 {
+            buf.reserve(READ_BUF);
+        }
+        tokio::select! {
+            biased;
+            r = stream.read_buf(&mut buf) => match r {
+                Ok(0) | Err(_) => return Outcome::Closed,
+                Ok(_) => {}
+            },
+            () = timer.as_mut() => {
+                let now = Instant::now();
+                if give_up.is_some_and(|t| now >= t) {
+                    return Outcome::Closed;
+                }
+                match activity.idle_since() {
+                    Some(since) if now.duration_since(since) >= idle_limit => {
+                        if buf.is_empty() {
+                            return Outcome::Closed;
+                        }
+                        closing = true;
+                        give_up = Some(now + IDLE_CLOSE_GRACE);
+                        timer.as_mut().reset((now + IDLE_CLOSE_GRACE).into());
+                    }
+                    Some(since) => timer.as_mut().reset((since + idle_limit).into()),
+                    None => timer.as_mut().reset((now + idle_limit).into()),
+                }
+            }
+            _ = stopped.as_mut(), if !closing => {
+                closing = true;
+                let now = Instant::now();
+                give_up = Some(now + IDLE_CLOSE_GRACE);
+                timer.as_mut().reset((now + IDLE_CLOSE_GRACE).into());
+            }
+        }
+    }
+}
+
+/// Writes a response; returns whether the connection may carry another request.
+///
+/// A body that fails or ends short of its declared length leaves the connection unusable
+/// (the client sees it cut); one longer than declared is cut at the declared length.
+async fn write_response<S>(
+    stream: &mut S,
+    out: &mut Vec<u8>,
+    resp: Response<ProxyBody>,
+    close: bool,
+) -> bool
+where
+    S: AsyncWrite + Unpin,
+{
+    let (parts, body) = resp.into_parts();
+    out.clear();
+    let framing = head::encode_response_head(out, &parts, body.size_hint().exact(), close);
+    drop(parts);
+    let mut remaining = match framing {
+        Framing::Length(n) => n,
+        _ => 0,
+    };
+    if framing == Framing::Empty {
+        drop(body);
+        return flush(stream, out).await && !close;
+    }
+    let mut body = pin!(body);
+    loop {
+        // Gather what the body has ready; write when it has no more for now.
+        let frame = poll_fn(|cx| match body.as_mut().poll_frame(cx) {
+            Poll::Pending if !out.is_empty() => Poll::Ready(None),
+            Poll::Pending => Poll::Pending,
+            Poll::Ready(f) => Poll::Ready(Some(f)),
+        })
+        .await;
+        let data = match frame {
+            None => {
+                if !flush(stream, out).await {
+                    return false;
+                }
+                continue;
+            }
+            Some(None) => break,
+            Some(Some(Err(_))) => {
+                flush(stream, out).await;
+                return false;
+            }
+            Some(Some(Ok(frame))) => match frame.into_data() {
+                Ok(data) if !data.is_empty() => data,
+                // Trailers have no place in the fast path's responses.
+                _ => continue,
+            },
+        };
+        match framing {
+            Framing::Length(_) => {
+                if data.len() as u64 > remaining {
+                    let fits = data.slice(..remaining as usize);
+                    let _ = put(stream, out, fits).await && flush(stream, out).await;
+                    return false;
+                }
+                remaining -= data.len() as u64;
+                if !put(stream, out, data).await {
+                    return false;
+                }
+            }
+            Framing::Chunked => {
+                head::chunk_header(out, data.len());
+                if !put(stream, out, data).await {
+                    return false;
+                }
+                out.extend_from_slice(b"\r\n");
+            }
+            Framing::Empty => {}
+        }
+    }
+    if framing == Framing::Chunked {
+        out.extend_from_slice(b"0\r\n\r\n");
+    }
+    flush(stream, out).await && remaining == 0 && !close
+}
+
+/// Queues `data` behind what `out` holds, or writes both when `data` is large.
+async fn put<S: AsyncWrite + Unpin>(stream: &mut S, out: &mut Vec<u8>, data: Bytes) -> bool {
+    if data.len() <= COPY_MAX {
+        out.extend_from_slice(&data);
+        return true;
+    }
+    flush(stream, out).await && stream.write_all(&data).await.is_ok()
+}
+
+/// Writes out what `out` holds (and flushes a TLS session's records).
+async fn flush<S: AsyncWrite + Unpin>(stream: &mut S, out: &mut Vec<u8>) -> bool {
+    let ok = out.is_empty() || stream.write_all(out).await.is_ok();
+    out.clear();
+    ok && stream.flush().await.is_ok()
+}
