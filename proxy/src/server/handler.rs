@@ -153,11 +153,12 @@ pub async fn handle(
     }
 
     // access, before: normalise and route.
-    let path = match normalize_path(head.uri.path(), rt.settings.merge_slashes) {
+    // The log record owns the normalised path; the handler borrows it from there.
+    p.record.path = match normalize_path(head.uri.path(), rt.settings.merge_slashes) {
         Ok(path) => path.into_owned(),
         Err(e) => return p.error(StatusCode::BAD_REQUEST, &e.to_string()),
     };
-    p.record.path.clone_from(&path);
+    let path = p.record.path.as_str();
     // Without global plugins nothing can have changed the head since the log record's Host.
     let host = if p.ctx.plugins().is_empty() {
         p.record.host.as_str()
@@ -166,7 +167,7 @@ pub async fn handle(
     };
     let view = RequestView {
         host,
-        path: &path,
+        path,
         method: &head.method,
         headers: &head.headers,
         protocol: if conn.tls {
@@ -225,7 +226,7 @@ pub async fn handle(
         &mut p.ctx,
         route,
         service,
-        &path,
+        path,
         m.matched_len,
         head.uri.query(),
     );
