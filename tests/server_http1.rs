@@ -4,8 +4,9 @@
 //! with the rest of the connection still served, `Connection: close` (asked by the client, or
 //! at shutdown), the response framing Weir encodes itself (an upstream's length kept, chunked
 //! otherwise, nothing for 204/304, a `date` added when missing, reason phrases kept), an
-//! upstream body cut short, half-closed clients, and idle or half-sent connections closed on
-//! time.
+//! upstream body cut short, a client going away (its request cancelled), idle or half-sent
+//! connections closed on time, shutdown (also with a request that hyper takes), a 1xx refused as
+//! a final answer, no HTTP/2 after HTTP/1.1, and 431 under a small `--max-header-bytes`.
 
 mod common;
 
@@ -719,22 +720,126 @@ fn header_counts_follow_max_headers_on_both_sides_of_the_hand_over() {
 }
 
 #[test]
-fn a_half_closed_client_gets_its_pipelined_answers() {
+fn a_client_that_goes_away_cancels_its_request() {
+    // The upstream answers only after 8 s; it reports when Weir gives its connection up.
+    let (tx, rx) = std::sync::mpsc::channel();
+    let up = scripted(move |_, mut r, _w| {
+        if read_head(&mut r).is_none() {
+            return;
+        }
+        let started = Instant::now();
+        let mut rest = Vec::new();
+        // Read timeout 20 s (scripted): EOF here means Weir closed the upstream connection.
+        let _ = r.read_to_end(&mut rest);
+        let _ = tx.send(started.elapsed());
+    });
+    let weir = proxy(up.port, &[]);
+    let mut c = Conn::open(weir.proc.port);
+    c.send(b"GET /slow HTTP/1.1\r\nHost: t\r\n\r\n");
+    std::thread::sleep(Duration::from_millis(300));
+    drop(c);
+    let took = rx
+        .recv_timeout(Duration::from_secs(10))
+        .expect("the upstream connection outlived its client by 10 s");
+    assert!(
+        took < Duration::from_secs(5),
+        "upstream released after {took:?}"
+    );
+
+    // A client that half-closes after pipelining: what is buffered when its end of stream
+    // shows is answered; the request in flight when it shows is cancelled, as if it had gone.
     let up = echo("up");
     let weir = proxy(up.port, &[]);
     let mut c = Conn::open(weir.proc.port);
-    // What `printf ... | nc` does: requests, then the write side closed.
     c.send(b"GET /h1 HTTP/1.1\r\nHost: t\r\n\r\nGET /h2 HTTP/1.1\r\nHost: t\r\n\r\n");
     c.s.shutdown(Shutdown::Write).unwrap();
-    for path in ["/h1", "/h2"] {
-        let r = c.read_response(false);
-        assert_eq!(r.status, 200, "{r:?}");
-        assert_eq!(r.json()["path"], path);
-    }
+    let r = c.read_response(false);
+    assert_eq!(r.status, 200, "{r:?}");
+    assert_eq!(r.json()["path"], "/h1");
+    c.closed_within(Duration::from_secs(3))
+        .unwrap_or_else(|b| panic!("half-closed connection left open; read {:?}", lossy(&b)));
+}
+
+#[test]
+fn a_1xx_final_answer_is_refused() {
+    let up = echo("up");
+    let config = format!(
+        "{}plugins:\n- {{id: t, name: request-termination, route: r, config: {{status_code: 103, trigger: x-hint}}}}\n",
+        table(up.port)
+    );
+    let weir = Weir::start(&config, &["--access-log", "false"]);
+    let mut c = Conn::open(weir.proc.port);
+    // A 103 written as the answer would make the client pair /b's answer with /a.
+    c.send(b"GET /a HTTP/1.1\r\nHost: t\r\nX-Hint: 1\r\n\r\nGET /b HTTP/1.1\r\nHost: t\r\n\r\n");
+    let r = c.read_response(false);
+    assert_eq!(r.status, 500, "{r:?}");
+    assert_eq!(r.header("connection"), Some("close"), "{r:?}");
     let rest = c
         .closed_within(Duration::from_secs(3))
-        .unwrap_or_else(|b| panic!("half-closed connection left open; read {:?}", lossy(&b)));
+        .unwrap_or_else(|b| panic!("open after a refused 1xx; read {:?}", lossy(&b)));
     assert!(rest.is_empty(), "{:?}", lossy(&rest));
+}
+
+#[test]
+fn an_http2_preface_after_an_http1_request_is_not_http2() {
+    let up = echo("up");
+    let weir = proxy(up.port, &[]);
+    let mut c = Conn::open(weir.proc.port);
+    c.send(b"GET / HTTP/1.1\r\nHost: t\r\n\r\n");
+    assert_eq!(c.read_response(false).status, 200);
+    // Preface plus an empty SETTINGS frame.
+    c.send(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00");
+    let rest = c
+        .closed_within(Duration::from_secs(3))
+        .unwrap_or_else(|b| panic!("connection kept open after a preface; read {:?}", lossy(&b)));
+    assert!(
+        rest.is_empty() || rest.starts_with(b"HTTP/1.1 4"),
+        "answered as HTTP/2: {:?}",
+        lossy(&rest)
+    );
+}
+
+#[test]
+fn a_head_over_a_small_max_header_bytes_gets_431() {
+    let up = echo("up");
+    let weir = proxy(up.port, &["--max-header-bytes", "1000"]);
+    let mut c = Conn::open(weir.proc.port);
+    let head = format!(
+        "GET / HTTP/1.1\r\nHost: t\r\nX-Big: {}\r\n\r\n",
+        "a".repeat(3000)
+    );
+    c.send(head.as_bytes());
+    let r = c.read_response(true);
+    assert_eq!(r.status, 431, "{r:?}");
+    // Under the limit on a new connection: served.
+    let mut c = Conn::open(weir.proc.port);
+    let head = format!(
+        "GET / HTTP/1.1\r\nHost: t\r\nX-Big: {}\r\n\r\n",
+        "a".repeat(500)
+    );
+    c.send(head.as_bytes());
+    assert_eq!(c.read_response(false).status, 200);
+}
+
+#[test]
+fn a_request_for_hyper_completed_at_shutdown_is_answered() {
+    let up = echo("up");
+    let mut weir = proxy(up.port, &["--shutdown-grace", "10s"]);
+    let mut c = Conn::open(weir.proc.port);
+    // Half a head when SIGTERM comes; the rest (a body: hyper's) within the second of grace.
+    c.send(b"POST /p HTTP/1.1\r\nHost: t\r\nContent-Length: 5\r\n");
+    std::thread::sleep(Duration::from_millis(200));
+    weir.proc.terminate();
+    std::thread::sleep(Duration::from_millis(300));
+    c.send(b"\r\nhello");
+    let r = c.read_response(false);
+    assert_eq!(r.status, 200, "{r:?}");
+    assert_eq!(r.json()["body_length"], 5, "{r:?}");
+    assert_eq!(r.header("connection"), Some("close"), "{r:?}");
+    c.closed_within(Duration::from_secs(3))
+        .unwrap_or_else(|b| panic!("open after the answer at shutdown; read {:?}", lossy(&b)));
+    let status = weir.proc.wait_exit(Duration::from_secs(10));
+    assert!(status.success(), "exit status {status:?}");
 }
 
 #[test]

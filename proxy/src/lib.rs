@@ -16,7 +16,7 @@ pub mod pipeline;
 pub mod plugins;
 pub mod router;
 pub mod server;
-pub mod timer;
+pub(crate) mod timer;
 pub mod tls;
 pub mod upstream;
 

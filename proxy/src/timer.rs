@@ -19,12 +19,20 @@ thread_local! {
     static POOL: RefCell<Vec<Pin<Box<Sleep>>>> = const { RefCell::new(Vec::new()) };
 }
 
+/// Drops this thread's pooled timers: they belong to its runtime, which is about to end (a
+/// later runtime on the thread must not get them).
+pub(crate) fn clear_pool() {
+    let _ = POOL.try_with(|p| p.borrow_mut().clear());
+}
+
 /// A timer taken from this thread's pool; it goes back when dropped.
-pub struct Timer(Option<Pin<Box<Sleep>>>);
+///
+/// A worker thread runs one runtime for its life; [`clear_pool`] ends it.
+pub(crate) struct Timer(Option<Pin<Box<Sleep>>>);
 
 impl Timer {
     /// A timer that completes at `deadline`.
-    pub fn at(deadline: impl Into<Instant>) -> Timer {
+    pub(crate) fn at(deadline: impl Into<Instant>) -> Timer {
         let deadline = deadline.into();
         let mut sleep = POOL
             .try_with(|p| p.borrow_mut().pop())
@@ -36,7 +44,7 @@ impl Timer {
     }
 
     /// Moves the deadline.
-    pub fn reset(&mut self, deadline: impl Into<Instant>) {
+    pub(crate) fn reset(&mut self, deadline: impl Into<Instant>) {
         if let Some(s) = &mut self.0 {
             s.as_mut().reset(deadline.into());
         }

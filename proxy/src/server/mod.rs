@@ -301,7 +301,7 @@ fn worker(
                 }
             };
         let acceptor = tls_listener.as_ref().map(|_| tls_acceptor(&shared));
-        let builder = Arc::new(connection_builder(&shared.opts));
+        let builder = Arc::new(Builders::new(&shared.opts));
         tokio::spawn(crate::upstream::sweep_idle());
         let live = Arc::new(AtomicUsize::new(0));
         let port = |l: &tokio::net::TcpListener| l.local_addr().map(|a| a.port()).unwrap_or(0);
@@ -359,6 +359,7 @@ fn worker(
         while live.load(Ordering::Acquire) > 0 && tokio::time::Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
+        crate::timer::clear_pool();
     });
 }
 
@@ -416,6 +417,28 @@ fn tls_acceptor(shared: &Arc<Shared>) -> tokio_rustls::TlsAcceptor {
     tokio_rustls::TlsAcceptor::from(Arc::new(crate::tls::server_config(Arc::new(resolver))))
 }
 
+/// hyper's server, as each kind of connection it takes needs it.
+struct Builders {
+    /// HTTP/1.1 or HTTP/2 (prior knowledge), told apart by the first bytes.
+    auto: auto::Builder<TokioExecutor>,
+    /// HTTP/1.1 closing after the request it is handed: a connection asked to close.
+    closing: auto::Builder<TokioExecutor>,
+}
+
+impl Builders {
+    fn new(opts: &ProxyOptions) -> Builders {
+        let mut closing = connection_builder(opts);
+        closing.http1().keep_alive(false);
+        Builders {
+            auto: connection_builder(opts),
+            closing,
+        }
+    }
+}
+
+/// The start of the HTTP/2 connection preface (what hyper's version detection looks for).
+const H2_PREFACE: &[u8] = b"PRI * HTTP/2";
+
 fn connection_builder(opts: &ProxyOptions) -> auto::Builder<TokioExecutor> {
     let mut b = auto::Builder::new(TokioExecutor::new());
     // The head's time limit is kept by `serve_connection`'s idle clock: hyper's own arms and
@@ -438,7 +461,7 @@ pub(crate) const IDLE_CLOSE_GRACE: Duration = Duration::from_secs(1);
 
 async fn serve_connection<S>(
     shared: &Arc<Shared>,
-    builder: &auto::Builder<TokioExecutor>,
+    builders: &Builders,
     stream: S,
     conn_info: handler::ConnInfo,
     mut stop: watch::Receiver<bool>,
@@ -449,13 +472,30 @@ async fn serve_connection<S>(
     let activity = ConnActivity::new();
     let conn_info = Arc::new(conn_info);
     // HTTP/1.1 starts on Weir's own loop; hyper takes over at the first request it leaves.
-    let (stream, read) = if http1 {
+    let (stream, read, builder, handed_closing) = if http1 {
         match h1::serve(shared, &conn_info, &activity, stream, &mut stop).await {
             h1::Outcome::Closed => return,
-            h1::Outcome::Handover(stream, read) => (stream, read),
+            h1::Outcome::Handover {
+                stream,
+                read,
+                closing,
+                served,
+            } => {
+                // An HTTP/2 preface is a new connection's first bytes, never a later request's
+                // (nor allowed after ALPN chose http/1.1): such a connection is dropped.
+                if (served || closing || conn_info.tls) && read.starts_with(H2_PREFACE) {
+                    return;
+                }
+                let builder = if closing {
+                    &builders.closing
+                } else {
+                    &builders.auto
+                };
+                (stream, read, builder, closing)
+            }
         }
     } else {
-        (stream, bytes::Bytes::new())
+        (stream, bytes::Bytes::new(), &builders.auto, false)
     };
     let stream = h1::Rewind::new(stream, read);
     let svc = {
@@ -483,8 +523,12 @@ async fn serve_connection<S>(
     // Set once the connection was asked to close: an idle one (or one holding half a request
     // head, which hyper's graceful shutdown leaves open) is dropped at this point.
     let mut force_close: Option<tokio::time::Instant> = None;
-    let mut closing = *stop.borrow();
-    if closing {
+    let mut closing = *stop.borrow() || handed_closing;
+    if handed_closing {
+        // hyper answers the request it was handed and closes (keep-alive is off): a graceful
+        // shutdown before its first poll would drop that request unanswered.
+        force_close = Some(tokio::time::Instant::now() + IDLE_CLOSE_GRACE);
+    } else if closing {
         conn.as_mut().graceful_shutdown();
         force_close = Some(tokio::time::Instant::now() + IDLE_CLOSE_GRACE);
     }

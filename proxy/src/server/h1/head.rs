@@ -34,28 +34,33 @@ pub(crate) enum Parsed {
     },
     /// Not a complete head yet.
     Partial,
+    /// A head over `--max-header-bytes` (answered 431 here: hyper's own limit is never under
+    /// 8 KiB, so it would let a smaller configured limit pass).
+    TooLarge,
     /// A request the fast path leaves to hyper (nothing consumed).
     Handover,
 }
 
 /// Parses one request head from the front of `buf` (see [`Parsed`]).
 ///
-/// `max_head` and `max_headers` are the proxy's limits: a head over either goes to hyper,
-/// which answers 431.
+/// `max_head` and `max_headers` are the proxy's limits: a head over the first is
+/// [`Parsed::TooLarge`], one over the second goes to hyper, which answers 431.
 pub(crate) fn parse_request(buf: &mut BytesMut, max_head: usize, max_headers: usize) -> Parsed {
     let slots = max_headers.min(MAX_FAST_HEADERS);
     let mut raw = [const { MaybeUninit::<httparse::Header<'_>>::uninit() }; MAX_FAST_HEADERS];
     let mut req = httparse::Request::new(&mut []);
+    let limit = max_head.min(FAST_HEAD_MAX);
     let len = match httparse::ParserConfig::default().parse_request_with_uninit_headers(
         &mut req,
         buf,
         &mut raw[..slots],
     ) {
-        Ok(httparse::Status::Complete(n)) if n <= max_head.min(FAST_HEAD_MAX) => n,
-        Ok(httparse::Status::Partial) if buf.len() < max_head.min(FAST_HEAD_MAX) => {
-            return Parsed::Partial
-        }
-        _ => return Parsed::Handover,
+        Ok(httparse::Status::Complete(n)) if n <= limit => n,
+        Ok(httparse::Status::Partial) if buf.len() < limit => return Parsed::Partial,
+        // Over a limit the fast path can hold: hyper applies it.
+        Ok(_) if max_head > FAST_HEAD_MAX => return Parsed::Handover,
+        Ok(_) => return Parsed::TooLarge,
+        Err(_) => return Parsed::Handover,
     };
     if req.version != Some(1) {
         return Parsed::Handover;
@@ -351,16 +356,23 @@ mod tests {
     }
 
     #[test]
-    fn heads_over_the_limits_go_to_hyper() {
+    fn heads_over_the_limits_are_refused_or_go_to_hyper() {
         let long = format!("GET / HTTP/1.1\r\nx: {}\r\n\r\n", "a".repeat(200));
         let mut buf = BytesMut::from(long.as_str());
         assert!(matches!(
             parse_request(&mut buf, 100, 100),
-            Parsed::Handover
+            Parsed::TooLarge
         ));
         let mut buf = BytesMut::from(&long.as_bytes()[..150]);
         assert!(matches!(
             parse_request(&mut buf, 100, 100),
+            Parsed::TooLarge
+        ));
+        // Over what the fast path holds: hyper applies the configured limit.
+        let huge = format!("GET / HTTP/1.1\r\nx: {}\r\n\r\n", "a".repeat(70_000));
+        let mut buf = BytesMut::from(huge.as_str());
+        assert!(matches!(
+            parse_request(&mut buf, 128 * 1024, 100),
             Parsed::Handover
         ));
         let many = "GET / HTTP/1.1\r\na: 1\r\nb: 2\r\nc: 3\r\n\r\n";

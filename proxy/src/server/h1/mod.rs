@@ -12,7 +12,8 @@ mod head;
 mod rewind;
 
 use std::future::poll_fn;
-use std::pin::pin;
+use std::future::Future;
+use std::pin::{pin, Pin};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::task::Poll;
@@ -35,13 +36,25 @@ const READ_BUF: usize = 8 * 1024;
 /// Body frames up to this size are copied behind the head (one write); larger ones are
 /// written on their own.
 const COPY_MAX: usize = 16 * 1024;
+/// Most bytes gathered before they are written, even when the body has more ready.
+const OUT_MAX: usize = 64 * 1024;
 
 /// How the fast path ended.
 pub(crate) enum Outcome<S> {
     /// The connection is finished (closed by either side, idle, or shut down).
     Closed,
-    /// hyper serves the rest: the stream and the bytes read but not consumed.
-    Handover(S, Bytes),
+    /// hyper serves the rest.
+    Handover {
+        /// The client connection.
+        stream: S,
+        /// Bytes read but not consumed (the request hyper is to serve starts here).
+        read: Bytes,
+        /// The connection was asked to close (idle or shutdown): hyper answers this request
+        /// and closes.
+        closing: bool,
+        /// The fast path answered a request on it: the connection stays HTTP/1.1.
+        served: bool,
+    },
 }
 
 /// Serves requests until the connection ends or a request needs hyper.
@@ -55,13 +68,52 @@ pub(crate) async fn serve<S>(
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
+    let mut state = State {
+        buf: BytesMut::with_capacity(READ_BUF),
+        closing: *stop.borrow(),
+        served: false,
+    };
+    let handover = serve_requests(shared, conn, activity, &mut stream, stop, &mut state).await;
+    if handover {
+        return Outcome::Handover {
+            stream,
+            read: state.buf.freeze(),
+            closing: state.closing,
+            served: state.served,
+        };
+    }
+    if conn.tls {
+        // A TLS client is owed a close_notify (hyper's path sends one too).
+        let _ = tokio::time::timeout(IDLE_CLOSE_GRACE, stream.shutdown()).await;
+    }
+    Outcome::Closed
+}
+
+/// What [`serve_requests`] leaves behind for a hand-over.
+struct State {
+    buf: BytesMut,
+    closing: bool,
+    served: bool,
+}
+
+/// The request loop; returns `true` when hyper is to take the connection over.
+async fn serve_requests<S>(
+    shared: &Arc<Shared>,
+    conn: &Arc<ConnInfo>,
+    activity: &Arc<ConnActivity>,
+    stream: &mut S,
+    stop: &mut watch::Receiver<bool>,
+    state: &mut State,
+) -> bool
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
     let opts = &shared.opts;
     // With no request in flight a connection is idle or still receiving a request head;
     // either may last this long (the keep-alive and header-read limits in one clock).
     let idle_limit = opts.keepalive_timeout.min(opts.header_read_timeout);
-    let mut buf = BytesMut::with_capacity(READ_BUF);
+    let buf = &mut state.buf;
     let mut out = Vec::with_capacity(READ_BUF);
-    let mut closing = *stop.borrow();
     // Set once a connection holding half a request head was asked to close: it has this long
     // to complete the head (then served and closed) before it is dropped.
     let mut give_up: Option<Instant> = None;
@@ -69,45 +121,84 @@ where
     let mut timer = pin!(tokio::time::sleep(idle_limit));
     let mut stopped = pin!(stop.changed());
     loop {
-        match head::parse_request(&mut buf, opts.max_header_bytes, opts.max_headers) {
-            Parsed::Handover => return Outcome::Handover(stream, buf.freeze()),
+        match head::parse_request(buf, opts.max_header_bytes, opts.max_headers) {
+            Parsed::Handover => return true,
+            Parsed::TooLarge => {
+                out.clear();
+                out.extend_from_slice(
+                    b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-length: 0\r\nconnection: close\r\n\r\n",
+                );
+                flush(stream, &mut out).await;
+                return false;
+            }
             Parsed::Request { parts, close } => {
-                let resp =
-                    handler::handle(shared.clone(), conn.clone(), activity.clone(), parts, None)
-                        .await;
-                closing |= shared.stopping.load(Ordering::Relaxed);
-                let close = close || closing;
-                let reusable = write_response(&mut stream, &mut out, resp, close).await;
+                state.served = true;
+                // Watch the client while the upstream works: a client that goes away cancels
+                // its request (and frees the upstream connection), as with hyper. A read that
+                // took the whole request left no readiness behind, so this costs no system call.
+                // With the next request already buffered (pipelined) there is nothing to watch.
+                let mut watch = buf.is_empty();
+                let mut handling = pin!(handler::handle(
+                    shared.clone(),
+                    conn.clone(),
+                    activity.clone(),
+                    parts,
+                    None
+                ));
+                let resp = poll_fn(|cx| {
+                    if let Poll::Ready(resp) = handling.as_mut().poll(cx) {
+                        return Poll::Ready(Some(resp));
+                    }
+                    if watch {
+                        match tokio_util::io::poll_read_buf(Pin::new(&mut *stream), cx, buf) {
+                            Poll::Ready(Ok(0) | Err(_)) => return Poll::Ready(None),
+                            Poll::Ready(Ok(_)) => watch = false,
+                            Poll::Pending => {}
+                        }
+                    }
+                    Poll::Pending
+                })
+                .await;
+                let Some(resp) = resp else {
+                    return false;
+                };
+                state.closing |= shared.stopping.load(Ordering::Relaxed);
+                let close = close || state.closing;
+                let reusable = write_response(stream, &mut out, resp, close).await;
                 if !reusable || close {
-                    return Outcome::Closed;
+                    return false;
+                }
+                // A large response grew the buffer: do not keep that for an idle connection.
+                if out.capacity() > OUT_MAX {
+                    out = Vec::with_capacity(READ_BUF);
                 }
                 continue;
             }
             Parsed::Partial => {}
         }
-        if closing && buf.is_empty() {
-            return Outcome::Closed;
+        if state.closing && buf.is_empty() {
+            return false;
         }
         if buf.capacity() - buf.len() < READ_BUF / 8 {
             buf.reserve(READ_BUF);
         }
         tokio::select! {
             biased;
-            r = stream.read_buf(&mut buf) => match r {
-                Ok(0) | Err(_) => return Outcome::Closed,
+            r = stream.read_buf(buf) => match r {
+                Ok(0) | Err(_) => return false,
                 Ok(_) => {}
             },
             () = timer.as_mut() => {
                 let now = Instant::now();
                 if give_up.is_some_and(|t| now >= t) {
-                    return Outcome::Closed;
+                    return false;
                 }
                 match activity.idle_since() {
                     Some(since) if now.duration_since(since) >= idle_limit => {
                         if buf.is_empty() {
-                            return Outcome::Closed;
+                            return false;
                         }
-                        closing = true;
+                        state.closing = true;
                         give_up = Some(now + IDLE_CLOSE_GRACE);
                         timer.as_mut().reset((now + IDLE_CLOSE_GRACE).into());
                     }
@@ -115,8 +206,8 @@ where
                     None => timer.as_mut().reset((now + idle_limit).into()),
                 }
             }
-            _ = stopped.as_mut(), if !closing => {
-                closing = true;
+            _ = stopped.as_mut(), if !state.closing => {
+                state.closing = true;
                 let now = Instant::now();
                 give_up = Some(now + IDLE_CLOSE_GRACE);
                 timer.as_mut().reset((now + IDLE_CLOSE_GRACE).into());
@@ -140,6 +231,17 @@ where
 {
     let (parts, body) = resp.into_parts();
     out.clear();
+    if parts.status.is_informational() {
+        // Only a protocol switch may answer with 1xx, and the fast path takes no upgrade; a
+        // 1xx written as the final answer would pair every later response with the wrong
+        // request. hyper answers such a response with 500 too.
+        drop(body);
+        out.extend_from_slice(
+            b"HTTP/1.1 500 Internal Server Error\r\ncontent-length: 0\r\nconnection: close\r\n\r\n",
+        );
+        flush(stream, out).await;
+        return false;
+    }
     let framing = head::encode_response_head(out, &parts, body.size_hint().exact(), close);
     drop(parts);
     let mut remaining = match framing {
@@ -152,11 +254,16 @@ where
     }
     let mut body = pin!(body);
     loop {
-        // Gather what the body has ready; write when it has no more for now.
-        let frame = poll_fn(|cx| match body.as_mut().poll_frame(cx) {
-            Poll::Pending if !out.is_empty() => Poll::Ready(None),
-            Poll::Pending => Poll::Pending,
-            Poll::Ready(f) => Poll::Ready(Some(f)),
+        // Gather what the body has ready (up to OUT_MAX); write when it has no more for now.
+        let frame = poll_fn(|cx| {
+            if out.len() >= OUT_MAX {
+                return Poll::Ready(None);
+            }
+            match body.as_mut().poll_frame(cx) {
+                Poll::Pending if !out.is_empty() => Poll::Ready(None),
+                Poll::Pending => Poll::Pending,
+                Poll::Ready(f) => Poll::Ready(Some(f)),
+            }
         })
         .await;
         let data = match frame {

@@ -182,8 +182,9 @@ pub fn parse_response(
         .and_then(|r| hyper::ext::ReasonPhrase::try_from(r.as_bytes().to_vec()).ok());
     // Header positions relative to the buffer, so values can share the frozen head's bytes.
     let base = buf.as_ptr() as usize;
-    // u16 keeps the array small enough to clear cheaply; the head is at most 64 KiB.
-    if len > usize::from(u16::MAX) {
+    // u16 keeps the array small enough to clear cheaply: in a head of at most 64 KiB every
+    // offset and length fits.
+    if len > MAX_HEAD_BYTES {
         return Err(HeadError::TooLarge);
     }
     let mut spans = [(0u16, 0u16, 0u16, 0u16); MAX_HEADERS];
