@@ -10,10 +10,8 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader, ErrorKind, Read, Write};
-use std::net::{Shutdown, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::io::{ErrorKind, Read, Write};
+use std::net::{Shutdown, TcpStream};
 use std::time::{Duration, Instant};
 
 use common::*;
@@ -241,51 +239,6 @@ impl Conn {
         }
         self.s.set_read_timeout(Some(READ_LIMIT)).unwrap();
         Ok(std::mem::take(&mut self.buf))
-    }
-}
-
-/// An upstream that hands each accepted connection, numbered from 0, to `script`.
-struct Scripted {
-    port: u16,
-}
-
-fn scripted<F>(script: F) -> Scripted
-where
-    F: Fn(usize, BufReader<TcpStream>, TcpStream) + Send + Sync + 'static,
-{
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let count = Arc::new(AtomicUsize::new(0));
-    let script = Arc::new(script);
-    std::thread::spawn(move || {
-        for stream in listener.incoming() {
-            let Ok(stream) = stream else { return };
-            stream
-                .set_read_timeout(Some(Duration::from_secs(20)))
-                .unwrap();
-            let n = count.fetch_add(1, Ordering::SeqCst);
-            let script = script.clone();
-            std::thread::spawn(move || {
-                let w = stream.try_clone().unwrap();
-                script(n, BufReader::new(stream), w)
-            });
-        }
-    });
-    Scripted { port }
-}
-
-/// Reads a message head through its empty line; `None` when the peer closed first.
-fn read_head(r: &mut BufReader<TcpStream>) -> Option<String> {
-    let mut head = String::new();
-    loop {
-        let mut line = String::new();
-        if r.read_line(&mut line).ok()? == 0 {
-            return None;
-        }
-        head.push_str(&line);
-        if line == "\r\n" {
-            return Some(head);
-        }
     }
 }
 

@@ -6,44 +6,12 @@
 mod common;
 
 use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{TcpListener, TcpStream};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::net::TcpStream;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
 use common::*;
-
-/// An upstream that hands each accepted connection, numbered from 0, to `script`.
-struct Scripted {
-    port: u16,
-    accepted: Arc<AtomicUsize>,
-}
-
-fn scripted<F>(script: F) -> Scripted
-where
-    F: Fn(usize, BufReader<TcpStream>, TcpStream) + Send + Sync + 'static,
-{
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let accepted = Arc::new(AtomicUsize::new(0));
-    let count = accepted.clone();
-    let script = Arc::new(script);
-    std::thread::spawn(move || {
-        for stream in listener.incoming() {
-            let Ok(stream) = stream else { return };
-            stream
-                .set_read_timeout(Some(Duration::from_secs(20)))
-                .unwrap();
-            let n = count.fetch_add(1, Ordering::SeqCst);
-            let script = script.clone();
-            std::thread::spawn(move || {
-                let w = stream.try_clone().unwrap();
-                script(n, BufReader::new(stream), w)
-            });
-        }
-    });
-    Scripted { port, accepted }
-}
 
 fn proxy_to(up: &Scripted) -> Weir {
     Weir::start(
@@ -67,22 +35,6 @@ impl Received {
             let (k, v) = l.split_once(':')?;
             k.eq_ignore_ascii_case(name).then(|| v.trim().to_string())
         })
-    }
-}
-
-/// Reads a message head (request or response) through its empty line; `None` when the peer
-/// closed first.
-fn read_head(r: &mut BufReader<TcpStream>) -> Option<String> {
-    let mut head = String::new();
-    loop {
-        let mut line = String::new();
-        if r.read_line(&mut line).ok()? == 0 {
-            return None;
-        }
-        head.push_str(&line);
-        if line == "\r\n" {
-            return Some(head);
-        }
     }
 }
 

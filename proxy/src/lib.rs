@@ -19,6 +19,7 @@ pub mod server;
 pub(crate) mod timer;
 pub mod tls;
 pub mod upstream;
+pub(crate) mod wire;
 
 pub use config::Config;
 pub use plugins::Registry;

@@ -5,10 +5,12 @@
 
 pub mod tls;
 
-use std::io::{Read, Write};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -292,3 +294,54 @@ pub fn addr(p: &Proc) -> SocketAddr {
 }
 pub mod apiserver;
 pub mod cluster;
+
+/// An upstream that hands each accepted connection, numbered from 0, to `script`.
+pub struct Scripted {
+    /// Where it listens (127.0.0.1).
+    pub port: u16,
+    /// Connections accepted so far.
+    pub accepted: Arc<AtomicUsize>,
+}
+
+/// Starts a scripted upstream; each connection gets a 20 s read timeout.
+pub fn scripted<F>(script: F) -> Scripted
+where
+    F: Fn(usize, BufReader<TcpStream>, TcpStream) + Send + Sync + 'static,
+{
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let accepted = Arc::new(AtomicUsize::new(0));
+    let count = accepted.clone();
+    let script = Arc::new(script);
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(stream) = stream else { return };
+            stream
+                .set_read_timeout(Some(Duration::from_secs(20)))
+                .unwrap();
+            let n = count.fetch_add(1, Ordering::SeqCst);
+            let script = script.clone();
+            std::thread::spawn(move || {
+                let w = stream.try_clone().unwrap();
+                script(n, BufReader::new(stream), w)
+            });
+        }
+    });
+    Scripted { port, accepted }
+}
+
+/// Reads a message head (request or response) through its empty line; `None` when the peer
+/// closed first.
+pub fn read_head(r: &mut BufReader<TcpStream>) -> Option<String> {
+    let mut head = String::new();
+    loop {
+        let mut line = String::new();
+        if r.read_line(&mut line).ok()? == 0 {
+            return None;
+        }
+        head.push_str(&line);
+        if line == "\r\n" {
+            return Some(head);
+        }
+    }
+}

@@ -13,6 +13,8 @@ use bytes::BytesMut;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Method, StatusCode, Uri, Version};
 
+use crate::wire;
+
 /// Most request headers the fast path parses; a request with more goes to hyper, which applies
 /// `--max-headers`.
 const MAX_FAST_HEADERS: usize = 128;
@@ -113,12 +115,8 @@ pub(crate) fn parse_request(buf: &mut BytesMut, max_head: usize, max_headers: us
     let bytes = buf.split_to(len).freeze();
 
     let Ok(uri) = Uri::from_maybe_shared(bytes.slice(path.0..path.0 + path.1)) else {
-        // Nothing of it was used: hyper gets the head back and answers 400.
-        let mut whole = BytesMut::with_capacity(bytes.len() + buf.len());
-        whole.extend_from_slice(&bytes);
-        whole.extend_from_slice(buf);
-        *buf = whole;
-        return Parsed::Handover;
+        // hyper gets the head back and answers 400.
+        return unconsume(buf, &bytes);
     };
     // Room for the forwarding headers the proxy adds without growing the map again.
     let mut headers = HeaderMap::with_capacity(count + 8);
@@ -129,11 +127,7 @@ pub(crate) fn parse_request(buf: &mut BytesMut, max_head: usize, max_headers: us
             HeaderName::from_bytes(&bytes[ns..ns + nl]),
             HeaderValue::from_maybe_shared(bytes.slice(vs..vs + vl)),
         ) else {
-            let mut whole = BytesMut::with_capacity(bytes.len() + buf.len());
-            whole.extend_from_slice(&bytes);
-            whole.extend_from_slice(buf);
-            *buf = whole;
-            return Parsed::Handover;
+            return unconsume(buf, &bytes);
         };
         headers.append(name, value);
     }
@@ -143,6 +137,16 @@ pub(crate) fn parse_request(buf: &mut BytesMut, max_head: usize, max_headers: us
     parts.version = Version::HTTP_11;
     parts.headers = headers;
     Parsed::Request { parts, close }
+}
+
+/// Puts a head split off the buffer back in front of it, for hyper: a rare path (a target or
+/// header `http` refuses after httparse took it), so a copy is fine.
+fn unconsume(buf: &mut BytesMut, head: &[u8]) -> Parsed {
+    let mut whole = BytesMut::with_capacity(head.len() + buf.len());
+    whole.extend_from_slice(head);
+    whole.extend_from_slice(buf);
+    *buf = whole;
+    Parsed::Handover
 }
 
 /// How a response body is framed on the wire.
@@ -195,19 +199,16 @@ pub(crate) fn encode_response_head(
             continue;
         }
         has_date |= name == header::DATE;
-        out.extend_from_slice(name.as_str().as_bytes());
-        out.extend_from_slice(b": ");
-        out.extend_from_slice(value.as_bytes());
-        out.extend_from_slice(b"\r\n");
+        wire::header_line(out, name, value);
     }
     let framing = if no_body {
         // A 304 keeps the length of what it stands for; 1xx and 204 carry none.
         if let (true, Some(n)) = (status == StatusCode::NOT_MODIFIED, declared) {
-            write_length(out, n);
+            wire::content_length(out, n);
         }
         Framing::Empty
     } else if let Some(n) = declared.or(exact_len) {
-        write_length(out, n);
+        wire::content_length(out, n);
         Framing::Length(n)
     } else {
         out.extend_from_slice(b"transfer-encoding: chunked\r\n");
@@ -223,23 +224,6 @@ pub(crate) fn encode_response_head(
     }
     out.extend_from_slice(b"\r\n");
     framing
-}
-
-fn write_length(out: &mut Vec<u8>, n: u64) {
-    out.extend_from_slice(b"content-length: ");
-    let mut digits = [0u8; 20];
-    let mut i = digits.len();
-    let mut n = n;
-    loop {
-        i -= 1;
-        digits[i] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
-    }
-    out.extend_from_slice(&digits[i..]);
-    out.extend_from_slice(b"\r\n");
 }
 
 /// Appends a chunk-size line for `len` bytes.

@@ -8,6 +8,7 @@ use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Method, StatusCode, Version};
 
 use crate::upstream::Added;
+use crate::wire;
 
 /// Most headers a response head may carry (hyper's default too).
 pub const MAX_HEADERS: usize = 100;
@@ -95,24 +96,14 @@ pub fn encode_request(
         if name == header::CONTENT_LENGTH {
             continue;
         }
-        out.extend_from_slice(name.as_str().as_bytes());
-        out.extend_from_slice(b": ");
-        out.extend_from_slice(value.as_bytes());
-        out.extend_from_slice(b"\r\n");
+        wire::header_line(out, name, value);
     }
     for (name, value) in added.iter() {
-        out.extend_from_slice(name.as_str().as_bytes());
-        out.extend_from_slice(b": ");
-        out.extend_from_slice(value.as_bytes());
-        out.extend_from_slice(b"\r\n");
+        wire::header_line(out, name, value);
     }
     match framing {
         RequestFraming::Chunked => out.extend_from_slice(b"transfer-encoding: chunked\r\n"),
-        RequestFraming::Length(n) => {
-            out.extend_from_slice(b"content-length: ");
-            out.extend_from_slice(n.to_string().as_bytes());
-            out.extend_from_slice(b"\r\n");
-        }
+        RequestFraming::Length(n) => wire::content_length(out, n),
         // A body-less POST/PUT/PATCH says so, as curl does: some servers insist (411).
         RequestFraming::Empty
             if head.headers.contains_key(header::CONTENT_LENGTH)

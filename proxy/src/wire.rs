@@ -1,0 +1,50 @@
+//! Pieces of HTTP/1.1 message heads that both Weir's server loop and its upstream client write.
+
+use http::header::{HeaderName, HeaderValue};
+
+/// Appends `name: value\r\n`.
+pub(crate) fn header_line(out: &mut Vec<u8>, name: &HeaderName, value: &HeaderValue) {
+    out.extend_from_slice(name.as_str().as_bytes());
+    out.extend_from_slice(b": ");
+    out.extend_from_slice(value.as_bytes());
+    out.extend_from_slice(b"\r\n");
+}
+
+/// Appends `content-length: n\r\n` (without formatting machinery or an allocation).
+pub(crate) fn content_length(out: &mut Vec<u8>, n: u64) {
+    out.extend_from_slice(b"content-length: ");
+    let mut digits = [0u8; 20];
+    let mut i = digits.len();
+    let mut n = n;
+    loop {
+        i -= 1;
+        digits[i] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    out.extend_from_slice(&digits[i..]);
+    out.extend_from_slice(b"\r\n");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lines_and_lengths() {
+        let mut out = Vec::new();
+        header_line(
+            &mut out,
+            &http::header::VIA,
+            &HeaderValue::from_static("1.1 weir"),
+        );
+        content_length(&mut out, 0);
+        content_length(&mut out, u64::MAX);
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "via: 1.1 weir\r\ncontent-length: 0\r\ncontent-length: 18446744073709551615\r\n"
+        );
+    }
+}
