@@ -202,3 +202,33 @@ async fn a_silent_tls_client_does_not_delay_shutdown() {
     weir.proc.terminate();
     weir.proc.wait_exit(Duration::from_secs(10));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_closed_https_connection_ends_with_close_notify() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let up = echo("up");
+    let (_weir, port) = start(up.port, vec![cert_a()]);
+    let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .unwrap();
+    let name = rustls::pki_types::ServerName::try_from("a.example.test").unwrap();
+    let mut tls = common::tls::connector(&["http/1.1"])
+        .connect(name, tcp)
+        .await
+        .unwrap();
+    tls.write_all(b"GET / HTTP/1.1\r\nHost: a.example.test\r\nConnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    // rustls reports a close without close_notify as UnexpectedEof (a truncation attack).
+    let mut all = Vec::new();
+    tokio::time::timeout(
+        std::time::Duration::from_secs(10),
+        tls.read_to_end(&mut all),
+    )
+    .await
+    .expect("connection not closed within 10 s")
+    .expect("closed without close_notify");
+    let text = String::from_utf8_lossy(&all);
+    assert!(text.starts_with("HTTP/1.1 200 OK\r\n"), "{text}");
+    assert!(text.contains("connection: close\r\n"), "{text}");
+}

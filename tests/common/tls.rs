@@ -29,15 +29,8 @@ pub struct TlsResp {
     pub resp: Resp,
 }
 
-/// `GET path` over TLS to 127.0.0.1:`port` with SNI and Host `server_name`, offering `alpn`.
-///
-/// `Err` carries the handshake error (for example, no certificate for that name).
-pub async fn get(
-    port: u16,
-    server_name: &str,
-    path: &str,
-    alpn: &[&str],
-) -> Result<TlsResp, String> {
+/// A TLS client trusting the fixtures' CA, offering `alpn`.
+pub fn connector(alpn: &[&str]) -> tokio_rustls::TlsConnector {
     let mut roots = rustls::RootCertStore::empty();
     roots.add(fixture_der("ca.crt")).unwrap();
     let provider = Arc::new(rustls::crypto::ring::default_provider());
@@ -47,7 +40,19 @@ pub async fn get(
         .with_root_certificates(roots)
         .with_no_client_auth();
     config.alpn_protocols = alpn.iter().map(|p| p.as_bytes().to_vec()).collect();
-    let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
+    tokio_rustls::TlsConnector::from(Arc::new(config))
+}
+
+/// `GET path` over TLS to 127.0.0.1:`port` with SNI and Host `server_name`, offering `alpn`.
+///
+/// `Err` carries the handshake error (for example, no certificate for that name).
+pub async fn get(
+    port: u16,
+    server_name: &str,
+    path: &str,
+    alpn: &[&str],
+) -> Result<TlsResp, String> {
+    let connector = connector(alpn);
     let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port))
         .await
         .map_err(|e| e.to_string())?;
