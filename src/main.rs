@@ -1,6 +1,10 @@
 //! The `weir` binary: a thin CLI over the proxy (and, later, the controller) crates.
 
+mod alloc;
 mod echo;
+
+#[global_allocator]
+static ALLOCATOR: alloc::Mimalloc = alloc::Mimalloc;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
