@@ -403,11 +403,14 @@ fn strip_port(host: &str) -> &str {
         // [v6]:port
         return rest.split(']').next().unwrap_or(rest);
     }
-    match host.rsplit_once(':') {
-        Some((h, p)) if p.bytes().all(|b| b.is_ascii_digit()) => h,
+    // Scan back over the port's digits only, not the whole name.
+    let b = host.as_bytes();
+    let digits = b.iter().rev().take_while(|c| c.is_ascii_digit()).count();
+    let host = match b.len().checked_sub(digits + 1) {
+        Some(colon) if b[colon] == b':' => &host[..colon],
         _ => host,
-    }
-    .trim_end_matches('.')
+    };
+    host.trim_end_matches('.')
 }
 
 #[cfg(test)]
@@ -595,5 +598,16 @@ mod tests {
         assert_eq!(request_host(&"/x".parse().unwrap(), &h), "::1");
         h.insert("host", HeaderValue::from_static("example.com."));
         assert_eq!(request_host(&"/x".parse().unwrap(), &h), "example.com");
+        // Only a colon followed by digits (or nothing) to the end is a port.
+        for (raw, host) in [
+            ("example.com:", "example.com"),
+            ("example.com.:8080", "example.com"),
+            ("a:b:80", "a:b"),
+            ("host:abc", "host:abc"),
+            ("8080", "8080"),
+            (":80", ""),
+        ] {
+            assert_eq!(strip_port(raw), host, "{raw}");
+        }
     }
 }

@@ -250,10 +250,15 @@ pub async fn handle(
         }
         _ => UpstreamBody::empty(),
     };
-    head.uri = match upstream_path.parse() {
-        Ok(uri) => uri,
-        Err(_) => return p.error(StatusCode::INTERNAL_SERVER_ERROR, "invalid upstream URI"),
-    };
+    // Most routes forward the client's own path and query: its parsed URI is reused.
+    let unchanged = head.uri.scheme().is_none()
+        && head.uri.path_and_query().map(|pq| pq.as_str()) == Some(upstream_path.as_str());
+    if !unchanged {
+        head.uri = match upstream_path.parse() {
+            Ok(uri) => uri,
+            Err(_) => return p.error(StatusCode::INTERNAL_SERVER_ERROR, "invalid upstream URI"),
+        };
+    }
     head.version = http::Version::HTTP_11;
     let mut request = Request::from_parts(head, body);
 
