@@ -273,6 +273,27 @@ fn pipelined_requests_are_answered_in_order() {
 }
 
 #[test]
+fn the_upstream_gets_the_normalised_origin_form_target() {
+    let up = echo("up");
+    let weir = proxy(up.port, &[]);
+    let mut c = Conn::open(weir.proc.port);
+    // A target already in normal form goes on as the client sent it; dot segments are
+    // resolved first; an absolute-form target goes on as its path and query.
+    for (target, path, query) in [
+        ("/a/b?x=1&y", "/a/b", Some("x=1&y")),
+        ("/a/./b/../c?x=1", "/a/c", Some("x=1")),
+        ("http://t/abs/./x?q=2", "/abs/x", Some("q=2")),
+    ] {
+        c.send(format!("GET {target} HTTP/1.1\r\nHost: t\r\n\r\n").as_bytes());
+        let r = c.read_response(false);
+        assert_eq!(r.status, 200, "{target}: {r:?}");
+        let info = r.json();
+        assert_eq!(info["path"], path, "{target}: {info}");
+        assert_eq!(info["query"].as_str(), query, "{target}: {info}");
+    }
+}
+
+#[test]
 fn a_body_request_mid_connection_hands_over_to_hyper() {
     let up = echo("up");
     let weir = proxy(up.port, &[]);

@@ -1,4 +1,4 @@
-//! Pieces of HTTP/1.1 message heads that both Weir's server loop and its upstream client write.
+//! Pieces of HTTP/1.1 messages that both Weir's server loop and its upstream client write.
 
 use http::header::{HeaderName, HeaderValue};
 
@@ -28,6 +28,24 @@ pub(crate) fn content_length(out: &mut Vec<u8>, n: u64) {
     out.extend_from_slice(b"\r\n");
 }
 
+/// Appends a chunk-size line for `len` bytes.
+pub(crate) fn chunk_header(out: &mut Vec<u8>, len: usize) {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let mut digits = [0u8; 16];
+    let mut i = digits.len();
+    let mut n = len;
+    loop {
+        i -= 1;
+        digits[i] = HEX[n & 0xf];
+        n >>= 4;
+        if n == 0 {
+            break;
+        }
+    }
+    out.extend_from_slice(&digits[i..]);
+    out.extend_from_slice(b"\r\n");
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -46,5 +64,14 @@ mod tests {
             String::from_utf8(out).unwrap(),
             "via: 1.1 weir\r\ncontent-length: 0\r\ncontent-length: 18446744073709551615\r\n"
         );
+    }
+
+    #[test]
+    fn chunk_headers_are_hex() {
+        let mut out = Vec::new();
+        chunk_header(&mut out, 0);
+        chunk_header(&mut out, 255);
+        chunk_header(&mut out, 0x10000);
+        assert_eq!(out, b"0\r\nff\r\n10000\r\n");
     }
 }

@@ -226,24 +226,6 @@ pub(crate) fn encode_response_head(
     framing
 }
 
-/// Appends a chunk-size line for `len` bytes.
-pub(crate) fn chunk_header(out: &mut Vec<u8>, len: usize) {
-    const HEX: &[u8; 16] = b"0123456789abcdef";
-    let mut digits = [0u8; 16];
-    let mut i = digits.len();
-    let mut n = len;
-    loop {
-        i -= 1;
-        digits[i] = HEX[n & 0xf];
-        n >>= 4;
-        if n == 0 {
-            break;
-        }
-    }
-    out.extend_from_slice(&digits[i..]);
-    out.extend_from_slice(b"\r\n");
-}
-
 thread_local! {
     /// The current second's IMF-fixdate, formatted once per second per worker.
     static DATE: RefCell<(u64, [u8; 29])> = const { RefCell::new((u64::MAX, [0; 29])) };
@@ -441,14 +423,5 @@ mod tests {
         assert!(httpdate::parse_http_date(date).is_ok(), "{date}");
         let (s, _) = encode(&response(599, &[]), Some(0), false);
         assert!(s.starts_with("HTTP/1.1 599 \r\n"), "{s}");
-    }
-
-    #[test]
-    fn chunk_headers_are_hex() {
-        let mut out = Vec::new();
-        chunk_header(&mut out, 0);
-        chunk_header(&mut out, 255);
-        chunk_header(&mut out, 0x10000);
-        assert_eq!(out, b"0\r\nff\r\n10000\r\n");
     }
 }

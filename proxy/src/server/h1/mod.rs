@@ -124,11 +124,7 @@ where
         match head::parse_request(buf, opts.max_header_bytes, opts.max_headers) {
             Parsed::Handover => return true,
             Parsed::TooLarge => {
-                out.clear();
-                out.extend_from_slice(
-                    b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-length: 0\r\nconnection: close\r\n\r\n",
-                );
-                flush(stream, &mut out).await;
+                answer_and_close(stream, &mut out, "431 Request Header Fields Too Large").await;
                 return false;
             }
             Parsed::Request { parts, close } => {
@@ -236,10 +232,7 @@ where
         // 1xx written as the final answer would pair every later response with the wrong
         // request. hyper answers such a response with 500 too.
         drop(body);
-        out.extend_from_slice(
-            b"HTTP/1.1 500 Internal Server Error\r\ncontent-length: 0\r\nconnection: close\r\n\r\n",
-        );
-        flush(stream, out).await;
+        answer_and_close(stream, out, "500 Internal Server Error").await;
         return false;
     }
     let framing = head::encode_response_head(out, &parts, body.size_hint().exact(), close);
@@ -297,7 +290,7 @@ where
                 }
             }
             Framing::Chunked => {
-                head::chunk_header(out, data.len());
+                crate::wire::chunk_header(out, data.len());
                 if !put(stream, out, data).await {
                     return false;
                 }
@@ -322,6 +315,15 @@ async fn put<S: AsyncWrite + Unpin>(stream: &mut S, out: &mut Vec<u8>, data: Byt
 }
 
 /// Writes out what `out` holds (and flushes a TLS session's records).
+/// Writes an empty answer with `status` (code and reason) that closes the connection.
+async fn answer_and_close<S: AsyncWrite + Unpin>(stream: &mut S, out: &mut Vec<u8>, status: &str) {
+    out.clear();
+    out.extend_from_slice(b"HTTP/1.1 ");
+    out.extend_from_slice(status.as_bytes());
+    out.extend_from_slice(b"\r\ncontent-length: 0\r\nconnection: close\r\n\r\n");
+    flush(stream, out).await;
+}
+
 async fn flush<S: AsyncWrite + Unpin>(stream: &mut S, out: &mut Vec<u8>) -> bool {
     let ok = out.is_empty() || stream.write_all(out).await.is_ok();
     out.clear();

@@ -119,7 +119,9 @@ impl Upload {
                         }
                     }
                     self.out = if self.chunked {
-                        let size = Bytes::from(format!("{:x}\r\n", data.len()));
+                        let mut size = Vec::with_capacity(18);
+                        crate::wire::chunk_header(&mut size, data.len());
+                        let size = Bytes::from(size);
                         frame_out(size, data, b"\r\n")
                     } else {
                         frame_out(Bytes::new(), data, b"")
