@@ -3,6 +3,7 @@
 
     python3 bench/callgrind.py                 # Weir at 1 and 10,000 routes, nginx; 20,000 requests each
     python3 bench/callgrind.py --routes 1 --requests 5000 --keep --no-nginx
+    python3 bench/callgrind.py --scenario plugins --routes 1 --weir /tmp/weir-old   # another build
 
 Runs target/release/weir (1 worker, access log off), and nginx as the reference, each
 configured as bench/run.sh configures it (bench/weirbench.py's generators), under `valgrind --tool=callgrind`, a
@@ -11,7 +12,8 @@ fixed number of requests (spread over the routes). Counting starts after a warm-
 (`callgrind_control --instr=on`) and stops with `--dump`, so the figure is the proxy's user-space
 instructions per request. Instruction counts do not depend on what else the machine is doing,
 so before/after comparisons of a change need no quiet machine. `--keep` leaves the callgrind
-file for `callgrind_annotate`.
+file for `callgrind_annotate`. `--scenario plugins` enables the plugins scenario's plugins
+(bench/scenarios/50_plugins.py, globally) in both proxies; `--weir` measures another build.
 """
 
 import argparse
@@ -30,6 +32,7 @@ import weirbench  # bench/ is this script's folder, so first on sys.path
 
 HOST = weirbench.HOST
 WEIR = weirbench.WEIR_BIN
+SCENARIO_PLUGINS = {"small": [], "plugins": [{"name": "correlation-id", "config": {}}]}
 NGINX = shutil.which("nginx") or "/usr/sbin/nginx"
 
 
@@ -50,34 +53,36 @@ def wait_port(port: int, limit: float = 60.0) -> None:
     raise SystemExit(f"port {port} did not open within {limit} s")
 
 
-def proxy_command(contender: str, tmp: Path, routes: int, up_port: int, port: int) -> list:
+def proxy_command(contender: str, tmp: Path, routes: int, up_port: int, port: int,
+                  plugins: list, weir: Path) -> list:
     """The proxy under measurement, configured as bench/run.sh configures it (weirbench's
     generators): Weir with `routes` prefix routes, or nginx with its forwarding headers."""
     scn = {"routes": routes, "response": "small", "tls": False}
     if contender == "nginx":
-        spec = {"port": port, "upstream_port": up_port, "plugins": []}
+        spec = {"port": port, "upstream_port": up_port, "plugins": plugins}
         (tmp / "nginx.conf").write_text(weirbench.nginx_proxy_conf(tmp, scn, spec))
         return [NGINX, "-c", tmp / "nginx.conf", "-g", "master_process off;"]
-    (tmp / "table.json").write_text(json.dumps(weirbench.weir_table(scn, [], up_port)))
-    return [WEIR, "proxy", "--worker-threads", "1", "--access-log", "false",
+    (tmp / "table.json").write_text(json.dumps(weirbench.weir_table(scn, plugins, up_port)))
+    return [weir, "proxy", "--worker-threads", "1", "--access-log", "false",
             "--listen", f"{HOST}:{port}", "--admin-listen", f"{HOST}:{free_port()}",
             "--config", tmp / "table.json"]
 
 
 def run(contender: str, routes: int, requests: int, warmup: int, keep: bool,
-        cache_sim: bool) -> dict:
+        cache_sim: bool, scenario: str = "small", weir: Path = WEIR) -> dict:
     tmp = Path(tempfile.mkdtemp(prefix="weir-callgrind-"))
     up_port, port = free_port(), free_port()
     out = tmp / "callgrind.out"
     procs = []
     try:
         procs.append(subprocess.Popen(
-            [WEIR, "echo", "--listen", f"{HOST}:{up_port}"],
+            [weir, "echo", "--listen", f"{HOST}:{up_port}"],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
         procs.append(subprocess.Popen(
             ["valgrind", "--tool=callgrind", "--compress-strings=no", "--instr-atstart=no",
              f"--cache-sim={'yes' if cache_sim else 'no'}", f"--callgrind-out-file={out}"]
-            + proxy_command(contender, tmp, routes, up_port, port),
+            + proxy_command(contender, tmp, routes, up_port, port,
+                            SCENARIO_PLUGINS[scenario], weir),
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
         wait_port(up_port)
         wait_port(port, 120)
@@ -116,7 +121,7 @@ def run(contender: str, routes: int, requests: int, warmup: int, keep: bool,
     events = re.search(r"^events: (.+)$", text, re.M).group(1).split()
     totals = [int(x) for x in re.search(r"^(?:summary|totals): (.+)$", text, re.M).group(1).split()]
     per = dict(zip(events, totals))
-    result = {"contender": contender, "routes": routes, "requests": requests,
+    result = {"contender": contender, "scenario": scenario, "routes": routes, "requests": requests,
               "instructions_per_request": per["Ir"] // requests}
     if cache_sim:
         # Last-level misses stand in for the cache misses that more routes could cause.
@@ -137,8 +142,11 @@ def main() -> None:
     ap.add_argument("--keep", action="store_true", help="keep the callgrind output")
     ap.add_argument("--cache-sim", action="store_true", help="also count simulated cache misses")
     ap.add_argument("--no-nginx", action="store_true", help="skip the nginx reference run")
+    ap.add_argument("--scenario", choices=sorted(SCENARIO_PLUGINS), default="small",
+                    help="small (no plugins) or plugins (the plugins scenario's, global)")
+    ap.add_argument("--weir", type=Path, default=WEIR, help="the weir binary to measure")
     args = ap.parse_args()
-    if not WEIR.exists():
+    if not args.weir.exists():
         raise SystemExit("build first: cargo build --release")
     if not shutil.which("valgrind"):
         raise SystemExit("needs valgrind (apt-get install valgrind)")
@@ -147,7 +155,8 @@ def main() -> None:
         runs.append(("nginx", 1))
     results = []
     for contender, n in runs:
-        r = run(contender, n, args.requests, max(args.warmup, n), args.keep, args.cache_sim)
+        r = run(contender, n, args.requests, max(args.warmup, n), args.keep, args.cache_sim,
+                args.scenario, args.weir)
         results.append(r)
         print(json.dumps(r), flush=True)
     ngx = next((r for r in results if r["contender"] == "nginx"), None)

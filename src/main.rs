@@ -170,6 +170,9 @@ struct ProxyArgs {
     /// Print a JSON access-log line per request on stdout.
     #[arg(long, env = "WEIR_ACCESS_LOG", default_value_t = true, action = clap::ArgAction::Set)]
     access_log: bool,
+    /// Access-log lines that may wait for the writer thread; when stdout falls behind, more are dropped (and counted in weir_access_log_dropped_total).
+    #[arg(long, env = "WEIR_ACCESS_LOG_QUEUE", default_value_t = 16_384)]
+    access_log_queue: usize,
     /// Comma-separated IPs/CIDRs whose X-Forwarded-* headers are trusted.
     #[arg(long, env = "WEIR_TRUSTED_PROXIES", value_delimiter = ',')]
     trusted_proxies: Vec<Cidr>,
@@ -191,6 +194,9 @@ struct ProxyArgs {
     /// Largest request body in bytes, 0 for no limit (413 above).
     #[arg(long, env = "WEIR_MAX_BODY_SIZE", default_value_t = 0)]
     max_body_size: u64,
+    /// Largest request body in bytes held in memory for plugins that read request bodies (413 above).
+    #[arg(long, env = "WEIR_MAX_BUFFERED_BODY", default_value_t = 8 * 1024 * 1024)]
+    max_buffered_body: u64,
     /// Time in-flight requests get to finish after SIGTERM.
     #[arg(long, env = "WEIR_SHUTDOWN_GRACE", default_value = "30s", value_parser = parse_duration)]
     shutdown_grace: Duration,
@@ -251,12 +257,7 @@ fn main() -> anyhow::Result<()> {
 }
 
 fn registry() -> Registry {
-    let registry = Registry::builtin();
-    if std::env::var("WEIR_ENABLE_TEST_PLUGINS").is_ok_and(|v| v == "1") {
-        registry.with_test_plugins()
-    } else {
-        registry
-    }
+    Registry::builtin()
 }
 
 fn run_proxy(cmd: ProxyCommand) -> anyhow::Result<()> {
@@ -350,7 +351,6 @@ impl ProxyArgs {
                 .worker_threads
                 .unwrap_or(defaults.worker_threads)
                 .max(1),
-            access_log: self.access_log,
             trusted_proxies: self.trusted_proxies.clone(),
             max_connections: self.max_connections,
             header_read_timeout: self.header_read_timeout,
@@ -358,6 +358,9 @@ impl ProxyArgs {
             max_header_bytes: self.max_header_bytes,
             max_headers: self.max_headers,
             max_body_size: self.max_body_size,
+            max_buffered_body: self.max_buffered_body,
+            access_log: self.access_log,
+            access_log_queue: self.access_log_queue,
             shutdown_grace: self.shutdown_grace,
             ..defaults
         }

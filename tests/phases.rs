@@ -1,5 +1,5 @@
 //! Phase semantics through the real binary, observed with the test plugins
-//! (`WEIR_ENABLE_TEST_PLUGINS=1`) and the two built-in plugins.
+//! (compiled into test builds by the `test-plugins` feature) and the two built-in plugins.
 
 mod common;
 

@@ -97,6 +97,15 @@ async fn route(proxy: &Proxy, req: Request<Incoming>) -> Response<ProxyBody> {
                             c["key"] = json!("<redacted>");
                         }
                     }
+                    // Nor do the secret fields of plugin configurations.
+                    if let Some(plugins) = v["plugins"].as_array_mut() {
+                        for p in plugins {
+                            let name = p["name"].as_str().unwrap_or_default().to_string();
+                            if let Some(config) = p.get_mut("config") {
+                                crate::config::redact_plugin_config(&name, config);
+                            }
+                        }
+                    }
                     json_response(StatusCode::OK, v)
                 }
                 Err(e) => json_response(

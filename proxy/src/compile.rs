@@ -12,7 +12,7 @@ use http::{HeaderValue, StatusCode};
 use crate::balancer::{Balancer, Target};
 use crate::config::{parse_target, Config, ConfigError, PluginConfig, Settings, UpstreamProtocol};
 use crate::pipeline::RouteChain;
-use crate::plugins::{PluginInstance, Registry};
+use crate::plugins::{PluginInstance, Registry, Staged};
 use crate::router::Router;
 use crate::tls::CertStore;
 
@@ -34,6 +34,8 @@ pub struct Runtime {
     pub settings: Settings,
     /// TLS certificates by server name.
     pub certs: CertStore,
+    /// The plugin instances of this table (handed to the registry when it goes into service).
+    pub plugins: Staged,
 }
 
 /// A route, ready for requests.
@@ -89,6 +91,7 @@ impl Runtime {
             global: Arc::from(Vec::new()),
             settings: Settings::default(),
             certs: CertStore::default(),
+            plugins: Staged::default(),
         }
     }
 
@@ -111,10 +114,11 @@ impl Runtime {
         let router = Router::new(&config.routes, config.settings.merge_slashes)
             .map_err(|e| internal("config", "", "routes", e.to_string()))?;
 
+        let mut staged = Staged::default();
         let mut instances: Vec<(&PluginConfig, PluginInstance)> = Vec::new();
         for p in config.plugins.iter().filter(|p| p.enabled) {
             let inst = registry
-                .instantiate(p)
+                .instantiate(p, &mut staged)
                 .map_err(|m| internal("plugin", &p.id, "config", m))?;
             instances.push((p, inst));
         }
@@ -218,6 +222,7 @@ impl Runtime {
             services,
             global,
             certs,
+            plugins: staged,
         })
     }
 }
@@ -303,7 +308,7 @@ mod tests {
 
     fn runtime(yaml: &str) -> Runtime {
         let cfg = Config::parse(yaml.as_bytes()).unwrap();
-        Runtime::compile(cfg, &Registry::builtin().with_test_plugins()).unwrap()
+        Runtime::compile(cfg, &Registry::builtin()).unwrap()
     }
 
     fn ids(chain: &[PluginInstance]) -> Vec<String> {

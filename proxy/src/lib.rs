@@ -7,6 +7,7 @@
 //!
 //! This crate knows routing tables, not Kubernetes.
 
+pub(crate) mod access_log;
 pub mod admin;
 pub mod balancer;
 pub mod compile;

@@ -65,6 +65,8 @@ pub struct Metrics {
     pub connections_refused: AtomicU64,
     /// TLS handshakes that failed or timed out.
     pub tls_handshake_failures: AtomicU64,
+    /// Access-log lines dropped because the writer's queue was full.
+    pub access_log_dropped: AtomicU64,
 }
 
 thread_local! {
@@ -85,6 +87,7 @@ impl Metrics {
             config_failures: AtomicU64::new(0),
             connections_refused: AtomicU64::new(0),
             tls_handshake_failures: AtomicU64::new(0),
+            access_log_dropped: AtomicU64::new(0),
         }
     }
 
@@ -199,6 +202,11 @@ impl Metrics {
                 "weir_tls_handshake_failures_total",
                 "TLS handshakes that failed, found no certificate or timed out.",
                 self.tls_handshake_failures.load(Ordering::Relaxed) as f64,
+            ),
+            (
+                "weir_access_log_dropped_total",
+                "Access-log lines dropped because stdout did not keep up (queue full).",
+                self.access_log_dropped.load(Ordering::Relaxed) as f64,
             ),
         ] {
             let _ = writeln!(

@@ -143,7 +143,6 @@ impl Weir {
         args.extend(extra.iter().map(|s| s.to_string()));
         let child = Command::new(WEIR)
             .args(&args)
-            .env("WEIR_ENABLE_TEST_PLUGINS", "1")
             .env("RUST_LOG", "warn")
             .stdout(stdout)
             .spawn()

@@ -8,6 +8,7 @@
 //! This module depends on nothing else in the proxy, so the controller can build a `Config`
 //! without pulling in the data plane.
 
+mod secrets;
 mod validate;
 
 use std::collections::BTreeMap;
@@ -15,6 +16,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
+pub use secrets::{mark_secret_fields, redact_plugin_config};
 pub use validate::{ConfigError, PluginValidator};
 
 /// The version of the routing-table format this proxy understands.
@@ -301,8 +303,9 @@ pub fn parse_target(s: &str) -> Result<(&str, u16), String> {
 
 /// A plugin instance and its scope.
 ///
-/// With none of `route`, `service` and `consumer` set the plugin is global.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// With none of `route`, `service` and `consumer` set the plugin is global. `Debug` shows the
+/// configuration with its kind's secret fields redacted.
+#[derive(Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PluginConfig {
     /// Unique id.

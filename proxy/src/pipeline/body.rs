@@ -14,7 +14,7 @@ use http_body::{Body, Frame, SizeHint};
 
 use crate::timer::Timer;
 
-use super::{LogRecord, RequestCtx};
+use super::{LogRecord, RequestCtx, Session};
 use crate::plugins::BodyChunk;
 use crate::upstream::ResponseBody;
 
@@ -36,16 +36,6 @@ enum Inner {
         read_timeout: Duration,
         timer: Option<Timer>,
     },
-}
-
-/// State needed for the log phase, boxed so the body stays small.
-pub(crate) struct Finish {
-    pub ctx: RequestCtx,
-    pub record: LogRecord,
-    pub sink: Arc<dyn LogSink>,
-    pub request_bytes: Option<Arc<crate::upstream::BodyStats>>,
-    /// Released when the request is over (the connection's in-flight count).
-    pub _guard: Option<InFlight>,
 }
 
 /// In-flight requests and idleness of one client connection.
@@ -100,12 +90,12 @@ pub struct ProxyBody {
     filter: bool,
     filtered_eof: bool,
     sent: u64,
-    finish: Option<Box<Finish>>,
+    finish: Option<Box<Session>>,
 }
 
 impl ProxyBody {
     /// A complete body known up front (errors, short-circuits).
-    pub(crate) fn full(bytes: Bytes, finish: Option<Box<Finish>>) -> ProxyBody {
+    pub(crate) fn full(bytes: Bytes, finish: Option<Box<Session>>) -> ProxyBody {
         let filter = finish.as_ref().is_some_and(|f| super::filters_body(&f.ctx));
         ProxyBody {
             inner: Inner::Full(Some(bytes)),
@@ -120,7 +110,7 @@ impl ProxyBody {
     pub(crate) fn upstream(
         body: ResponseBody,
         read_timeout: Duration,
-        finish: Box<Finish>,
+        finish: Box<Session>,
     ) -> ProxyBody {
         let filter = super::filters_body(&finish.ctx);
         ProxyBody {
@@ -146,17 +136,11 @@ impl ProxyBody {
         ProxyBody::full(b.into(), None)
     }
 
+    /// Ends the request's session (which runs the log phase).
     fn done(&mut self, aborted: bool) {
         if let Some(mut f) = self.finish.take() {
             f.record.response_bytes = self.sent;
             f.record.aborted = aborted;
-            if let Some(stats) = &f.request_bytes {
-                f.record.request_bytes = stats.bytes.load(Ordering::Relaxed);
-            }
-            f.ctx.timings.end = Some(Instant::now());
-            f.record.latencies = f.ctx.timings.latencies();
-            super::log(&f.ctx, &f.record);
-            f.sink.log(&f.ctx, &f.record);
         }
     }
 

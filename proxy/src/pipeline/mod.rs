@@ -1,26 +1,31 @@
 //! The phase pipeline: the per-request context and the plugin loops of each phase.
 //!
-//! These functions hold no I/O: the server calls them around routing and forwarding (the
-//! "before" and "after" slices of each phase's sandwich). Every plugin call is guarded, so an
-//! error or a panic in one plugin turns into a 500 (in `rewrite`/`access`) or a log line (in
-//! the later phases) and the remaining plugins still run.
+//! These functions do no I/O of their own: the server calls them around routing and
+//! forwarding (the "before" and "after" slices of each phase's sandwich). A plugin's handler
+//! in `rewrite`, `access` and `request_body` may return a future, which is awaited here; one
+//! that returns its result at once costs no allocation. Every plugin call (and every poll of a
+//! plugin's future) is guarded, so an error or a panic in one plugin turns into a 500 (in
+//! `rewrite`/`access`/`request_body`) or a log line (in the later phases) and the remaining
+//! plugins still run.
 
 mod body;
+mod guard;
+mod session;
 
 use std::collections::HashMap;
 use std::net::IpAddr;
-use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use http::{Extensions, Method, StatusCode};
+use bytes::{Bytes, BytesMut};
+use http::{Extensions, Method};
+use http_body::Body;
 
-use crate::plugins::{
-    BodyChunk, EarlyResponse, Flow, PluginError, PluginInstance, RequestHead, ResponseHead,
-};
+use crate::plugins::{BodyChunk, EarlyResponse, Flow, PluginInstance, RequestHead, ResponseHead};
+use guard::{call, finish, sync, Called};
 
-pub(crate) use body::Finish;
 pub use body::{ConnActivity, InFlight, LogSink, ProxyBody, ReadTimeout};
+pub(crate) use session::Session;
 
 /// Per-request state shared by the phases and the plugins.
 pub struct RequestCtx {
@@ -105,43 +110,17 @@ pub struct RouteChain {
     pub by_consumer: HashMap<Arc<str>, Arc<[PluginInstance]>>,
 }
 
-const INTERNAL_ERROR: &str = "An unexpected error occurred";
-
-fn guarded<T>(
-    plugin: &PluginInstance,
-    phase: &str,
-    f: impl FnOnce() -> Result<T, PluginError>,
-) -> Result<T, ()> {
-    match catch_unwind(AssertUnwindSafe(f)) {
-        Ok(Ok(v)) => Ok(v),
-        Ok(Err(e)) => {
-            tracing::error!(plugin = plugin.name, id = %plugin.id, phase, error = %e, "plugin failed");
-            Err(())
-        }
-        Err(panic) => {
-            let msg = panic
-                .downcast_ref::<&str>()
-                .map(|s| s.to_string())
-                .or_else(|| panic.downcast_ref::<String>().cloned())
-                .unwrap_or_default();
-            tracing::error!(plugin = plugin.name, id = %plugin.id, phase, panic = %msg, "plugin panicked");
-            Err(())
-        }
-    }
-}
-
-fn internal_error() -> EarlyResponse {
-    EarlyResponse::message(StatusCode::INTERNAL_SERVER_ERROR, INTERNAL_ERROR)
-}
-
 /// Rewrite phase: the global plugins, before a route is known.
-pub fn rewrite(ctx: &mut RequestCtx, req: &mut RequestHead) -> Option<EarlyResponse> {
+pub async fn rewrite(ctx: &mut RequestCtx, req: &mut RequestHead) -> Option<EarlyResponse> {
     let chain = ctx.plugins.clone();
     for p in chain.iter() {
-        match guarded(p, "rewrite", || p.plugin.rewrite(ctx, req)) {
-            Ok(Flow::Continue) => {}
-            Ok(Flow::Respond(r)) => return Some(r),
-            Err(()) => return Some(internal_error()),
+        let (c, r) = (&mut *ctx, &mut *req);
+        let flow = match call(p, "rewrite", || p.plugin.rewrite(c, r)) {
+            Called::Now(flow) => flow,
+            Called::Later(fut) => finish(p, "rewrite", fut).await,
+        };
+        if let Flow::Respond(answer) = flow {
+            return Some(answer);
         }
     }
     None
@@ -150,36 +129,36 @@ pub fn rewrite(ctx: &mut RequestCtx, req: &mut RequestHead) -> Option<EarlyRespo
 /// Access phase: the route's plugins in priority order until one answers.
 ///
 /// When a plugin sets [`RequestCtx::consumer`] and the route has a list for that consumer,
-/// the remaining plugins come from that list (consumer-scoped configs win). The list in use at
-/// the end is the one replayed by the later phases, also after a short-circuit.
-pub fn access(
+/// the remaining plugins come from that list (consumer-scoped configs win). The list in use is
+/// the one the later phases replay, also after a short-circuit or when the client leaves while
+/// a plugin waits.
+pub async fn access(
     ctx: &mut RequestCtx,
     req: &mut RequestHead,
     chain: &RouteChain,
 ) -> Option<EarlyResponse> {
-    let mut list = chain.base.clone();
+    // The lists live in the route's chain, which outlives the request: borrowed, not cloned.
+    let mut list = &chain.base;
+    ctx.plugins = list.clone();
     let mut consumer = ctx.consumer.clone();
     let mut i = 0;
-    let mut answer = None;
     while i < list.len() {
         let p = &list[i];
-        match guarded(p, "access", || p.plugin.access(ctx, req)) {
-            Ok(Flow::Continue) => {}
-            Ok(Flow::Respond(r)) => {
-                answer = Some(r);
-                break;
-            }
-            Err(()) => {
-                answer = Some(internal_error());
-                break;
-            }
+        let (c, r) = (&mut *ctx, &mut *req);
+        let flow = match call(p, "access", || p.plugin.access(c, r)) {
+            Called::Now(flow) => flow,
+            Called::Later(fut) => finish(p, "access", fut).await,
+        };
+        if let Flow::Respond(answer) = flow {
+            return Some(answer);
         }
         let (done_prio, done_name) = (p.priority, p.name);
         i += 1;
         if ctx.consumer != consumer {
             consumer = ctx.consumer.clone();
             if let Some(next) = consumer.as_ref().and_then(|c| chain.by_consumer.get(c)) {
-                list = next.clone();
+                list = next;
+                ctx.plugins = list.clone();
                 // Resume after the plugin that just ran, in the new list's order.
                 i = list
                     .iter()
@@ -191,35 +170,121 @@ pub fn access(
             }
         }
     }
-    ctx.plugins = list;
-    answer
+    None
+}
+
+/// Whether any collected plugin reads request bodies.
+pub fn reads_request_body(ctx: &RequestCtx) -> bool {
+    ctx.plugins.iter().any(|p| p.reads_request_body)
+}
+
+/// Why the request body phase did not produce a body to forward.
+#[derive(Debug)]
+pub enum BodyStop {
+    /// A plugin answered (or failed: a 500).
+    Respond(EarlyResponse),
+    /// The body grew past the limit.
+    TooLarge,
+    /// The client went silent for longer than the limit between two reads.
+    Timeout,
+    /// The client's body was malformed or cut off.
+    Client(String),
+}
+
+/// Request-body phase: reads the client's body chunk by chunk, runs every chunk (the last one
+/// with `eof`) through the collected plugins that read bodies, and returns what they left, to
+/// be forwarded with an exact length. Nothing is sent upstream before the whole body passed,
+/// so a plugin can refuse a request on its content.
+pub async fn request_body<B>(
+    ctx: &mut RequestCtx,
+    mut body: B,
+    limit: u64,
+    idle: Duration,
+) -> Result<(Bytes, u64), BodyStop>
+where
+    B: Body<Data = Bytes> + Unpin,
+    B::Error: std::fmt::Display,
+{
+    let chain = ctx.plugins.clone();
+    let mut out = BytesMut::new();
+    let mut received = 0u64;
+    let mut eof = body.is_end_stream();
+    loop {
+        let data = if eof {
+            Bytes::new()
+        } else {
+            let frame = tokio::time::timeout(
+                idle,
+                std::future::poll_fn(|cx| std::pin::Pin::new(&mut body).poll_frame(cx)),
+            )
+            .await
+            .map_err(|_| BodyStop::Timeout)?;
+            match frame {
+                None => {
+                    eof = true;
+                    Bytes::new()
+                }
+                Some(Err(e)) => return Err(BodyStop::Client(e.to_string())),
+                // Trailers are not forwarded on a body the plugins read.
+                Some(Ok(frame)) => match frame.into_data() {
+                    Ok(d) => {
+                        received += d.len() as u64;
+                        if limit > 0 && received > limit {
+                            return Err(BodyStop::TooLarge);
+                        }
+                        eof = body.is_end_stream();
+                        d
+                    }
+                    Err(_) => continue,
+                },
+            }
+        };
+        let mut chunk = BodyChunk { data, eof };
+        for p in chain.iter().filter(|p| p.reads_request_body) {
+            let (c, k) = (&mut *ctx, &mut chunk);
+            let flow = match call(p, "request_body", || p.plugin.request_body(c, k)) {
+                Called::Now(flow) => flow,
+                Called::Later(fut) => finish(p, "request_body", fut).await,
+            };
+            if let Flow::Respond(answer) = flow {
+                return Err(BodyStop::Respond(answer));
+            }
+        }
+        out.extend_from_slice(&chunk.data);
+        if limit > 0 && out.len() as u64 > limit {
+            return Err(BodyStop::TooLarge);
+        }
+        if eof {
+            return Ok((out.freeze(), received));
+        }
+    }
 }
 
 /// Header-filter phase: every collected plugin may edit the response head.
 pub fn header_filter(ctx: &mut RequestCtx, resp: &mut ResponseHead) {
     let chain = ctx.plugins.clone();
     for p in chain.iter() {
-        let _ = guarded(p, "header_filter", || p.plugin.header_filter(ctx, resp));
+        let _ = sync(p, "header_filter", || p.plugin.header_filter(ctx, resp));
     }
 }
 
 /// Whether any collected plugin filters bodies.
 pub fn filters_body(ctx: &RequestCtx) -> bool {
-    ctx.plugins.iter().any(|p| p.plugin.filters_body())
+    ctx.plugins.iter().any(|p| p.filters_body)
 }
 
 /// Body-filter phase for one chunk.
 pub fn body_filter(ctx: &mut RequestCtx, chunk: &mut BodyChunk) {
     let chain = ctx.plugins.clone();
-    for p in chain.iter().filter(|p| p.plugin.filters_body()) {
-        let _ = guarded(p, "body_filter", || p.plugin.body_filter(ctx, chunk));
+    for p in chain.iter().filter(|p| p.filters_body) {
+        let _ = sync(p, "body_filter", || p.plugin.body_filter(ctx, chunk));
     }
 }
 
 /// Log phase: every collected plugin's log handler.
 pub fn log(ctx: &RequestCtx, record: &LogRecord) {
     for p in ctx.plugins.iter() {
-        let _ = guarded(p, "log", || {
+        let _ = sync(p, "log", || {
             p.plugin.log(ctx, record);
             Ok(())
         });
@@ -311,7 +376,8 @@ impl Timings {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::plugins::Plugin;
+    use crate::plugins::{Handled, Plugin, Step};
+    use http::StatusCode;
     use std::sync::Mutex;
 
     /// Appends "name:phase" to a shared journal; answers in access when `stop` is set.
@@ -323,11 +389,7 @@ mod tests {
     }
 
     impl Plugin for Probe {
-        fn access(
-            &self,
-            ctx: &mut RequestCtx,
-            _req: &mut RequestHead,
-        ) -> Result<Flow, PluginError> {
+        fn access<'a>(&'a self, ctx: &'a mut RequestCtx, _req: &'a mut RequestHead) -> Handled<'a> {
             self.journal
                 .lock()
                 .unwrap()
@@ -336,12 +398,9 @@ mod tests {
                 ctx.consumer = Some(c.into());
             }
             if self.stop {
-                return Ok(Flow::Respond(EarlyResponse::message(
-                    StatusCode::FORBIDDEN,
-                    "no",
-                )));
+                return Flow::Respond(EarlyResponse::message(StatusCode::FORBIDDEN, "no")).into();
             }
-            Ok(Flow::Continue)
+            Flow::Continue.into()
         }
         fn log(&self, _ctx: &RequestCtx, _r: &LogRecord) {
             self.journal
@@ -353,22 +412,66 @@ mod tests {
 
     struct Boom;
     impl Plugin for Boom {
-        fn access(
-            &self,
-            _ctx: &mut RequestCtx,
-            _req: &mut RequestHead,
-        ) -> Result<Flow, PluginError> {
+        fn access<'a>(
+            &'a self,
+            _ctx: &'a mut RequestCtx,
+            _req: &'a mut RequestHead,
+        ) -> Handled<'a> {
             panic!("boom")
         }
     }
 
-    fn inst(name: &'static str, priority: i32, plugin: Arc<dyn Plugin>) -> PluginInstance {
-        PluginInstance {
-            name,
-            id: name.into(),
-            priority,
-            plugin,
+    /// Waits (yields once) before answering; panics inside its future with `panic`.
+    struct Waits {
+        panic: bool,
+    }
+    impl Plugin for Waits {
+        fn access<'a>(&'a self, _ctx: &'a mut RequestCtx, req: &'a mut RequestHead) -> Handled<'a> {
+            Step::wait(async move {
+                tokio::task::yield_now().await;
+                if self.panic {
+                    panic!("boom, later");
+                }
+                req.headers
+                    .insert("x-waited", http::HeaderValue::from_static("1"));
+                Ok(Flow::Continue)
+            })
         }
+        fn reads_request_body(&self) -> bool {
+            true
+        }
+        fn request_body<'a>(
+            &'a self,
+            _ctx: &'a mut RequestCtx,
+            chunk: &'a mut BodyChunk,
+        ) -> Handled<'a> {
+            Step::wait(async move {
+                tokio::task::yield_now().await;
+                if chunk.data.as_ref() == b"stop" {
+                    return Ok(Flow::Respond(EarlyResponse::message(
+                        StatusCode::PAYLOAD_TOO_LARGE,
+                        "no",
+                    )));
+                }
+                chunk.data = Bytes::from(chunk.data.to_ascii_uppercase());
+                if chunk.eof {
+                    chunk.data = Bytes::from([&chunk.data[..], b"!"].concat());
+                }
+                Ok(Flow::Continue)
+            })
+        }
+    }
+
+    fn block_on<F: std::future::Future>(f: F) -> F::Output {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .unwrap()
+            .block_on(f)
+    }
+
+    fn inst(name: &'static str, priority: i32, plugin: Arc<dyn Plugin>) -> PluginInstance {
+        PluginInstance::new(name, name, priority, plugin)
     }
 
     fn probe(
@@ -426,7 +529,7 @@ mod tests {
             by_consumer: HashMap::new(),
         };
         let mut ctx = RequestCtx::new([127, 0, 0, 1].into(), 1, Arc::from(vec![]));
-        let answer = access(&mut ctx, &mut head(), &chain).expect("b answers");
+        let answer = block_on(access(&mut ctx, &mut head(), &chain)).expect("b answers");
         assert_eq!(answer.status, StatusCode::FORBIDDEN);
         log(&ctx, &record());
         assert_eq!(
@@ -447,7 +550,7 @@ mod tests {
             by_consumer: HashMap::new(),
         };
         let mut ctx = RequestCtx::new([127, 0, 0, 1].into(), 1, Arc::from(vec![]));
-        let answer = access(&mut ctx, &mut head(), &chain).expect("500");
+        let answer = block_on(access(&mut ctx, &mut head(), &chain)).expect("500");
         assert_eq!(answer.status, StatusCode::INTERNAL_SERVER_ERROR);
         log(&ctx, &record());
         assert_eq!(*j.lock().unwrap(), ["after:log"]);
@@ -479,11 +582,94 @@ mod tests {
             by_consumer: HashMap::from([(Arc::from("alice"), alice)]),
         };
         let mut ctx = RequestCtx::new([127, 0, 0, 1].into(), 1, Arc::from(vec![]));
-        assert!(access(&mut ctx, &mut head(), &chain).is_none());
+        assert!(block_on(access(&mut ctx, &mut head(), &chain)).is_none());
         assert_eq!(
             *j.lock().unwrap(),
             ["auth:access", "limit-alice:access", "extra:access"]
         );
         assert_eq!(ctx.plugins().len(), 3);
+    }
+
+    #[test]
+    fn a_waiting_plugin_is_awaited_and_a_panic_in_its_future_becomes_500() {
+        let j = Arc::new(Mutex::new(Vec::new()));
+        let chain = RouteChain {
+            base: vec![
+                inst("waits", 50, Arc::new(Waits { panic: false })),
+                probe(&j, "after", 10, false),
+            ]
+            .into(),
+            by_consumer: HashMap::new(),
+        };
+        let mut ctx = RequestCtx::new([127, 0, 0, 1].into(), 1, Arc::from(vec![]));
+        let mut req = head();
+        assert!(block_on(access(&mut ctx, &mut req, &chain)).is_none());
+        assert_eq!(req.headers["x-waited"], "1");
+        assert_eq!(*j.lock().unwrap(), ["after:access"]);
+
+        let chain = RouteChain {
+            base: vec![
+                inst("waits", 50, Arc::new(Waits { panic: true })),
+                probe(&j, "later", 10, false),
+            ]
+            .into(),
+            by_consumer: HashMap::new(),
+        };
+        let mut ctx = RequestCtx::new([127, 0, 0, 1].into(), 1, Arc::from(vec![]));
+        let answer = block_on(access(&mut ctx, &mut head(), &chain)).expect("500");
+        assert_eq!(answer.status, StatusCode::INTERNAL_SERVER_ERROR);
+        log(&ctx, &record());
+        assert_eq!(
+            *j.lock().unwrap(),
+            ["after:access", "later:log"],
+            "the chain survives"
+        );
+    }
+
+    #[test]
+    fn request_body_chunks_pass_through_waiting_plugins_in_order() {
+        let chain: Arc<[PluginInstance]> =
+            vec![inst("waits", 50, Arc::new(Waits { panic: false }))].into();
+        let body = parts(vec!["ab", "cd"]);
+        let mut ctx = RequestCtx::new([127, 0, 0, 1].into(), 1, chain.clone());
+        let (out, received) =
+            block_on(request_body(&mut ctx, body, 0, Duration::from_secs(5))).unwrap();
+        assert_eq!((&out[..], received), (&b"ABCD!"[..], 4));
+
+        let body = parts(vec!["ab", "stop", "cd"]);
+        let mut ctx = RequestCtx::new([127, 0, 0, 1].into(), 1, chain.clone());
+        match block_on(request_body(&mut ctx, body, 0, Duration::from_secs(5))) {
+            Err(BodyStop::Respond(r)) => assert_eq!(r.status, StatusCode::PAYLOAD_TOO_LARGE),
+            other => panic!("{other:?}"),
+        }
+
+        let body = parts(vec!["abc", "def"]);
+        let mut ctx = RequestCtx::new([127, 0, 0, 1].into(), 1, chain);
+        assert!(matches!(
+            block_on(request_body(&mut ctx, body, 5, Duration::from_secs(5))),
+            Err(BodyStop::TooLarge)
+        ));
+    }
+
+    /// A body of data frames, one per string.
+    struct Parts(std::collections::VecDeque<&'static str>);
+
+    impl Body for Parts {
+        type Data = Bytes;
+        type Error = std::convert::Infallible;
+        fn poll_frame(
+            mut self: std::pin::Pin<&mut Self>,
+            _cx: &mut std::task::Context<'_>,
+        ) -> std::task::Poll<Option<Result<http_body::Frame<Bytes>, Self::Error>>> {
+            std::task::Poll::Ready(
+                self.0
+                    .pop_front()
+                    .map(|s| Ok(http_body::Frame::data(Bytes::from_static(s.as_bytes())))),
+            )
+        }
+    }
+
+    fn parts(v: Vec<&'static str>) -> Parts {
+        Parts(v.into())
     }
 }

@@ -8,10 +8,10 @@ use std::sync::Arc;
 use http::{HeaderName, HeaderValue};
 use serde::Deserialize;
 
-use super::{parse_config, Flow, Plugin, PluginError, PluginSpec, RequestHead, ResponseHead};
+use super::{parse_config, Flow, Handled, Plugin, PluginError, RequestHead, ResponseHead, Simple};
 use crate::pipeline::RequestCtx;
 
-pub(super) const SPEC: PluginSpec = PluginSpec {
+pub(super) const FACTORY: Simple = Simple {
     name: "correlation-id",
     priority: 100_001,
     build,
@@ -88,7 +88,7 @@ fn generate(g: Generator) -> HeaderValue {
 }
 
 impl Plugin for CorrelationId {
-    fn access(&self, ctx: &mut RequestCtx, req: &mut RequestHead) -> Result<Flow, PluginError> {
+    fn access<'a>(&'a self, ctx: &'a mut RequestCtx, req: &'a mut RequestHead) -> Handled<'a> {
         let id = match req.headers.get(&self.header) {
             Some(v) if !v.is_empty() => v.clone(),
             _ => {
@@ -100,7 +100,7 @@ impl Plugin for CorrelationId {
         if self.echo {
             ctx.slots.insert(Id(id));
         }
-        Ok(Flow::Continue)
+        Flow::Continue.into()
     }
 
     fn header_filter(

@@ -1,15 +1,24 @@
-//! The plugin framework: the [`Plugin`] trait (one method per phase), the registry that builds
-//! plugins from validated configuration, and the built-in plugins.
+//! The plugin framework: the [`Plugin`] trait (one method per phase), the [`PluginFactory`]
+//! trait (one per plugin kind: validation, instances, shared state, lifecycle), the
+//! [`Registry`] that lists every kind and keeps instances across routing-table swaps, and the
+//! built-in plugins.
 //!
-//! A plugin is built once per routing table from its JSON `config` and then shared by every
-//! request; per-request state lives in [`RequestCtx::slots`]. Field names follow Kong's plugin
-//! schemas so a KongPlugin's `config` carries over unchanged.
+//! An instance is built from its JSON `config` by its factory, once per distinct configuration,
+//! and shared by every request; per-request state lives in [`RequestCtx::slots`]. Field names
+//! follow Kong's plugin schemas so a KongPlugin's `config` carries over unchanged.
+//! `docs/plugins/writing.md` is the guide for plugin authors.
 
 mod correlation_id;
+#[cfg(any(test, feature = "test-plugins"))]
+pub mod example;
+mod factory;
 mod registry;
 mod request_termination;
+#[cfg(any(test, feature = "test-plugins"))]
 mod testing;
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -17,7 +26,45 @@ use http::{HeaderMap, HeaderValue, StatusCode};
 
 use crate::pipeline::{LogRecord, RequestCtx};
 
-pub use registry::{PluginSpec, Registry};
+pub use factory::{PluginFactory, Simple};
+pub use registry::{Registry, Staged};
+
+/// A boxed future a phase handler (or a factory's `stop`) returns when it has to wait.
+pub type PhaseFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// What a handler of a phase that may wait (`rewrite`, `access`, `request_body`) returns: its
+/// result now, or a future the pipeline awaits.
+///
+/// A handler that never waits returns [`Step::Ready`]: no allocation, no extra poll. Only a
+/// handler that does I/O pays for the box of [`Step::wait`].
+pub enum Step<'a, T> {
+    /// The handler finished without waiting.
+    Ready(T),
+    /// The handler waits for I/O; the pipeline awaits this future before the next plugin.
+    Wait(PhaseFuture<'a, T>),
+}
+
+impl<'a, T> Step<'a, T> {
+    /// Wraps an `async` block (it may borrow the handler's arguments).
+    pub fn wait(f: impl Future<Output = T> + Send + 'a) -> Step<'a, T> {
+        Step::Wait(Box::pin(f))
+    }
+}
+
+/// The result of a `rewrite`, `access` or `request_body` handler.
+pub type Handled<'a> = Step<'a, Result<Flow, PluginError>>;
+
+impl From<Flow> for Handled<'_> {
+    fn from(flow: Flow) -> Self {
+        Step::Ready(Ok(flow))
+    }
+}
+
+impl From<Result<Flow, PluginError>> for Handled<'_> {
+    fn from(r: Result<Flow, PluginError>) -> Self {
+        Step::Ready(r)
+    }
+}
 
 /// What the pipeline does after a plugin's `rewrite` or `access` handler.
 #[derive(Debug)]
@@ -66,7 +113,7 @@ impl EarlyResponse {
 #[error("{0}")]
 pub struct PluginError(pub String);
 
-/// One chunk of a response body as seen by `body_filter`.
+/// One chunk of a body as seen by `request_body` and `body_filter`.
 #[derive(Debug)]
 pub struct BodyChunk {
     /// The bytes about to be sent; a plugin may replace them (or empty them to buffer).
@@ -85,16 +132,37 @@ pub type ResponseHead = http::response::Parts;
 /// Handlers run in priority order (higher first). `rewrite` runs for global plugins only,
 /// before a route is known. If an `access` handler returns [`Flow::Respond`], later plugins'
 /// `access` handlers are skipped but every plugin's `header_filter`, `body_filter` and `log`
-/// still run. An `Err` (or a panic) in `rewrite`/`access` becomes a 500 the same way.
+/// still run. An `Err` (or a panic, also inside a returned future) in `rewrite`, `access` or
+/// `request_body` becomes a 500 the same way.
+///
+/// `rewrite`, `access` and `request_body` may wait for I/O by returning [`Step::wait`];
+/// `header_filter`, `body_filter` and `log` run synchronously (as in Kong: no socket calls
+/// there); a `log` handler that ships lines elsewhere hands them to a task its factory owns.
 pub trait Plugin: Send + Sync + 'static {
     /// Before routing; only for global plugins.
-    fn rewrite(&self, _ctx: &mut RequestCtx, _req: &mut RequestHead) -> Result<Flow, PluginError> {
-        Ok(Flow::Continue)
+    fn rewrite<'a>(&'a self, _ctx: &'a mut RequestCtx, _req: &'a mut RequestHead) -> Handled<'a> {
+        Flow::Continue.into()
     }
 
     /// After routing, before the request is forwarded: authenticate, limit, transform, answer.
-    fn access(&self, _ctx: &mut RequestCtx, _req: &mut RequestHead) -> Result<Flow, PluginError> {
-        Ok(Flow::Continue)
+    fn access<'a>(&'a self, _ctx: &'a mut RequestCtx, _req: &'a mut RequestHead) -> Handled<'a> {
+        Flow::Continue.into()
+    }
+
+    /// Whether `request_body` should be called (request bodies stream untouched otherwise).
+    fn reads_request_body(&self) -> bool {
+        false
+    }
+
+    /// For every request body chunk, after `access` and before the request is forwarded; only
+    /// called when [`Plugin::reads_request_body`] is true. The plugin may replace the chunk's
+    /// bytes (empty them to drop them) or stop the request with [`Flow::Respond`].
+    fn request_body<'a>(
+        &'a self,
+        _ctx: &'a mut RequestCtx,
+        _chunk: &'a mut BodyChunk,
+    ) -> Handled<'a> {
+        Flow::Continue.into()
     }
 
     /// When the response head is known (from the upstream or a short-circuit).
@@ -120,7 +188,8 @@ pub trait Plugin: Send + Sync + 'static {
         false
     }
 
-    /// After the last byte was sent (or the client went away).
+    /// Exactly once per request, when it ends for any reason: after the last byte was sent,
+    /// after an error, or when the client went away (status 499 if no response had started).
     fn log(&self, _ctx: &RequestCtx, _record: &LogRecord) {}
 }
 
@@ -135,6 +204,24 @@ pub struct PluginInstance {
     pub priority: i32,
     /// The plugin itself.
     pub plugin: Arc<dyn Plugin>,
+    /// [`Plugin::filters_body`], asked once when the instance was built.
+    pub filters_body: bool,
+    /// [`Plugin::reads_request_body`], asked once when the instance was built.
+    pub reads_request_body: bool,
+}
+
+impl PluginInstance {
+    /// An instance of `plugin` under the configuration entity `id`.
+    pub fn new(name: &'static str, id: &str, priority: i32, plugin: Arc<dyn Plugin>) -> Self {
+        PluginInstance {
+            name,
+            id: id.into(),
+            priority,
+            filters_body: plugin.filters_body(),
+            reads_request_body: plugin.reads_request_body(),
+            plugin,
+        }
+    }
 }
 
 impl std::fmt::Debug for PluginInstance {

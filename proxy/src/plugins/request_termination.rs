@@ -7,10 +7,10 @@ use bytes::Bytes;
 use http::StatusCode;
 use serde::Deserialize;
 
-use super::{parse_config, EarlyResponse, Flow, Plugin, PluginError, PluginSpec, RequestHead};
+use super::{parse_config, EarlyResponse, Flow, Handled, Plugin, PluginError, RequestHead, Simple};
 use crate::pipeline::RequestCtx;
 
-pub(super) const SPEC: PluginSpec = PluginSpec {
+pub(super) const FACTORY: Simple = Simple {
     name: "request-termination",
     priority: 2,
     build,
@@ -94,7 +94,13 @@ fn build(config: &serde_json::Value) -> Result<Arc<dyn Plugin>, String> {
 }
 
 impl Plugin for RequestTermination {
-    fn access(&self, _ctx: &mut RequestCtx, req: &mut RequestHead) -> Result<Flow, PluginError> {
+    fn access<'a>(&'a self, _ctx: &'a mut RequestCtx, req: &'a mut RequestHead) -> Handled<'a> {
+        self.answer(req).into()
+    }
+}
+
+impl RequestTermination {
+    fn answer(&self, req: &RequestHead) -> Result<Flow, PluginError> {
         if let Some(t) = &self.trigger {
             let in_query = req.uri.query().is_some_and(|q| {
                 q.split('&').any(|kv| {

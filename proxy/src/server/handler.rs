@@ -17,7 +17,7 @@ use super::Shared;
 use crate::compile::{CompiledRoute, CompiledService};
 use crate::config::ClientProtocol;
 use crate::pipeline::{
-    self, ConnActivity, Finish, InFlight, LogRecord, ProxyBody, RequestCtx, Try,
+    self, BodyStop, ConnActivity, InFlight, LogRecord, ProxyBody, RequestCtx, Session, Try,
 };
 use crate::plugins::{EarlyResponse, RequestHead};
 use crate::router::{normalize_path, request_host, Lookup, RequestView};
@@ -71,26 +71,14 @@ fn next_request_id() -> u64 {
     })
 }
 
-/// Everything the response path needs once the request head has been consumed.
+/// A request under way: its session (which logs it when it ends, however it ends) and the
+/// proxy it runs on.
 struct Pending {
     shared: Arc<Shared>,
-    ctx: RequestCtx,
-    record: LogRecord,
-    guard: InFlight,
-    stats: Option<Arc<BodyStats>>,
+    s: Box<Session>,
 }
 
 impl Pending {
-    fn into_finish(self) -> Box<Finish> {
-        Box::new(Finish {
-            ctx: self.ctx,
-            record: self.record,
-            sink: self.shared,
-            request_bytes: self.stats,
-            _guard: Some(self.guard),
-        })
-    }
-
     /// Sends a response made by the proxy itself, through header_filter, body_filter and log.
     fn respond(mut self, early: EarlyResponse) -> Response<ProxyBody> {
         let mut resp = Response::new(());
@@ -98,9 +86,9 @@ impl Pending {
         *resp.headers_mut() = early.headers;
         let (mut parts, ()) = resp.into_parts();
         parts.headers.insert(header::SERVER, SERVER);
-        pipeline::header_filter(&mut self.ctx, &mut parts);
-        self.record.status = parts.status.as_u16();
-        let body = ProxyBody::full(early.body, Some(self.into_finish()));
+        pipeline::header_filter(&mut self.s.ctx, &mut parts);
+        self.s.record.status = parts.status.as_u16();
+        let body = ProxyBody::full(early.body, Some(self.s));
         Response::from_parts(parts, body)
     }
 
@@ -140,28 +128,33 @@ pub async fn handle(
         upstream_reused: None,
     };
     let mut p = Pending {
+        s: Box::new(Session {
+            ctx,
+            record,
+            sink: shared.clone(),
+            request_bytes: None,
+            _guard: Some(guard),
+        }),
         shared,
-        ctx,
-        record,
-        guard,
-        stats: None,
     };
 
     // rewrite: global plugins only.
-    if let Some(r) = pipeline::rewrite(&mut p.ctx, &mut head) {
-        return p.respond(r);
+    if !p.s.ctx.plugins().is_empty() {
+        if let Some(r) = pipeline::rewrite(&mut p.s.ctx, &mut head).await {
+            return p.respond(r);
+        }
     }
 
     // access, before: normalise and route.
     // The log record owns the normalised path; the handler borrows it from there.
-    p.record.path = match normalize_path(head.uri.path(), rt.settings.merge_slashes) {
+    p.s.record.path = match normalize_path(head.uri.path(), rt.settings.merge_slashes) {
         Ok(path) => path.into_owned(),
         Err(e) => return p.error(StatusCode::BAD_REQUEST, &e.to_string()),
     };
-    let path = p.record.path.as_str();
+    let path = p.s.record.path.as_str();
     // Without global plugins nothing can have changed the head since the log record's Host.
-    let host = if p.ctx.plugins().is_empty() {
-        p.record.host.as_str()
+    let host = if p.s.ctx.plugins().is_empty() {
+        p.s.record.host.as_str()
     } else {
         request_host(&head.uri, &head.headers)
     };
@@ -192,17 +185,19 @@ pub async fn handle(
         }
     };
     let route = &rt.routes[m.route];
-    p.ctx.route = Some(route.id.clone());
-    p.record.route = Some(route.id.clone());
+    p.s.ctx.route = Some(route.id.clone());
+    p.s.record.route = Some(route.id.clone());
     let service = route.service.map(|i| &rt.services[i]);
     if let Some(s) = service {
-        p.ctx.service = Some(s.id.clone());
-        p.record.service = Some(s.id.clone());
+        p.s.ctx.service = Some(s.id.clone());
+        p.s.record.service = Some(s.id.clone());
     }
 
     // access: the route's plugins.
-    if let Some(r) = pipeline::access(&mut p.ctx, &mut head, &route.chain) {
-        return p.respond(r);
+    if !route.chain.base.is_empty() {
+        if let Some(r) = pipeline::access(&mut p.s.ctx, &mut head, &route.chain).await {
+            return p.respond(r);
+        }
     }
     let Some(service) = service else {
         return p.error(
@@ -223,7 +218,7 @@ pub async fn handle(
         None
     };
     let upstream_path = upstream_path(
-        &mut p.ctx,
+        &mut p.s.ctx,
         route,
         service,
         path,
@@ -243,9 +238,37 @@ pub async fn handle(
     }
 
     let body = match body {
+        // request_body: the plugins that read bodies see it before anything goes upstream.
+        Some(body) if !body.is_end_stream() && pipeline::reads_request_body(&p.s.ctx) => {
+            let limit = match p.shared.opts.max_body_size {
+                0 => p.shared.opts.max_buffered_body,
+                n => n.min(p.shared.opts.max_buffered_body),
+            };
+            let idle = p.shared.opts.header_read_timeout;
+            match pipeline::request_body(&mut p.s.ctx, body, limit, idle).await {
+                Ok((bytes, received)) => {
+                    p.s.record.request_bytes = received;
+                    // The length changed with the plugins' edits: the encoder frames it anew.
+                    head.headers.remove(header::CONTENT_LENGTH);
+                    head.headers.remove(header::TRANSFER_ENCODING);
+                    UpstreamBody::full(bytes)
+                }
+                Err(BodyStop::Respond(r)) => return p.respond(r),
+                Err(BodyStop::TooLarge) => {
+                    return p.error(StatusCode::PAYLOAD_TOO_LARGE, "request body too large")
+                }
+                Err(BodyStop::Timeout) => {
+                    return p.error(StatusCode::REQUEST_TIMEOUT, "request body timed out")
+                }
+                Err(BodyStop::Client(e)) => {
+                    tracing::debug!(error = %e, "client request body failed");
+                    return p.error(StatusCode::BAD_REQUEST, "malformed request body");
+                }
+            }
+        }
         Some(body) if !body.is_end_stream() => {
             let stats = BodyStats::new();
-            p.stats = Some(stats.clone());
+            p.s.request_bytes = Some(stats.clone());
             UpstreamBody::streamed(body, stats, max_body)
         }
         _ => UpstreamBody::empty(),
@@ -269,7 +292,7 @@ pub async fn handle(
     // request: that retry keeps the target eligible. A second one counts against the target.
     let mut stale_retried = false;
     let response = loop {
-        if p.ctx.tries.len() > service.retries as usize {
+        if p.s.ctx.tries.len() > service.retries as usize {
             let status = if last_timeout {
                 StatusCode::GATEWAY_TIMEOUT
             } else {
@@ -286,11 +309,11 @@ pub async fn handle(
                 "no healthy upstream targets",
             );
         };
-        p.ctx.tries.push(Try {
+        p.s.ctx.tries.push(Try {
             target: target.addr.clone(),
             error: None,
         });
-        p.record.target = Some(target.addr.clone());
+        p.s.record.target = Some(target.addr.clone());
         if let Some(h) = &route.host_header {
             request.headers_mut().insert(header::HOST, h.clone());
         } else if !route.preserve_host {
@@ -309,26 +332,26 @@ pub async fn handle(
             Ok(c) => c,
             Err(e) => {
                 last_timeout = matches!(e, upstream::ConnectError::Timeout(_));
-                fail_try(&mut p.ctx, &e.to_string());
+                fail_try(&mut p.s.ctx, &e.to_string());
                 excluded.push(target.addr.clone());
                 continue;
             }
         };
         let reused = conn.reused;
-        p.record.upstream_reused = Some(reused);
+        p.s.record.upstream_reused = Some(reused);
         let sent_at = Instant::now();
-        p.ctx.timings.upstream_sent = Some(sent_at);
+        p.s.ctx.timings.upstream_sent = Some(sent_at);
         // Pinned where it is built: passed by value, the send future (hundreds of bytes) was
         // copied twice more per request.
         let send = std::pin::pin!(conn.send(request, &added, service.write_timeout));
-        let sent = wait_response(send, sent_at, p.stats.as_deref(), service).await;
+        let sent = wait_response(send, sent_at, p.s.request_bytes.as_deref(), service).await;
         match sent {
             Ok(Ok(resp)) => break resp,
             Ok(Err(e)) => match e.unsent {
                 Some(unsent) => {
                     // Never acted on: safe to send again. A kept-alive connection the target
                     // closed says nothing about the target, so it stays eligible.
-                    fail_try(&mut p.ctx, &e.error.to_string());
+                    fail_try(&mut p.s.ctx, &e.error.to_string());
                     if reused && !stale_retried {
                         stale_retried = true;
                     } else {
@@ -338,8 +361,9 @@ pub async fn handle(
                     last_timeout = false;
                 }
                 None => {
-                    fail_try(&mut p.ctx, &e.error.to_string());
-                    if p.stats
+                    fail_try(&mut p.s.ctx, &e.error.to_string());
+                    if p.s
+                        .request_bytes
                         .as_ref()
                         .is_some_and(|s| s.too_large.load(Ordering::Relaxed))
                     {
@@ -352,7 +376,7 @@ pub async fn handle(
                 }
             },
             Err(TimedOut) => {
-                fail_try(&mut p.ctx, "upstream timed out");
+                fail_try(&mut p.s.ctx, "upstream timed out");
                 return p.error(
                     StatusCode::GATEWAY_TIMEOUT,
                     "The upstream server is timing out",
@@ -360,8 +384,8 @@ pub async fn handle(
             }
         }
     };
-    p.ctx.timings.upstream_headers = Some(Instant::now());
-    p.record.tries = p.ctx.tries.len();
+    p.s.ctx.timings.upstream_headers = Some(Instant::now());
+    p.s.record.tries = p.s.ctx.tries.len();
 
     // header_filter.
     let (mut parts, mut body) = response.into_parts();
@@ -383,7 +407,7 @@ pub async fn handle(
     // One growth of the map instead of one per added header.
     parts.headers.reserve(4);
     if rt.settings.latency_headers {
-        let t = p.ctx.timings;
+        let t = p.s.ctx.timings;
         let proxy_ms = t
             .upstream_sent
             .map_or(0, |s| (s - t.start).as_millis() as u64);
@@ -396,11 +420,11 @@ pub async fn handle(
             .headers
             .insert(UPSTREAM_LATENCY, millis_value(upstream_ms));
     }
-    pipeline::header_filter(&mut p.ctx, &mut parts);
+    pipeline::header_filter(&mut p.s.ctx, &mut parts);
     parts.headers.append(header::VIA, headers::VIA);
-    p.record.status = parts.status.as_u16();
+    p.s.record.status = parts.status.as_u16();
     let read_timeout = service.read_timeout;
-    let body = ProxyBody::upstream(body, read_timeout, p.into_finish());
+    let body = ProxyBody::upstream(body, read_timeout, p.s);
     Response::from_parts(parts, body)
 }
 
@@ -537,7 +561,7 @@ fn prepare_request_headers(
         &Forwarding {
             peer: conn.peer.ip(),
             peer_value: &conn.peer_value,
-            client: p.ctx.client_ip,
+            client: p.s.ctx.client_ip,
             proto: if conn.tls { "https" } else { "http" },
             host: original_host.as_ref(),
             port: &conn.port_value,

@@ -20,6 +20,7 @@ use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use tokio::sync::watch;
 
+use crate::access_log::AccessLog;
 use crate::compile::Runtime;
 use crate::config::{Config, ConfigError};
 use crate::metrics::Metrics;
@@ -56,6 +57,10 @@ pub struct ProxyOptions {
     pub max_headers: usize,
     /// Largest request body accepted, 0 for no limit (413 above it).
     pub max_body_size: u64,
+    /// Largest request body held in memory for plugins that read request bodies (413 above it).
+    pub max_buffered_body: u64,
+    /// Access-log lines that may wait for the writer thread; more are dropped and counted.
+    pub access_log_queue: usize,
     /// How long in-flight requests may take to finish after SIGTERM.
     pub shutdown_grace: Duration,
     /// Largest routing table `POST /config` accepts.
@@ -77,6 +82,8 @@ impl Default for ProxyOptions {
             max_header_bytes: 64 * 1024,
             max_headers: 100,
             max_body_size: 0,
+            max_buffered_body: 8 * 1024 * 1024,
+            access_log_queue: 16_384,
             shutdown_grace: Duration::from_secs(30),
             admin_max_body: 64 * 1024 * 1024,
         }
@@ -94,6 +101,8 @@ pub(crate) struct Shared {
     pub stopping: AtomicBool,
     pub started: Instant,
     pub connections: AtomicUsize,
+    /// The access log's writer thread, when the access log is on.
+    access_log: Option<AccessLog>,
     apply_lock: Mutex<()>,
 }
 
@@ -110,11 +119,14 @@ impl LogSink for Shared {
             upstream,
             r.upstream_reused,
         );
-        if self.opts.access_log {
+        if let Some(log) = &self.access_log {
             if let Ok(mut line) = serde_json::to_vec(r) {
                 line.push(b'\n');
-                use std::io::Write;
-                let _ = std::io::stdout().lock().write_all(&line);
+                if !log.send(line) {
+                    self.metrics
+                        .access_log_dropped
+                        .fetch_add(1, Ordering::Relaxed);
+                }
             }
         }
     }
@@ -130,8 +142,12 @@ impl Proxy {
     /// A proxy with an empty table (every request 404, not ready) and the given plugins.
     pub fn new(opts: ProxyOptions, registry: Registry) -> Proxy {
         let workers = opts.worker_threads.max(1);
+        let access_log = opts
+            .access_log
+            .then(|| AccessLog::start(opts.access_log_queue, std::io::stdout()));
         Proxy {
             shared: Arc::new(Shared {
+                access_log,
                 runtime: ArcSwap::from_pointee(Runtime::empty()),
                 registry,
                 metrics: Metrics::new(workers),
@@ -158,7 +174,9 @@ impl Proxy {
         match Runtime::compile(config, &self.shared.registry) {
             Ok(rt) => {
                 let hash = rt.hash.clone();
-                self.shared.runtime.store(Arc::new(rt));
+                let rt = Arc::new(rt);
+                self.shared.runtime.store(rt.clone());
+                self.shared.registry.activate(&rt.plugins);
                 self.shared.ready.store(true, Ordering::Release);
                 self.shared
                     .metrics
@@ -234,8 +252,27 @@ impl Proxy {
             admin_task.abort();
             io::Result::Ok(())
         })?;
+        let stopping = Instant::now();
         for t in threads {
             let _ = t.join();
+        }
+        // Plugins flush what they hold (log shippers' queues) within what is left of the grace.
+        let left = opts.shutdown_grace.saturating_sub(stopping.elapsed());
+        let stops = self.shared.registry.stop();
+        if !stops.is_empty() {
+            main_rt.block_on(async {
+                let all = async {
+                    for s in stops {
+                        s.await;
+                    }
+                };
+                if tokio::time::timeout(left, all).await.is_err() {
+                    tracing::warn!("plugins did not stop within the grace period");
+                }
+            });
+        }
+        if let Some(log) = &self.shared.access_log {
+            log.drain(Duration::from_secs(2));
         }
         tracing::info!("weir proxy stopped");
         Ok(())
@@ -301,6 +338,7 @@ fn worker(
                 }
             };
         let acceptor = tls_listener.as_ref().map(|_| tls_acceptor(&shared));
+        shared.registry.start_worker(index);
         let builder = Arc::new(Builders::new(&shared.opts));
         tokio::spawn(crate::upstream::sweep_idle());
         let live = Arc::new(AtomicUsize::new(0));

@@ -58,6 +58,8 @@ pub struct TooLarge(u64);
 /// A request body on its way upstream.
 pub struct UpstreamBody {
     inner: Option<Incoming>,
+    /// A body known in full (read through the request_body plugins).
+    full: Option<Bytes>,
     stats: Option<Arc<BodyStats>>,
     limit: u64,
 }
@@ -67,8 +69,17 @@ impl UpstreamBody {
     pub fn empty() -> UpstreamBody {
         UpstreamBody {
             inner: None,
+            full: None,
             stats: None,
             limit: 0,
+        }
+    }
+
+    /// A body known in full, sent with its exact length.
+    pub fn full(bytes: Bytes) -> UpstreamBody {
+        UpstreamBody {
+            full: Some(bytes).filter(|b| !b.is_empty()),
+            ..UpstreamBody::empty()
         }
     }
 
@@ -76,6 +87,7 @@ impl UpstreamBody {
     pub fn streamed(body: Incoming, stats: Arc<BodyStats>, limit: u64) -> UpstreamBody {
         UpstreamBody {
             inner: Some(body),
+            full: None,
             stats: Some(stats),
             limit,
         }
@@ -92,7 +104,7 @@ impl Body for UpstreamBody {
     ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
         let this = self.get_mut();
         let Some(inner) = this.inner.as_mut() else {
-            return Poll::Ready(None);
+            return Poll::Ready(this.full.take().map(|b| Ok(Frame::data(b))));
         };
         let polled = Pin::new(inner).poll_frame(cx);
         let stats = this.stats.as_ref();
@@ -124,12 +136,14 @@ impl Body for UpstreamBody {
     }
 
     fn is_end_stream(&self) -> bool {
-        self.inner.as_ref().is_none_or(|b| b.is_end_stream())
+        self.full.is_none() && self.inner.as_ref().is_none_or(|b| b.is_end_stream())
     }
 
     fn size_hint(&self) -> SizeHint {
-        self.inner
-            .as_ref()
-            .map_or(SizeHint::with_exact(0), |b| b.size_hint())
+        match (&self.inner, &self.full) {
+            (Some(b), _) => b.size_hint(),
+            (None, Some(full)) => SizeHint::with_exact(full.len() as u64),
+            (None, None) => SizeHint::with_exact(0),
+        }
     }
 }

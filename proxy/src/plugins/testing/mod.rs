@@ -1,9 +1,13 @@
 //! Plugins that exist only to let Weir's end-to-end tests observe the phase pipeline from
-//! outside the process. They are registered only when the proxy is started with
-//! `WEIR_ENABLE_TEST_PLUGINS=1`.
+//! outside the process. They are compiled in only with the `test-plugins` cargo feature, which
+//! the workspace enables for test builds alone.
+
+mod lifecycle;
+mod waiting;
 
 use std::collections::BTreeSet;
 use std::io::Write;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
@@ -11,38 +15,38 @@ use http::{HeaderValue, StatusCode};
 use serde::Deserialize;
 
 use super::{
-    parse_config, BodyChunk, EarlyResponse, Flow, Plugin, PluginError, PluginSpec, RequestHead,
-    ResponseHead,
+    parse_config, BodyChunk, EarlyResponse, Flow, Handled, Plugin, PluginError, PluginFactory,
+    RequestHead, ResponseHead, Simple,
 };
 use crate::pipeline::{LogRecord, RequestCtx};
 
-pub(super) const SPECS: [PluginSpec; 5] = [
-    PluginSpec {
-        name: "test-phases",
-        priority: 500,
-        build: build_phases,
-    },
-    PluginSpec {
-        name: "test-phases-2",
-        priority: 499,
-        build: build_phases,
-    },
-    PluginSpec {
-        name: "test-phases-3",
-        priority: 498,
-        build: build_phases,
-    },
-    PluginSpec {
-        name: "test-panic",
-        priority: 400,
-        build: build_panic,
-    },
-    PluginSpec {
-        name: "test-body",
-        priority: 300,
-        build: build_body,
-    },
-];
+/// Every test plugin kind, and the guide's example plugin.
+pub(super) fn factories() -> Vec<Arc<dyn PluginFactory>> {
+    vec![
+        simple("test-phases", 500, build_phases),
+        simple("test-phases-2", 499, build_phases),
+        simple("test-phases-3", 498, build_phases),
+        simple("test-panic", 400, build_panic),
+        simple("test-body", 300, build_body),
+        simple("test-counter", 600, build_counter),
+        Arc::new(waiting::AWAIT),
+        simple("test-request-body", 450, waiting::build_request_body),
+        Arc::new(lifecycle::Lifecycle::default()),
+        Arc::new(super::example::FACTORY),
+    ]
+}
+
+fn simple(
+    name: &'static str,
+    priority: i32,
+    build: fn(&serde_json::Value) -> Result<Arc<dyn Plugin>, String>,
+) -> Arc<dyn PluginFactory> {
+    Arc::new(Simple {
+        name,
+        priority,
+        build,
+    })
+}
 
 /// Records which phases ran: `x-test-rewrite` and `x-test-access` on the forwarded request,
 /// `x-test-header-filter` on the response, and a JSON line per request in `log_file`. With
@@ -66,15 +70,8 @@ fn build_phases(c: &serde_json::Value) -> Result<Arc<dyn Plugin>, String> {
     Ok(Arc::new(parse_config::<Phases>(c)?))
 }
 
-impl Plugin for Phases {
-    fn rewrite(&self, _ctx: &mut RequestCtx, req: &mut RequestHead) -> Result<Flow, PluginError> {
-        if let Ok(v) = HeaderValue::from_str(&self.tag) {
-            req.headers.append("x-test-rewrite", v);
-        }
-        Ok(Flow::Continue)
-    }
-
-    fn access(&self, ctx: &mut RequestCtx, req: &mut RequestHead) -> Result<Flow, PluginError> {
+impl Phases {
+    fn run_access(&self, ctx: &mut RequestCtx, req: &mut RequestHead) -> Result<Flow, PluginError> {
         ctx.slots
             .get_or_insert_default::<Ran>()
             .0
@@ -92,6 +89,19 @@ impl Plugin for Phases {
             }
             None => Ok(Flow::Continue),
         }
+    }
+}
+
+impl Plugin for Phases {
+    fn rewrite<'a>(&'a self, _ctx: &'a mut RequestCtx, req: &'a mut RequestHead) -> Handled<'a> {
+        if let Ok(v) = HeaderValue::from_str(&self.tag) {
+            req.headers.append("x-test-rewrite", v);
+        }
+        Flow::Continue.into()
+    }
+
+    fn access<'a>(&'a self, ctx: &'a mut RequestCtx, req: &'a mut RequestHead) -> Handled<'a> {
+        self.run_access(ctx, req).into()
     }
 
     fn header_filter(
@@ -111,7 +121,7 @@ impl Plugin for Phases {
             .slots
             .get::<Ran>()
             .is_some_and(|r| r.0.contains(&self.tag));
-        let line = serde_json::json!({"tag": self.tag, "access": ran, "status": record.status, "path": record.path});
+        let line = serde_json::json!({"tag": self.tag, "access": ran, "status": record.status, "path": record.path, "aborted": record.aborted});
         if let Ok(mut f) = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -134,7 +144,16 @@ struct Panic {
 
 fn build_panic(c: &serde_json::Value) -> Result<Arc<dyn Plugin>, String> {
     let p: Panic = parse_config(c)?;
-    if !["rewrite", "access", "header_filter", "body_filter", "log"].contains(&p.phase.as_str()) {
+    if ![
+        "rewrite",
+        "access",
+        "request_body",
+        "header_filter",
+        "body_filter",
+        "log",
+    ]
+    .contains(&p.phase.as_str())
+    {
         return Err(format!("phase: unknown phase {:?}", p.phase));
     }
     Ok(Arc::new(p))
@@ -153,11 +172,21 @@ impl Panic {
 }
 
 impl Plugin for Panic {
-    fn rewrite(&self, _ctx: &mut RequestCtx, _req: &mut RequestHead) -> Result<Flow, PluginError> {
-        self.fail("rewrite").map(|_| Flow::Continue)
+    fn rewrite<'a>(&'a self, _ctx: &'a mut RequestCtx, _req: &'a mut RequestHead) -> Handled<'a> {
+        self.fail("rewrite").map(|_| Flow::Continue).into()
     }
-    fn access(&self, _ctx: &mut RequestCtx, _req: &mut RequestHead) -> Result<Flow, PluginError> {
-        self.fail("access").map(|_| Flow::Continue)
+    fn access<'a>(&'a self, _ctx: &'a mut RequestCtx, _req: &'a mut RequestHead) -> Handled<'a> {
+        self.fail("access").map(|_| Flow::Continue).into()
+    }
+    fn reads_request_body(&self) -> bool {
+        self.phase == "request_body"
+    }
+    fn request_body<'a>(
+        &'a self,
+        _ctx: &'a mut RequestCtx,
+        _chunk: &'a mut BodyChunk,
+    ) -> Handled<'a> {
+        self.fail("request_body").map(|_| Flow::Continue).into()
     }
     fn header_filter(
         &self,
@@ -215,6 +244,43 @@ impl Plugin for Body {
         if chunk.eof {
             chunk.data = Bytes::from(format!("{}{}", self.prefix, seen.0.len()));
         }
+        Ok(())
+    }
+}
+
+/// Counts the requests its instance served: `x-test-instance` (a number unique to the
+/// instance) and `x-test-count` on every response. Shows whether a push kept the instance.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CounterConf {
+    #[allow(dead_code)]
+    tag: String,
+}
+
+struct Counter {
+    instance: u64,
+    served: AtomicU64,
+}
+
+static INSTANCES: AtomicU64 = AtomicU64::new(0);
+
+fn build_counter(c: &serde_json::Value) -> Result<Arc<dyn Plugin>, String> {
+    parse_config::<CounterConf>(c)?;
+    Ok(Arc::new(Counter {
+        instance: INSTANCES.fetch_add(1, Ordering::Relaxed) + 1,
+        served: AtomicU64::new(0),
+    }))
+}
+
+impl Plugin for Counter {
+    fn header_filter(
+        &self,
+        _ctx: &mut RequestCtx,
+        resp: &mut ResponseHead,
+    ) -> Result<(), PluginError> {
+        let n = self.served.fetch_add(1, Ordering::Relaxed) + 1;
+        resp.headers.insert("x-test-instance", self.instance.into());
+        resp.headers.insert("x-test-count", n.into());
         Ok(())
     }
 }
