@@ -236,12 +236,19 @@ fn an_answer_before_the_upload_ends_reaches_the_client() {
 }
 
 #[test]
-fn an_early_answer_still_gets_the_whole_body_and_the_connection_is_reused() {
+fn an_early_answer_still_gets_the_whole_body_but_the_connection_is_not_reused() {
     let size: usize = 4 << 20;
     let received = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let flag = received.clone();
     let up = scripted(move |n, mut r, mut w| {
-        // Accept at once, then read the whole body, then serve the next request.
+        if n > 0 {
+            while let Some(req) = read_request(&mut r) {
+                let line = req.head.lines().next().unwrap().to_string();
+                respond(&mut w, &format!("{line} on {n}"));
+            }
+            return;
+        }
+        // Accept at once, then read the whole body; Weir must not send another request here.
         let head = read_head(&mut r).unwrap();
         assert!(head.contains(&format!("content-length: {size}")), "{head}");
         w.write_all(b"HTTP/1.1 202 Accepted\r\ncontent-length: 0\r\n\r\n")
@@ -250,10 +257,13 @@ fn an_early_answer_still_gets_the_whole_body_and_the_connection_is_reused() {
         r.read_exact(&mut body).unwrap();
         assert!(body.iter().all(|&b| b == b'u'));
         flag.store(true, Ordering::SeqCst);
-        let next = read_request(&mut r).unwrap();
-        let line = next.head.lines().next().unwrap();
-        respond(&mut w, &format!("got {size} on {n}, then {line}"));
-        while read_request(&mut r).is_some() {}
+        if let Some(next) = read_request(&mut r) {
+            respond(&mut w, "reused after an early answer");
+            panic!(
+                "a second request on an early-answered connection: {}",
+                next.head
+            );
+        }
     });
     let weir = proxy_to(&up);
     let mut s = TcpStream::connect(("127.0.0.1", weir.proc.port)).unwrap();
@@ -276,18 +286,106 @@ fn an_early_answer_still_gets_the_whole_body_and_the_connection_is_reused() {
     r.read_line(&mut status).unwrap();
     assert!(status.starts_with("HTTP/1.1 202"), "{status}");
     upload.join().unwrap();
-    // The connection is busy until the upload is through; then it is back in the pool (of
-    // this client connection's worker, hence the same client connection for the next request).
+    // The whole body still reached the upstream.
     assert!(eventually(Duration::from_secs(20), || received.load(Ordering::SeqCst)));
     std::thread::sleep(Duration::from_millis(100));
     next.write_all(b"GET /next HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
         .unwrap();
     let mut answer = String::new();
     let _ = r.read_to_string(&mut answer);
-    assert!(
-        answer.ends_with(&format!("got {size} on 0, then GET /next HTTP/1.1")),
-        "{answer}"
-    );
+    assert!(answer.ends_with("GET /next HTTP/1.1 on 1"), "{answer}");
+}
+
+#[test]
+fn a_body_an_upstream_ignored_cannot_answer_another_request() {
+    // The CL.0 pattern: the upstream answers without reading the body, then parses the body
+    // as the next request on the connection. Its answer to that must never reach a client.
+    let size: usize = 4 << 20;
+    let head_for =
+        |len: usize| format!("GET /smuggled HTTP/1.1\r\nHost: t\r\nContent-Length: {len}\r\n\r\n");
+    // The smuggled request's own body pads the upload to `size` exactly.
+    let mut pad = size - head_for(0).len();
+    while head_for(pad).len() + pad != size {
+        pad = size - head_for(pad).len();
+    }
+    let smuggled = head_for(pad);
+    let body_len = size;
+    let up = scripted(move |n, mut r, mut w| {
+        let mut first = true;
+        while let Some(head) = read_head(&mut r) {
+            let line = head.lines().next().unwrap().to_string();
+            if first && n == 0 {
+                // Answer the upload at once and leave its body on the wire.
+                first = false;
+                respond(&mut w, "upload accepted");
+                continue;
+            }
+            let len: usize = head
+                .lines()
+                .find_map(|l| {
+                    l.strip_prefix("content-length: ")
+                        .or(l.strip_prefix("Content-Length: "))
+                })
+                .map_or(0, |v| v.trim().parse().unwrap());
+            let mut body = vec![0u8; len];
+            if r.read_exact(&mut body).is_err() {
+                return;
+            }
+            if line.contains("/smuggled") {
+                // Late enough that the connection looks clean when the upload ends.
+                std::thread::sleep(Duration::from_millis(800));
+            }
+            respond(&mut w, &format!("{line} on {n}"));
+        }
+    });
+    let weir = proxy_to(&up);
+    let mut body = smuggled.clone().into_bytes();
+    body.resize(body_len, b'p');
+    let mut s = TcpStream::connect(("127.0.0.1", weir.proc.port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    write!(
+        s,
+        "POST /up HTTP/1.1\r\nHost: t\r\nContent-Length: {body_len}\r\n\r\n"
+    )
+    .unwrap();
+    let mut writer = s.try_clone().unwrap();
+    let upload = std::thread::spawn(move || writer.write_all(&body).unwrap());
+    let mut r = BufReader::new(s.try_clone().unwrap());
+    let mut status = String::new();
+    r.read_line(&mut status).unwrap();
+    assert!(status.starts_with("HTTP/1.1 200"), "{status}");
+    read_head(&mut r).unwrap();
+    let mut first = vec![0u8; "upload accepted".len()];
+    r.read_exact(&mut first).unwrap();
+    upload.join().unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    // Later requests (on the same worker, whose pool the connection would have gone to) are
+    // answered by the upstream for themselves.
+    for i in 0..3 {
+        write!(s, "GET /next/{i} HTTP/1.1\r\nHost: t\r\n\r\n").unwrap();
+        let mut status = String::new();
+        r.read_line(&mut status).unwrap();
+        let head = read_head(&mut r).unwrap();
+        let len: usize = head
+            .lines()
+            .find_map(|l| {
+                l.to_ascii_lowercase()
+                    .strip_prefix("content-length: ")
+                    .map(str::to_string)
+            })
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        let mut answer = vec![0u8; len];
+        r.read_exact(&mut answer).unwrap();
+        let answer = String::from_utf8(answer).unwrap();
+        assert!(
+            answer.starts_with(&format!("GET /next/{i} HTTP/1.1 on ")),
+            "{answer}"
+        );
+        assert!(!answer.contains("smuggled"), "{answer}");
+    }
 }
 
 #[test]
@@ -427,7 +525,14 @@ fn bytes_right_behind_a_101_reach_the_client() {
         r.read_exact(&mut buf).unwrap();
         w.write_all(&buf).unwrap();
     });
-    let weir = proxy_to(&up);
+    // x-test is not websocket: the route allows it explicitly.
+    let weir = Weir::start(
+        &format!(
+            "routes:\n- {{id: r, service: s, upgrade_protocols: [x-test]}}\nservices:\n- {{id: s, host: 127.0.0.1, port: {}}}\n",
+            up.port
+        ),
+        &["--access-log", "false"],
+    );
     let mut s = TcpStream::connect(("127.0.0.1", weir.proc.port)).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     s.write_all(b"GET /ws HTTP/1.1\r\nHost: t\r\nConnection: upgrade\r\nUpgrade: x-test\r\n\r\n")

@@ -21,6 +21,9 @@ pub const PROTOCOLS: &str = "weir.dev/protocols";
 pub const HTTPS_REDIRECT_STATUS_CODE: &str = "weir.dev/https-redirect-status-code";
 /// Ingress: the upstream path, `$1`… from regex paths.
 pub const REWRITE: &str = "weir.dev/rewrite";
+/// Ingress: comma-separated protocols clients may switch to with `Upgrade`, besides
+/// `websocket` (`h2c` is never allowed).
+pub const UPGRADE_PROTOCOLS: &str = "weir.dev/upgrade-protocols";
 /// Ingress: priority among regex routes (higher first).
 pub const REGEX_PRIORITY: &str = "weir.dev/regex-priority";
 

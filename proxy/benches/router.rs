@@ -33,6 +33,7 @@ fn routes(n: usize) -> Vec<Route> {
             priority: 0,
             host_header: None,
             rewrite: None,
+            upgrade_protocols: Vec::new(),
             service: None,
         })
         .collect()

@@ -56,6 +56,8 @@ pub struct CompiledRoute {
     pub host_header: Option<HeaderValue>,
     /// Upstream path template and the route's regex rules for its `$n` captures.
     pub rewrite: Option<(String, Vec<regex::Regex>)>,
+    /// `Upgrade` protocols allowed besides `websocket`, lower-cased.
+    pub upgrade_protocols: Vec<String>,
 }
 
 /// A service, ready for requests.
@@ -189,6 +191,11 @@ impl Runtime {
                         .expect("validated"),
                     service,
                     chain: RouteChain { base, by_consumer },
+                    upgrade_protocols: r
+                        .upgrade_protocols
+                        .iter()
+                        .map(|t| t.to_ascii_lowercase())
+                        .collect(),
                     host_header: r
                         .host_header
                         .as_deref()

@@ -31,6 +31,8 @@ pub struct IngressAnnotations {
     pub rewrite: Option<String>,
     /// `regex-priority`.
     pub regex_priority: i32,
+    /// `upgrade-protocols` (lower-cased).
+    pub upgrade_protocols: Vec<String>,
 }
 
 /// What a Service's annotations ask for.
@@ -191,6 +193,24 @@ pub fn ingress(annotations: &BTreeMap<String, String>) -> Parsed<IngressAnnotati
             }
             a::REWRITE => out.rewrite = Some(path(key, v.trim())?),
             a::REGEX_PRIORITY => out.regex_priority = number::<i32>(key, v, -1_000_000, 1_000_000)?,
+            a::UPGRADE_PROTOCOLS => {
+                let tokens: Vec<String> = list(v).iter().map(|t| t.to_ascii_lowercase()).collect();
+                if let Some(bad) = tokens.iter().find(|t| {
+                    t.as_str() == "h2c"
+                        || !t
+                            .bytes()
+                            .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
+                }) {
+                    let why = if bad == "h2c" {
+                        "h2c is never allowed (it would tunnel past routing and plugins)"
+                            .to_string()
+                    } else {
+                        format!("{bad:?} is not a protocol name")
+                    };
+                    return Err((key.into(), why));
+                }
+                out.upgrade_protocols = tokens;
+            }
             k if k.starts_with(a::HEADERS_PREFIX) => {
                 let name = &k[a::HEADERS_PREFIX.len()..];
                 if http::HeaderName::from_bytes(name.as_bytes()).is_err()

@@ -380,6 +380,7 @@ impl Translator<'_> {
                 priority: -2,
                 host_header: None,
                 rewrite: None,
+                upgrade_protocols: Vec::new(),
                 service: Some(service),
             }),
             Err((reason, m)) => {

@@ -389,6 +389,7 @@ impl Translator<'_> {
             priority,
             host_header: ann.host_header.clone(),
             rewrite: ann.rewrite.clone(),
+            upgrade_protocols: ann.upgrade_protocols.clone(),
             service,
         });
     }

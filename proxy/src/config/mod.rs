@@ -143,6 +143,9 @@ pub struct Route {
     /// The service matched requests go to; a route without one must be answered by a plugin.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub service: Option<String>,
+    /// Protocols a client may switch to with `Upgrade` besides `websocket` (`h2c` never).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub upgrade_protocols: Vec<String>,
 }
 
 fn default_https_redirect() -> u16 {

@@ -223,6 +223,28 @@ impl Config {
                     );
                 }
             }
+            for (i, token) in r.upgrade_protocols.iter().enumerate() {
+                let field = format!("upgrade_protocols[{i}]");
+                if token.eq_ignore_ascii_case("h2c") {
+                    errs.push(
+                        "route",
+                        &r.id,
+                        field,
+                        "h2c is never allowed (it would tunnel past routing and plugins)",
+                    );
+                } else if token.is_empty()
+                    || !token
+                        .bytes()
+                        .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
+                {
+                    errs.push(
+                        "route",
+                        &r.id,
+                        field,
+                        format!("{token:?} is not a protocol name (an HTTP token)"),
+                    );
+                }
+            }
             if let Some(rw) = &r.rewrite {
                 if !rw.starts_with('/') || rw.contains(['?', '#', ' ']) {
                     errs.push(

@@ -108,6 +108,11 @@ pub async fn handle(
 ) -> Response<ProxyBody> {
     let guard = InFlight::new(&activity);
     let rt = shared.runtime.load_full();
+    // Edge, before anything reads the head: one Host (the one routed on and forwarded), and
+    // the client's hop-by-hop headers gone before any plugin adds its own.
+    let host_problem = headers::one_host(&mut head).err();
+    let upgrade = head.version <= http::Version::HTTP_11 && headers::is_upgrade(&head.headers);
+    headers::remove_hop_by_hop(&mut head.headers, upgrade);
     let client_ip = headers::client_ip(conn.peer.ip(), &head.headers, &shared.opts.trusted_proxies);
     let ctx = RequestCtx::new(client_ip, next_request_id(), rt.global.clone());
     let record = LogRecord {
@@ -137,6 +142,10 @@ pub async fn handle(
         }),
         shared,
     };
+
+    if let Some(problem) = host_problem {
+        return p.error(StatusCode::BAD_REQUEST, problem);
+    }
 
     // rewrite: global plugins only.
     if !p.s.ctx.plugins().is_empty() {
@@ -211,7 +220,11 @@ pub async fn handle(
     if max_body > 0 && content_length(&head) > Some(max_body) {
         return p.error(StatusCode::PAYLOAD_TOO_LARGE, "request body too large");
     }
-    let upgrade = headers::is_upgrade(&head.headers) && head.version <= http::Version::HTTP_11;
+    // Only protocols the route allows are switched to; the rest go on as plain requests.
+    let upgrade = upgrade && headers::allow_upgrade(&mut head.headers, &route.upgrade_protocols);
+    let asked_upgrade = upgrade
+        .then(|| head.headers.get(header::UPGRADE).cloned())
+        .flatten();
     let client_upgrade = if upgrade {
         head.extensions.remove::<hyper::upgrade::OnUpgrade>()
     } else {
@@ -232,7 +245,7 @@ pub async fn handle(
         head.headers.remove(header::EXPECT);
     }
     let mut added = Added::default();
-    prepare_request_headers(&mut head, &mut added, &p, &conn, route, stripped, upgrade);
+    prepare_request_headers(&mut head, &mut added, &p, &conn, route, stripped);
     if service.h2 {
         added.append_to(&mut head.headers);
     }
@@ -362,6 +375,14 @@ pub async fn handle(
                 }
                 None => {
                     fail_try(&mut p.s.ctx, &e.error.to_string());
+                    // A malformed or cut request body is the client's fault (nginx: 400).
+                    if p.s
+                        .request_bytes
+                        .as_ref()
+                        .is_some_and(|s| s.client_error.load(Ordering::Relaxed))
+                    {
+                        return p.error(StatusCode::BAD_REQUEST, "malformed request body");
+                    }
                     if p.s
                         .request_bytes
                         .as_ref()
@@ -390,6 +411,12 @@ pub async fn handle(
     // header_filter.
     let (mut parts, mut body) = response.into_parts();
     let switching = parts.status == StatusCode::SWITCHING_PROTOCOLS;
+    if switching && !headers::upgraded_as_asked(asked_upgrade.as_ref(), &parts.headers) {
+        return p.error(
+            StatusCode::BAD_GATEWAY,
+            "upstream switched to a protocol that was not asked for",
+        );
+    }
     if switching {
         match (client_upgrade, body.take_upgraded()) {
             (Some(client), Some(upstream)) => {
@@ -545,7 +572,6 @@ fn prepare_request_headers(
     conn: &ConnInfo,
     route: &CompiledRoute,
     stripped: Option<&str>,
-    upgrade: bool,
 ) {
     // The original Host survives in X-Forwarded-Host (and in Host with preserve_host); for h2
     // clients it comes from :authority.
@@ -554,7 +580,6 @@ fn prepare_request_headers(
             .authority()
             .and_then(|a| HeaderValue::from_str(a.as_str()).ok())
     });
-    headers::remove_hop_by_hop(&mut head.headers, upgrade);
     headers::set_forwarded(
         &mut head.headers,
         added,
@@ -678,6 +703,7 @@ mod tests {
             },
             host_header: None,
             rewrite: None,
+            upgrade_protocols: Vec::new(),
         }
     }
 

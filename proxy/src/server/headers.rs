@@ -104,12 +104,15 @@ const X_FORWARDED_PREFIX: HeaderName = HeaderName::from_static("x-forwarded-pref
 const X_REAL_IP: HeaderName = HeaderName::from_static("x-real-ip");
 const KEEP_ALIVE: HeaderName = HeaderName::from_static("keep-alive");
 const PROXY_CONNECTION: HeaderName = HeaderName::from_static("proxy-connection");
+const HTTP2_SETTINGS: HeaderName = HeaderName::from_static("http2-settings");
 
 /// The `Via` value Weir adds to requests and responses.
 pub const VIA: HeaderValue = HeaderValue::from_static("1.1 weir");
 
 /// Hop-by-hop headers besides `Connection` and `Upgrade` (which a protocol switch keeps).
-const ALWAYS_HOP_BY_HOP: [HeaderName; 6] = [
+/// `HTTP2-Settings` belongs to the `h2c` upgrade, which is never forwarded.
+const ALWAYS_HOP_BY_HOP: [HeaderName; 7] = [
+    HTTP2_SETTINGS,
     KEEP_ALIVE,
     PROXY_CONNECTION,
     header::PROXY_AUTHORIZATION,
@@ -118,8 +121,12 @@ const ALWAYS_HOP_BY_HOP: [HeaderName; 6] = [
     header::TRANSFER_ENCODING,
 ];
 
-/// Removes hop-by-hop headers (RFC 9110 §7.6.1), including those named in `Connection`.
-/// With `keep_upgrade`, `Connection: upgrade` and `Upgrade` survive for a protocol switch.
+/// Removes hop-by-hop headers (RFC 9110 §7.6.1), including those named in `Connection` (but
+/// never `Host`, which routing depends on). With `keep_upgrade`, `Connection: upgrade` and
+/// `Upgrade` survive for a protocol switch.
+///
+/// On requests this runs before any plugin: a client must not be able to name a header a
+/// plugin adds (`Connection: x-request-id`) and have it removed afterwards.
 pub fn remove_hop_by_hop(headers: &mut HeaderMap, keep_upgrade: bool) {
     // Most messages carry none: one pass over the names is much cheaper than eight removals.
     let hop = |n: &HeaderName| {
@@ -133,7 +140,7 @@ pub fn remove_hop_by_hop(headers: &mut HeaderMap, keep_upgrade: bool) {
         if let Ok(s) = v.to_str() {
             for token in s.split(',') {
                 if let Ok(n) = HeaderName::from_bytes(token.trim().as_bytes()) {
-                    if !(keep_upgrade && n == header::UPGRADE) {
+                    if !(keep_upgrade && n == header::UPGRADE) && n != header::HOST {
                         named.push(n);
                     }
                 }
@@ -163,6 +170,119 @@ pub fn is_upgrade(headers: &HeaderMap) -> bool {
                     .any(|t| t.trim().eq_ignore_ascii_case("upgrade"))
             })
         })
+}
+
+/// Gives a request exactly one `Host`, the one it is routed on, or says why it gets 400.
+///
+/// RFC 9112 §3.2: an HTTP/1.1 request without `Host`, or any request with more than one or
+/// with an invalid one, is refused. §3.2.2: the authority of an absolute-form target (and
+/// HTTP/2's `:authority`) wins over `Host`, which is replaced by it, so the host routed on, the
+/// `Host` and `X-Forwarded-Host` forwarded, and what plugins see are one and the same.
+pub fn one_host(head: &mut http::request::Parts) -> Result<(), &'static str> {
+    let mut all = head.headers.get_all(header::HOST).iter();
+    let host = all.next();
+    if all.next().is_some() {
+        return Err("more than one Host header");
+    }
+    if host.is_some_and(|h| !valid_authority(h.as_bytes())) {
+        return Err("invalid Host header");
+    }
+    let Some(authority) = head.uri.authority() else {
+        if host.is_none() && head.version == http::Version::HTTP_11 {
+            return Err("missing Host header");
+        }
+        return Ok(());
+    };
+    if authority.as_str().contains('@') {
+        return Err("userinfo in the request target");
+    }
+    if host.map(HeaderValue::as_bytes) != Some(authority.as_str().as_bytes()) {
+        let v = HeaderValue::from_str(authority.as_str()).map_err(|_| "invalid request target")?;
+        head.headers.insert(header::HOST, v);
+    }
+    Ok(())
+}
+
+/// Whether a `Host` value is `host[:port]` (reg-name, IPv4 or a bracketed IPv6 literal):
+/// nothing that a backend could read as a path, userinfo or a second host.
+fn valid_authority(b: &[u8]) -> bool {
+    b.iter().all(|&c| {
+        c.is_ascii_alphanumeric()
+            || matches!(
+                c,
+                b'-' | b'.'
+                    | b'_'
+                    | b'~'
+                    | b'%'
+                    | b':'
+                    | b'['
+                    | b']'
+                    | b'!'
+                    | b'$'
+                    | b'&'
+                    | b'\''
+                    | b'('
+                    | b')'
+                    | b'*'
+                    | b'+'
+                    | b','
+                    | b';'
+                    | b'='
+            )
+    })
+}
+
+/// The protocol name of an `Upgrade` token (`websocket` of `WebSocket/13`), lower-cased.
+fn protocol_name(token: &str) -> String {
+    token
+        .split('/')
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_ascii_lowercase()
+}
+
+/// Keeps only the `Upgrade` protocols a route allows: `websocket`, and the route's own
+/// `upgrade_protocols`; `h2c` never (a tunnel past routing and plugins). Returns whether any is
+/// left; if none is, `Upgrade` and `Connection` are removed and the request goes on as a
+/// plain one.
+pub fn allow_upgrade(headers: &mut HeaderMap, allowed: &[String]) -> bool {
+    let mut kept: Vec<&str> = Vec::new();
+    let mut dropped = false;
+    for v in headers.get_all(header::UPGRADE) {
+        for token in v.to_str().unwrap_or("").split(',') {
+            let token = token.trim();
+            let name = protocol_name(token);
+            if name != "h2c" && (name == "websocket" || allowed.contains(&name)) {
+                kept.push(token);
+            } else if !token.is_empty() {
+                dropped = true;
+            }
+        }
+    }
+    if kept.is_empty() {
+        headers.remove(header::UPGRADE);
+        headers.remove(header::CONNECTION);
+        return false;
+    }
+    if dropped {
+        if let Ok(v) = HeaderValue::from_str(&kept.join(", ")) {
+            headers.insert(header::UPGRADE, v);
+        }
+    }
+    true
+}
+
+/// Whether a 101 response switched to one of the protocols the request offered.
+pub fn upgraded_as_asked(asked: Option<&HeaderValue>, response: &HeaderMap) -> bool {
+    let Some(asked) = asked.and_then(|v| v.to_str().ok()) else {
+        return false;
+    };
+    let offered: Vec<String> = asked.split(',').map(protocol_name).collect();
+    response.get_all(header::UPGRADE).iter().any(|v| {
+        v.to_str()
+            .is_ok_and(|s| s.split(',').all(|t| offered.contains(&protocol_name(t))))
+    })
 }
 
 /// What the proxy knows about how the client reached it.
@@ -460,5 +580,118 @@ mod tests {
         assert_eq!(up[header::UPGRADE], "websocket");
         assert_eq!(up[header::CONNECTION], "upgrade");
         assert!(!up.contains_key("x-secret"));
+    }
+
+    fn req(target: &str, version: http::Version, hosts: &[&str]) -> http::request::Parts {
+        let mut b = http::Request::builder().uri(target).version(version);
+        for h in hosts {
+            b = b.header(header::HOST, *h);
+        }
+        b.body(()).unwrap().into_parts().0
+    }
+
+    #[test]
+    fn one_host_per_request_and_the_target_authority_wins() {
+        use http::Version;
+        let mut r = req("http://public.test/x", Version::HTTP_11, &["admin.test"]);
+        one_host(&mut r).unwrap();
+        assert_eq!(r.headers[header::HOST], "public.test");
+        assert_eq!(r.headers.get_all(header::HOST).iter().count(), 1);
+        let mut r = req("http://public.test:8080/x", Version::HTTP_2, &[]);
+        one_host(&mut r).unwrap();
+        assert_eq!(r.headers[header::HOST], "public.test:8080");
+        let mut r = req("/x", Version::HTTP_11, &["a.test:80"]);
+        one_host(&mut r).unwrap();
+        assert_eq!(r.headers[header::HOST], "a.test:80");
+        let mut r = req("/x", Version::HTTP_10, &[]);
+        one_host(&mut r).unwrap();
+        for (target, version, hosts, why) in [
+            ("/x", Version::HTTP_11, &[][..], "missing Host header"),
+            (
+                "/x",
+                Version::HTTP_11,
+                &["a.test", "b.test"][..],
+                "more than one Host header",
+            ),
+            (
+                "/x",
+                Version::HTTP_10,
+                &["a.test", "a.test"][..],
+                "more than one Host header",
+            ),
+            (
+                "/x",
+                Version::HTTP_11,
+                &["a.test/admin"][..],
+                "invalid Host header",
+            ),
+            (
+                "/x",
+                Version::HTTP_11,
+                &["u@a.test"][..],
+                "invalid Host header",
+            ),
+            (
+                "/x",
+                Version::HTTP_11,
+                &["a.test b"][..],
+                "invalid Host header",
+            ),
+            (
+                "http://u@a.test/x",
+                Version::HTTP_11,
+                &["a.test"][..],
+                "userinfo in the request target",
+            ),
+        ] {
+            let mut r = req(target, version, hosts);
+            assert_eq!(one_host(&mut r), Err(why), "{target} {hosts:?}");
+        }
+    }
+
+    #[test]
+    fn only_allowed_upgrades_survive_and_never_h2c() {
+        let with = |v: &str| {
+            let mut h = HeaderMap::new();
+            h.insert(header::UPGRADE, HeaderValue::from_str(v).unwrap());
+            h.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
+            h
+        };
+        let mut h = with("websocket");
+        assert!(allow_upgrade(&mut h, &[]));
+        assert_eq!(h[header::UPGRADE], "websocket");
+        let mut h = with("h2c");
+        assert!(!allow_upgrade(&mut h, &["h2c".into()]));
+        assert!(!h.contains_key(header::UPGRADE) && !h.contains_key(header::CONNECTION));
+        let mut h = with("foo/2, WebSocket");
+        assert!(allow_upgrade(&mut h, &[]));
+        assert_eq!(h[header::UPGRADE], "WebSocket");
+        let mut h = with("foo/2, h2c");
+        assert!(allow_upgrade(&mut h, &["foo".into()]));
+        assert_eq!(h[header::UPGRADE], "foo/2");
+
+        let asked = HeaderValue::from_static("websocket");
+        assert!(upgraded_as_asked(Some(&asked), &with("WebSocket")));
+        assert!(!upgraded_as_asked(Some(&asked), &with("h2c")));
+        assert!(!upgraded_as_asked(None, &with("websocket")));
+        assert!(!upgraded_as_asked(Some(&asked), &HeaderMap::new()));
+    }
+
+    #[test]
+    fn connection_cannot_name_host_and_h2c_settings_always_go() {
+        let mut h = HeaderMap::new();
+        h.insert(
+            header::CONNECTION,
+            HeaderValue::from_static("host, upgrade, http2-settings"),
+        );
+        h.insert(header::HOST, HeaderValue::from_static("a.test"));
+        h.insert(
+            "http2-settings",
+            HeaderValue::from_static("AAMAAABkAAQAAP__"),
+        );
+        h.insert(header::UPGRADE, HeaderValue::from_static("h2c"));
+        remove_hop_by_hop(&mut h, true);
+        assert_eq!(h[header::HOST], "a.test");
+        assert!(!h.contains_key("http2-settings"));
     }
 }

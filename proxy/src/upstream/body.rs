@@ -23,6 +23,9 @@ pub struct BodyStats {
     pub done: AtomicBool,
     /// The client sent more than the limit.
     pub too_large: AtomicBool,
+    /// The client's body was malformed (a bad chunk) or cut off: the client's fault, not the
+    /// upstream's.
+    pub client_error: AtomicBool,
 }
 
 impl BodyStats {
@@ -34,6 +37,7 @@ impl BodyStats {
             last_progress_ms: AtomicU64::new(0),
             done: AtomicBool::new(false),
             too_large: AtomicBool::new(false),
+            client_error: AtomicBool::new(false),
         })
     }
 
@@ -128,6 +132,9 @@ impl Body for UpstreamBody {
                 Poll::Ready(None)
             }
             Poll::Ready(Some(Err(e))) => {
+                if let Some(s) = stats {
+                    s.client_error.store(true, Ordering::Relaxed);
+                }
                 this.inner = None;
                 Poll::Ready(Some(Err(Box::new(e))))
             }

@@ -170,6 +170,9 @@ impl ChunkedDecoder {
                 }
                 match (self.state, b) {
                     (TrailerStart, b'\r') => EndLf,
+                    // A bare LF ends the body as CRLF does (as it ends the trailer lines):
+                    // waiting for more would hang the response until the read timeout.
+                    (TrailerStart, b'\n') => End,
                     (_, b'\n') => TrailerStart,
                     _ => TrailerLine,
                 }
@@ -227,6 +230,21 @@ mod tests {
         let (body, _) =
             decode_in_steps(b"1F\r\n0123456789012345678901234567890\r\n0\r\n\r\n", 5).unwrap();
         assert_eq!(body.len(), 31);
+    }
+
+    #[test]
+    fn a_bare_lf_after_the_last_chunk_ends_the_body_at_once() {
+        for input in [
+            &b"3\r\nabc\r\n0\r\n\n"[..],
+            b"0\r\nx: y\n\n",
+            b"0\r\nx: y\r\n\n",
+        ] {
+            for step in [1, 2, 64] {
+                let (body, rest) = decode_in_steps(input, step).unwrap();
+                assert!(rest.is_empty(), "{input:?}");
+                assert!(body.is_empty() || body == b"abc");
+            }
+        }
     }
 
     #[test]

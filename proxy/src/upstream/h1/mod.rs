@@ -76,6 +76,10 @@ pub struct ResponseBody {
     keep_alive: bool,
     /// The rest of a request body the upstream answered before receiving whole.
     upload: Option<Box<Upload>>,
+    /// The response head came before the request body was sent whole: the connection is never
+    /// reused (an upstream that answered without reading the body would take the rest of it
+    /// for the next request, and that request's answer would reach another client).
+    answered_early: bool,
     /// Bound on finishing that upload once the response has ended.
     write_timeout: Duration,
 }
@@ -216,6 +220,7 @@ impl Connection {
             key,
             state,
             keep_alive: keep_alive && head.keep_alive,
+            answered_early: upload.is_some(),
             upload,
             write_timeout,
         };
@@ -263,17 +268,11 @@ fn poll_upload(
     }
 }
 
-/// Sends the rest of a request body after its response ended, then pools the connection.
-async fn finish_upload(
-    mut conn: Connection,
-    mut upload: Box<Upload>,
-    key: PoolKey,
-    limit: Duration,
-) {
+/// Sends the rest of a request body after its response ended (the upstream may still expect
+/// it), then closes the connection.
+async fn finish_upload(mut conn: Connection, mut upload: Box<Upload>, limit: Duration) {
     let sent = tokio::time::timeout(limit, poll_fn(|cx| upload.poll_send(cx, &mut conn.stream)));
-    if matches!(sent.await, Ok(Ok(()))) && conn.buf.is_empty() && conn.is_usable() {
-        pool::release_h1(&key, conn);
-    }
+    let _ = sent.await;
 }
 
 /// A reset or broken connection: the peer closed it hard.
@@ -311,16 +310,12 @@ impl ResponseBody {
             return;
         }
         match self.upload.take() {
-            None => pool::release_h1(&self.key, conn),
+            None if !self.answered_early => pool::release_h1(&self.key, conn),
+            None => {}
             // Answered early (a 202 while the body still streams, say) and not closing: the
-            // upstream still expects the rest, so it is sent before the connection is reused.
+            // upstream may still expect the rest, so it is sent; the connection is not reused.
             Some(upload) => {
-                tokio::spawn(finish_upload(
-                    conn,
-                    upload,
-                    self.key.clone(),
-                    self.write_timeout,
-                ));
+                tokio::spawn(finish_upload(conn, upload, self.write_timeout));
             }
         }
     }
