@@ -17,6 +17,7 @@ use weir_controller::cluster::{ControllerOptions, Publish};
 use weir_controller::standalone::Standalone;
 use weir_controller::{Key, Options};
 use weir_proxy::server::Cidr;
+use weir_proxy::router::EscapedSlashes;
 use weir_proxy::{Config, Proxy, ProxyOptions, Registry};
 
 #[derive(Parser)]
@@ -197,6 +198,9 @@ struct ProxyArgs {
     /// Largest request body in bytes held in memory for plugins that read request bodies (413 above).
     #[arg(long, env = "WEIR_MAX_BUFFERED_BODY", default_value_t = 8 * 1024 * 1024)]
     max_buffered_body: u64,
+    /// What `%2F`, `%5C` and `\` in request paths get: reject (400), keep, unescape-and-redirect (307 to the decoded path), unescape-and-forward.
+    #[arg(long, env = "WEIR_ESCAPED_SLASHES", default_value = "reject")]
+    escaped_slashes: EscapedSlashes,
     /// Time in-flight requests get to finish after SIGTERM.
     #[arg(long, env = "WEIR_SHUTDOWN_GRACE", default_value = "30s", value_parser = parse_duration)]
     shutdown_grace: Duration,
@@ -359,6 +363,7 @@ impl ProxyArgs {
             max_headers: self.max_headers,
             max_body_size: self.max_body_size,
             max_buffered_body: self.max_buffered_body,
+            escaped_slashes: self.escaped_slashes,
             access_log: self.access_log,
             access_log_queue: self.access_log_queue,
             shutdown_grace: self.shutdown_grace,

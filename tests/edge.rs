@@ -363,3 +363,72 @@ fn a_bare_lf_ending_an_upstream_chunked_body_does_not_hang() {
     assert_eq!(status(&a), 200, "{a}");
     assert!(a.ends_with("3\r\nabc\r\n0\r\n\r\n"), "{a:?}");
 }
+
+fn paths_table(echo: u16) -> String {
+    format!(
+        "routes:\n\
+         - {{id: admin, paths: [{{path: /admin}}], service: s}}\n\
+         - {{id: api, paths: [{{path: /api}}], strip_path: true, service: s}}\n\
+         - {{id: rest, paths: [{{path: /}}], service: s}}\n\
+         services: [{{id: s, host: 127.0.0.1, port: {echo}}}]\n\
+         plugins: [{{id: closed, name: request-termination, route: admin, config: {{status_code: 403}}}}]\n"
+    )
+}
+
+fn get_path(port: u16, path: &str) -> String {
+    raw(
+        port,
+        format!("GET {path} HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n").as_bytes(),
+        T,
+    )
+}
+
+#[test]
+fn path_forms_a_backend_reads_differently_cannot_reach_another_route() {
+    let echo = echo("e");
+    let w = Weir::start(&paths_table(echo.port), &[]);
+    // Path parameters are ignored by matching: the closed route is not bypassed.
+    for path in ["/admin;x/secret", "/admin;jsessionid=1", "/ADMIN/../admin;a=b/x"] {
+        let a = get_path(w.proc.port, path);
+        assert_eq!(status(&a), 403, "{path}: {a}");
+    }
+    // Encoded slashes, backslashes, and parameters on dot segments are refused by default.
+    for path in [
+        "/admin%2Fsecret",
+        "/admin%2fsecret",
+        "/x%5C..%5Cadmin",
+        "/x\\..\\admin",
+        "/x/..;/admin",
+        "/x/.;y/admin",
+    ] {
+        let a = get_path(w.proc.port, path);
+        assert_eq!(status(&a), 400, "{path}: {a}");
+    }
+    // Parameters travel to the upstream; a stripped prefix takes its segment's parameters along.
+    let a = get_path(w.proc.port, "/public;jsessionid=1/x?q=1");
+    assert_eq!(status(&a), 200, "{a}");
+    assert_eq!(json_body(&a)["path"], "/public;jsessionid=1/x");
+    let a = get_path(w.proc.port, "/api;v=2/items;page=3");
+    assert_eq!(status(&a), 200, "{a}");
+    assert_eq!(json_body(&a)["path"], "/items;page=3");
+}
+
+#[test]
+fn the_escaped_slashes_policy_can_keep_decode_or_redirect() {
+    let echo = echo("e");
+    let keep = Weir::start(&paths_table(echo.port), &["--escaped-slashes", "keep"]);
+    let a = get_path(keep.proc.port, "/admin%2fsecret");
+    assert_eq!(status(&a), 200, "one segment, the catch-all: {a}");
+    assert_eq!(json_body(&a)["path"], "/admin%2Fsecret");
+
+    let forward = Weir::start(&paths_table(echo.port), &["--escaped-slashes", "unescape-and-forward"]);
+    assert_eq!(status(&get_path(forward.proc.port, "/admin%2Fsecret")), 403);
+    assert_eq!(status(&get_path(forward.proc.port, "/x\\..\\admin")), 403);
+    let a = get_path(forward.proc.port, "/public%2Fx");
+    assert_eq!(json_body(&a)["path"], "/public/x");
+
+    let redirect = Weir::start(&paths_table(echo.port), &["--escaped-slashes", "unescape-and-redirect"]);
+    let a = get_path(redirect.proc.port, "/x%2F..%2Fadmin?a=1");
+    assert_eq!(status(&a), 307, "{a}");
+    assert!(a.to_ascii_lowercase().contains("location: /admin?a=1\r\n"), "{a}");
+}

@@ -275,9 +275,14 @@ fn an_early_answer_still_gets_the_whole_body_but_the_connection_is_not_reused() 
     .unwrap();
     let mut writer = s.try_clone().unwrap();
     let mut next = s.try_clone().unwrap();
+    // The body's tail waits for the answer, so the answer surely comes first.
+    let (answered, wait_answer) = std::sync::mpsc::channel::<()>();
     let upload = std::thread::spawn(move || {
         let chunk = vec![b'u'; 64 * 1024];
-        for _ in 0..(size / chunk.len()) {
+        for i in 0..(size / chunk.len()) {
+            if i == 1 {
+                wait_answer.recv().unwrap();
+            }
             writer.write_all(&chunk).unwrap();
         }
     });
@@ -285,6 +290,7 @@ fn an_early_answer_still_gets_the_whole_body_but_the_connection_is_not_reused() 
     let mut status = String::new();
     r.read_line(&mut status).unwrap();
     assert!(status.starts_with("HTTP/1.1 202"), "{status}");
+    answered.send(()).unwrap();
     upload.join().unwrap();
     // The whole body still reached the upstream.
     assert!(eventually(Duration::from_secs(20), || received.load(Ordering::SeqCst)));
@@ -349,7 +355,14 @@ fn a_body_an_upstream_ignored_cannot_answer_another_request() {
     )
     .unwrap();
     let mut writer = s.try_clone().unwrap();
-    let upload = std::thread::spawn(move || writer.write_all(&body).unwrap());
+    // The body's tail waits for the answer: the upstream answered before the body was sent
+    // whole (were the body through first, Weir could not tell this upstream from a good one).
+    let (answered, wait_answer) = std::sync::mpsc::channel::<()>();
+    let upload = std::thread::spawn(move || {
+        writer.write_all(&body[..64 * 1024]).unwrap();
+        wait_answer.recv().unwrap();
+        writer.write_all(&body[64 * 1024..]).unwrap();
+    });
     let mut r = BufReader::new(s.try_clone().unwrap());
     let mut status = String::new();
     r.read_line(&mut status).unwrap();
@@ -357,6 +370,7 @@ fn a_body_an_upstream_ignored_cannot_answer_another_request() {
     read_head(&mut r).unwrap();
     let mut first = vec![0u8; "upload accepted".len()];
     r.read_exact(&mut first).unwrap();
+    answered.send(()).unwrap();
     upload.join().unwrap();
     std::thread::sleep(Duration::from_millis(300));
     // Later requests (on the same worker, whose pool the connection would have gone to) are

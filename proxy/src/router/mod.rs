@@ -16,7 +16,10 @@ use regex::Regex;
 
 use crate::config::{ClientProtocol, PathKind, Route};
 
-pub use normalize::{normalize_path, BadPath};
+pub use normalize::{
+    has_escaped_slash, normalize_path, normalize_request_path, with_params_len, without_params,
+    BadPath, EscapedSlashes,
+};
 
 /// FNV-1a: short keys (host names, path elements) hash much faster than with SipHash, and
 /// routing keys come from the operator's configuration, not from clients.

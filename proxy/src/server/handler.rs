@@ -20,7 +20,10 @@ use crate::pipeline::{
     self, BodyStop, ConnActivity, InFlight, LogRecord, ProxyBody, RequestCtx, Session, Try,
 };
 use crate::plugins::{EarlyResponse, RequestHead};
-use crate::router::{normalize_path, request_host, Lookup, RequestView};
+use crate::router::{
+    has_escaped_slash, normalize_request_path, request_host, with_params_len, without_params,
+    EscapedSlashes, Lookup, RequestView,
+};
 use crate::upstream::{self, Added, BodyStats, PoolKey, UpstreamBody};
 
 const SERVER: HeaderValue = HeaderValue::from_static("weir");
@@ -156,11 +159,21 @@ pub async fn handle(
 
     // access, before: normalise and route.
     // The log record owns the normalised path; the handler borrows it from there.
-    p.s.record.path = match normalize_path(head.uri.path(), rt.settings.merge_slashes) {
-        Ok(path) => path.into_owned(),
+    let slashes = p.shared.opts.escaped_slashes;
+    p.s.record.path =
+        match normalize_request_path(head.uri.path(), rt.settings.merge_slashes, slashes) {
+            Ok(path) => path.into_owned(),
+            Err(e) => return p.error(StatusCode::BAD_REQUEST, &e.to_string()),
+        };
+    if slashes == EscapedSlashes::UnescapeAndRedirect && has_escaped_slash(head.uri.path()) {
+        return redirect_to_normal_path(p, &head);
+    }
+    let path = p.s.record.path.as_str();
+    // Routes match the path without `;` parameters, as the backends that honour them read it.
+    let routing = match without_params(path) {
+        Ok(r) => r,
         Err(e) => return p.error(StatusCode::BAD_REQUEST, &e.to_string()),
     };
-    let path = p.s.record.path.as_str();
     // Without global plugins nothing can have changed the head since the log record's Host.
     let host = if p.s.ctx.plugins().is_empty() {
         p.s.record.host.as_str()
@@ -169,7 +182,7 @@ pub async fn handle(
     };
     let view = RequestView {
         host,
-        path,
+        path: &routing,
         method: &head.method,
         headers: &head.headers,
         protocol: if conn.tls {
@@ -194,6 +207,11 @@ pub async fn handle(
         }
     };
     let route = &rt.routes[m.route];
+    // The matched prefix, measured in the forwarded path (parameters included).
+    let matched_len = match routing {
+        std::borrow::Cow::Borrowed(_) => m.matched_len,
+        std::borrow::Cow::Owned(_) => with_params_len(path, m.matched_len),
+    };
     p.s.ctx.route = Some(route.id.clone());
     p.s.record.route = Some(route.id.clone());
     let service = route.service.map(|i| &rt.services[i]);
@@ -235,10 +253,11 @@ pub async fn handle(
         route,
         service,
         path,
-        m.matched_len,
+        &routing,
+        matched_len,
         head.uri.query(),
     );
-    let stripped = (route.strip_path && m.matched_len > 0).then(|| &path[..m.matched_len]);
+    let stripped = (route.strip_path && matched_len > 0).then(|| &path[..matched_len]);
     // hyper answers `Expect: 100-continue` itself when the body is first read (the fast path,
     // which passes no body, never takes a request that has one).
     if body.is_some() {
@@ -491,12 +510,31 @@ fn redirect_to_https(
     p.respond(early)
 }
 
+/// Sends the client to its path with encoded slashes decoded (the escaped-slashes policy
+/// `unescape-and-redirect`), keeping the query.
+fn redirect_to_normal_path(p: Pending, head: &RequestHead) -> Response<ProxyBody> {
+    let mut location = p.s.record.path.clone();
+    if let Some(q) = head.uri.query() {
+        location.push('?');
+        location.push_str(q);
+    }
+    let mut early = EarlyResponse::message(
+        StatusCode::TEMPORARY_REDIRECT,
+        "The request path had encoded slashes",
+    );
+    if let Ok(v) = HeaderValue::from_str(&location) {
+        early.headers.insert(header::LOCATION, v);
+    }
+    p.respond(early)
+}
+
 /// The path and query sent upstream: a plugin's rewrite, or strip_path and the service prefix.
 fn upstream_path(
     ctx: &mut RequestCtx,
     route: &CompiledRoute,
     service: &CompiledService,
     path: &str,
+    routing: &str,
     matched_len: usize,
     query: Option<&str>,
 ) -> String {
@@ -504,7 +542,7 @@ fn upstream_path(
         return uri;
     }
     if let Some((template, regexes)) = &route.rewrite {
-        let mut out = expand_rewrite(template, regexes, path);
+        let mut out = expand_rewrite(template, regexes, routing);
         if let Some(q) = query {
             out.push('?');
             out.push_str(q);
@@ -728,7 +766,7 @@ mod tests {
         q: Option<&str>,
     ) -> String {
         let mut ctx = RequestCtx::new([127, 0, 0, 1].into(), 1, Arc::from(vec![]));
-        upstream_path(&mut ctx, &route(strip), &service(prefix), path, matched, q)
+        upstream_path(&mut ctx, &route(strip), &service(prefix), path, path, matched, q)
     }
 
     #[test]

@@ -59,6 +59,8 @@ pub struct ProxyOptions {
     pub max_body_size: u64,
     /// Largest request body held in memory for plugins that read request bodies (413 above it).
     pub max_buffered_body: u64,
+    /// What `%2F`, `%5C` and `\` in request paths get.
+    pub escaped_slashes: crate::router::EscapedSlashes,
     /// Access-log lines that may wait for the writer thread; more are dropped and counted.
     pub access_log_queue: usize,
     /// How long in-flight requests may take to finish after SIGTERM.
@@ -83,6 +85,7 @@ impl Default for ProxyOptions {
             max_headers: 100,
             max_body_size: 0,
             max_buffered_body: 8 * 1024 * 1024,
+            escaped_slashes: crate::router::EscapedSlashes::Reject,
             access_log_queue: 16_384,
             shutdown_grace: Duration::from_secs(30),
             admin_max_body: 64 * 1024 * 1024,
