@@ -16,8 +16,8 @@ use k8s_openapi::api::networking::v1::ServiceBackendPort;
 use weir_controller::cluster::{ControllerOptions, Publish};
 use weir_controller::standalone::Standalone;
 use weir_controller::{Key, Options};
-use weir_proxy::server::Cidr;
 use weir_proxy::router::EscapedSlashes;
+use weir_proxy::server::Cidr;
 use weir_proxy::{Config, Proxy, ProxyOptions, Registry};
 
 #[derive(Parser)]

@@ -388,7 +388,11 @@ fn path_forms_a_backend_reads_differently_cannot_reach_another_route() {
     let echo = echo("e");
     let w = Weir::start(&paths_table(echo.port), &[]);
     // Path parameters are ignored by matching: the closed route is not bypassed.
-    for path in ["/admin;x/secret", "/admin;jsessionid=1", "/ADMIN/../admin;a=b/x"] {
+    for path in [
+        "/admin;x/secret",
+        "/admin;jsessionid=1",
+        "/ADMIN/../admin;a=b/x",
+    ] {
         let a = get_path(w.proc.port, path);
         assert_eq!(status(&a), 403, "{path}: {a}");
     }
@@ -421,14 +425,23 @@ fn the_escaped_slashes_policy_can_keep_decode_or_redirect() {
     assert_eq!(status(&a), 200, "one segment, the catch-all: {a}");
     assert_eq!(json_body(&a)["path"], "/admin%2Fsecret");
 
-    let forward = Weir::start(&paths_table(echo.port), &["--escaped-slashes", "unescape-and-forward"]);
+    let forward = Weir::start(
+        &paths_table(echo.port),
+        &["--escaped-slashes", "unescape-and-forward"],
+    );
     assert_eq!(status(&get_path(forward.proc.port, "/admin%2Fsecret")), 403);
     assert_eq!(status(&get_path(forward.proc.port, "/x\\..\\admin")), 403);
     let a = get_path(forward.proc.port, "/public%2Fx");
     assert_eq!(json_body(&a)["path"], "/public/x");
 
-    let redirect = Weir::start(&paths_table(echo.port), &["--escaped-slashes", "unescape-and-redirect"]);
+    let redirect = Weir::start(
+        &paths_table(echo.port),
+        &["--escaped-slashes", "unescape-and-redirect"],
+    );
     let a = get_path(redirect.proc.port, "/x%2F..%2Fadmin?a=1");
     assert_eq!(status(&a), 307, "{a}");
-    assert!(a.to_ascii_lowercase().contains("location: /admin?a=1\r\n"), "{a}");
+    assert!(
+        a.to_ascii_lowercase().contains("location: /admin?a=1\r\n"),
+        "{a}"
+    );
 }

@@ -12,6 +12,9 @@ pub mod admin;
 pub mod balancer;
 pub mod compile;
 pub mod config;
+#[cfg(feature = "fuzzing")]
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod metrics;
 pub mod pipeline;
 pub mod plugins;

@@ -401,7 +401,8 @@ pub fn request_host<'a>(uri: &'a http::Uri, headers: &'a HeaderMap) -> &'a str {
     strip_port(raw)
 }
 
-fn strip_port(host: &str) -> &str {
+/// A Host value without its port and trailing dot (`[::1]:80` → `::1`).
+pub fn strip_port(host: &str) -> &str {
     if let Some(rest) = host.strip_prefix('[') {
         // [v6]:port
         return rest.split(']').next().unwrap_or(rest);

@@ -55,11 +55,9 @@ impl std::str::FromStr for EscapedSlashes {
             "keep" => EscapedSlashes::Keep,
             "unescape-and-redirect" => EscapedSlashes::UnescapeAndRedirect,
             "unescape-and-forward" => EscapedSlashes::UnescapeAndForward,
-            other => {
-                return Err(format!(
-                    "{other:?} is not one of reject, keep, unescape-and-redirect, unescape-and-forward"
-                ))
-            }
+            other => return Err(format!(
+                "{other:?} is not one of reject, keep, unescape-and-redirect, unescape-and-forward"
+            )),
         })
     }
 }
@@ -77,9 +75,8 @@ impl EscapedSlashes {
 pub fn has_escaped_slash(path: &str) -> bool {
     let b = path.as_bytes();
     b.contains(&b'\\')
-        || b.windows(3).any(|w| {
-            w[0] == b'%' && matches!((w[1], w[2] | 0x20), (b'2', b'f') | (b'5', b'c'))
-        })
+        || b.windows(3)
+            .any(|w| w[0] == b'%' && matches!((w[1], w[2] | 0x20), (b'2', b'f') | (b'5', b'c')))
 }
 
 fn is_unreserved(b: u8) -> bool {
@@ -97,11 +94,11 @@ fn hex(b: u8) -> Option<u8> {
 
 /// Whether `path` is already normal, so the common case allocates nothing.
 fn is_normal(path: &[u8], merge_slashes: bool) -> bool {
-    if path.iter().any(|&b| b == b'%' || b == b'\\') {
-        return false;
-    }
     let mut prev_slash = false;
     for (i, &b) in path.iter().enumerate() {
+        if b == b'%' || b == b'\\' {
+            return false;
+        }
         if b == b'/' {
             if prev_slash && merge_slashes {
                 return false;
@@ -321,7 +318,10 @@ mod tests {
         assert_eq!(r("/x\\..\\admin", Reject), Err(BadPath::Backslash));
         assert_eq!(r("/admin%2fsecret", Keep).unwrap(), "/admin%2Fsecret");
         assert_eq!(r("/x\\..\\admin", Keep).unwrap(), "/x\\..\\admin");
-        assert_eq!(r("/admin%2Fsecret", UnescapeAndForward).unwrap(), "/admin/secret");
+        assert_eq!(
+            r("/admin%2Fsecret", UnescapeAndForward).unwrap(),
+            "/admin/secret"
+        );
         assert_eq!(r("/x\\..\\admin", UnescapeAndForward).unwrap(), "/admin");
         assert_eq!(r("/x%2F..%5Cadmin", UnescapeAndRedirect).unwrap(), "/admin");
         assert!(!has_escaped_slash("/a/b%20c"));
@@ -332,13 +332,25 @@ mod tests {
     fn path_parameters_are_ignored_for_routing() {
         assert_eq!(without_params("/admin;x/secret").unwrap(), "/admin/secret");
         assert_eq!(without_params("/a;b=c;d/e;f").unwrap(), "/a/e");
-        assert!(matches!(without_params("/plain").unwrap(), Cow::Borrowed(_)));
-        assert_eq!(without_params("/x/..;/admin"), Err(BadPath::DotSegmentParams));
-        assert_eq!(without_params("/x/.;a/admin"), Err(BadPath::DotSegmentParams));
+        assert!(matches!(
+            without_params("/plain").unwrap(),
+            Cow::Borrowed(_)
+        ));
+        assert_eq!(
+            without_params("/x/..;/admin"),
+            Err(BadPath::DotSegmentParams)
+        );
+        assert_eq!(
+            without_params("/x/.;a/admin"),
+            Err(BadPath::DotSegmentParams)
+        );
         assert_eq!(without_params("/x/..a;b/admin").unwrap(), "/x/..a/admin");
         let p = "/admin;x/secret;y/z";
         assert_eq!(with_params_len(p, "/admin".len()), "/admin;x".len());
-        assert_eq!(with_params_len(p, "/admin/secret".len()), "/admin;x/secret;y".len());
+        assert_eq!(
+            with_params_len(p, "/admin/secret".len()),
+            "/admin;x/secret;y".len()
+        );
         assert_eq!(with_params_len(p, "/adm".len()), "/adm".len());
         assert_eq!(with_params_len(p, 0), 0);
         assert_eq!(with_params_len(p, "/admin/secret/z".len()), p.len());

@@ -113,7 +113,10 @@ pub async fn handle(
     let rt = shared.runtime.load_full();
     // Edge, before anything reads the head: one Host (the one routed on and forwarded), and
     // the client's hop-by-hop headers gone before any plugin adds its own.
-    let host_problem = headers::one_host(&mut head).err();
+    let (routed_host, host_problem) = match headers::one_host(&mut head) {
+        Ok(h) => (h, None),
+        Err(problem) => (String::new(), Some(problem)),
+    };
     let upgrade = head.version <= http::Version::HTTP_11 && headers::is_upgrade(&head.headers);
     headers::remove_hop_by_hop(&mut head.headers, upgrade);
     let client_ip = headers::client_ip(conn.peer.ip(), &head.headers, &shared.opts.trusted_proxies);
@@ -122,7 +125,7 @@ pub async fn handle(
         request_id: ctx.request_id,
         client_ip,
         method: head.method.clone(),
-        host: request_host(&head.uri, &head.headers).to_string(),
+        host: routed_host,
         path: String::new(),
         status: 0,
         route: None,
@@ -766,7 +769,15 @@ mod tests {
         q: Option<&str>,
     ) -> String {
         let mut ctx = RequestCtx::new([127, 0, 0, 1].into(), 1, Arc::from(vec![]));
-        upstream_path(&mut ctx, &route(strip), &service(prefix), path, path, matched, q)
+        upstream_path(
+            &mut ctx,
+            &route(strip),
+            &service(prefix),
+            path,
+            path,
+            matched,
+            q,
+        )
     }
 
     #[test]

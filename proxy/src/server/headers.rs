@@ -172,13 +172,14 @@ pub fn is_upgrade(headers: &HeaderMap) -> bool {
         })
 }
 
-/// Gives a request exactly one `Host`, the one it is routed on, or says why it gets 400.
+/// Gives a request exactly one `Host`, the one it is routed on, and returns that host without
+/// its port (for the log record and routing), or says why the request gets 400.
 ///
 /// RFC 9112 §3.2: an HTTP/1.1 request without `Host`, or any request with more than one or
 /// with an invalid one, is refused. §3.2.2: the authority of an absolute-form target (and
 /// HTTP/2's `:authority`) wins over `Host`, which is replaced by it, so the host routed on, the
 /// `Host` and `X-Forwarded-Host` forwarded, and what plugins see are one and the same.
-pub fn one_host(head: &mut http::request::Parts) -> Result<(), &'static str> {
+pub fn one_host(head: &mut http::request::Parts) -> Result<String, &'static str> {
     let mut all = head.headers.get_all(header::HOST).iter();
     let host = all.next();
     if all.next().is_some() {
@@ -188,28 +189,35 @@ pub fn one_host(head: &mut http::request::Parts) -> Result<(), &'static str> {
         return Err("invalid Host header");
     }
     let Some(authority) = head.uri.authority() else {
-        if host.is_none() && head.version == http::Version::HTTP_11 {
-            return Err("missing Host header");
-        }
-        return Ok(());
+        return match host {
+            // Valid authority bytes are ASCII.
+            Some(h) => Ok(crate::router::strip_port(h.to_str().unwrap_or("")).to_string()),
+            None if head.version == http::Version::HTTP_11 => Err("missing Host header"),
+            None => Ok(String::new()),
+        };
     };
     if authority.as_str().contains('@') {
         return Err("userinfo in the request target");
     }
+    let routed = crate::router::strip_port(authority.host()).to_string();
     if host.map(HeaderValue::as_bytes) != Some(authority.as_str().as_bytes()) {
         let v = HeaderValue::from_str(authority.as_str()).map_err(|_| "invalid request target")?;
         head.headers.insert(header::HOST, v);
     }
-    Ok(())
+    Ok(routed)
 }
 
-/// Whether a `Host` value is `host[:port]` (reg-name, IPv4 or a bracketed IPv6 literal):
-/// nothing that a backend could read as a path, userinfo or a second host.
-fn valid_authority(b: &[u8]) -> bool {
-    b.iter().all(|&c| {
-        c.is_ascii_alphanumeric()
+/// Bytes a `Host` value may hold: a reg-name (unreserved, sub-delims, `%`), `:` before the
+/// port, and `[` `]` around an IPv6 literal. Nothing a backend could read as a path, userinfo or
+/// a second host.
+const AUTHORITY_BYTES: [bool; 256] = {
+    let mut t = [false; 256];
+    let mut c = 0;
+    while c < 256 {
+        let b = c as u8;
+        t[c] = b.is_ascii_alphanumeric()
             || matches!(
-                c,
+                b,
                 b'-' | b'.'
                     | b'_'
                     | b'~'
@@ -228,8 +236,14 @@ fn valid_authority(b: &[u8]) -> bool {
                     | b','
                     | b';'
                     | b'='
-            )
-    })
+            );
+        c += 1;
+    }
+    t
+};
+
+fn valid_authority(b: &[u8]) -> bool {
+    b.iter().all(|&c| AUTHORITY_BYTES[c as usize])
 }
 
 /// The protocol name of an `Upgrade` token (`websocket` of `WebSocket/13`), lower-cased.
@@ -646,6 +660,15 @@ mod tests {
         ] {
             let mut r = req(target, version, hosts);
             assert_eq!(one_host(&mut r), Err(why), "{target} {hosts:?}");
+        }
+        for (target, hosts, routed) in [
+            ("/x", &["A.test:8080"][..], "A.test"),
+            ("/x", &["[::1]:80"][..], "::1"),
+            ("http://[::1]:81/x", &["a"][..], "::1"),
+            ("http://b.test./x", &[][..], "b.test"),
+        ] {
+            let mut r = req(target, Version::HTTP_11, hosts);
+            assert_eq!(one_host(&mut r).as_deref(), Ok(routed), "{target}");
         }
     }
 

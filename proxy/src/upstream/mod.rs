@@ -3,7 +3,7 @@
 
 mod added;
 mod body;
-mod h1;
+pub(crate) mod h1;
 mod pool;
 
 use std::pin::Pin;

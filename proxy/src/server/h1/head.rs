@@ -17,10 +17,10 @@ use crate::wire;
 
 /// Most request headers the fast path parses; a request with more goes to hyper, which applies
 /// `--max-headers`.
-const MAX_FAST_HEADERS: usize = 128;
+pub(crate) const MAX_FAST_HEADERS: usize = 128;
 /// Largest request head the fast path parses (its offsets are `u16`); a larger one goes to
 /// hyper, which applies `--max-header-bytes`.
-const FAST_HEAD_MAX: usize = u16::MAX as usize;
+pub(crate) const FAST_HEAD_MAX: usize = u16::MAX as usize;
 
 /// What the buffered bytes hold.
 // Returned once per request and matched at once: boxing the head would cost an allocation.

@@ -8,7 +8,7 @@
 //! preface, anything malformed or over a limit — hands the connection to hyper together with
 //! the bytes already read, and hyper serves the rest of it.
 
-mod head;
+pub(crate) mod head;
 mod rewind;
 
 use std::future::poll_fn;

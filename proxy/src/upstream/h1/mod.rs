@@ -6,8 +6,8 @@
 //! answer came keeps going from there ([`upload`]). The codec itself (heads, chunked coding) is
 //! in [`head`] and [`chunked`], free of I/O.
 
-mod chunked;
-mod head;
+pub(crate) mod chunked;
+pub(crate) mod head;
 mod upload;
 
 use std::future::poll_fn;
