@@ -156,22 +156,32 @@ fn request() -> impl Strategy<Value = Vec<u8>> {
         pick(&["", "", "GET /next HTTP/1.1\r\n\r\n", "body"]),
     )
         .prop_map(|(method, target, version, eol, headers, after)| {
-            let mut out = method;
-            out.push(b' ');
-            out.extend_from_slice(&target);
-            out.push(b' ');
-            out.extend_from_slice(&version);
-            out.extend_from_slice(&eol);
-            for ((name, value), eol) in headers {
-                out.extend_from_slice(&name);
-                out.extend_from_slice(b": ");
-                out.extend_from_slice(&value);
-                out.extend_from_slice(&eol);
-            }
-            out.extend_from_slice(&eol);
-            out.extend_from_slice(&after);
-            out
+            message([method, target, version], eol, headers, after)
         })
+}
+
+/// A header line: (name, value) and the line's own end.
+type HeaderLine = ((Vec<u8>, Vec<u8>), Vec<u8>);
+
+/// An HTTP/1 message: the start line's three parts, header lines each with its own line end,
+/// the empty line, and what follows.
+fn message(start: [Vec<u8>; 3], eol: Vec<u8>, headers: Vec<HeaderLine>, tail: Vec<u8>) -> Vec<u8> {
+    let [a, b, c] = start;
+    let mut out = a;
+    out.push(b' ');
+    out.extend_from_slice(&b);
+    out.push(b' ');
+    out.extend_from_slice(&c);
+    out.extend_from_slice(&eol);
+    for ((name, value), line_end) in headers {
+        out.extend_from_slice(&name);
+        out.extend_from_slice(b": ");
+        out.extend_from_slice(&value);
+        out.extend_from_slice(&line_end);
+    }
+    out.extend_from_slice(&eol);
+    out.extend_from_slice(&tail);
+    out
 }
 
 proptest! {
@@ -316,21 +326,7 @@ fn response() -> impl Strategy<Value = Vec<u8>> {
         pick(&["", "hello", "5\r\nhello\r\n0\r\n\r\n"]),
     )
         .prop_map(|(version, code, reason, eol, headers, body)| {
-            let mut out = version;
-            out.push(b' ');
-            out.extend_from_slice(&code);
-            out.push(b' ');
-            out.extend_from_slice(&reason);
-            out.extend_from_slice(&eol);
-            for ((name, value), eol) in headers {
-                out.extend_from_slice(&name);
-                out.extend_from_slice(b": ");
-                out.extend_from_slice(&value);
-                out.extend_from_slice(&eol);
-            }
-            out.extend_from_slice(&eol);
-            out.extend_from_slice(&body);
-            out
+            message([version, code, reason], eol, headers, body)
         })
 }
 

@@ -462,6 +462,17 @@ mod tests {
         }
     }
 
+    fn route_chain(base: Vec<PluginInstance>) -> RouteChain {
+        RouteChain {
+            base: base.into(),
+            by_consumer: HashMap::new(),
+        }
+    }
+
+    fn fresh() -> RequestCtx {
+        RequestCtx::new([127, 0, 0, 1].into(), 1, Arc::from(vec![]))
+    }
+
     fn block_on<F: std::future::Future>(f: F) -> F::Output {
         tokio::runtime::Builder::new_current_thread()
             .enable_time()
@@ -519,16 +530,12 @@ mod tests {
     #[test]
     fn short_circuit_skips_later_access_but_every_log_runs() {
         let j = Arc::new(Mutex::new(Vec::new()));
-        let chain = RouteChain {
-            base: vec![
-                probe(&j, "a", 30, false),
-                probe(&j, "b", 20, true),
-                probe(&j, "c", 10, false),
-            ]
-            .into(),
-            by_consumer: HashMap::new(),
-        };
-        let mut ctx = RequestCtx::new([127, 0, 0, 1].into(), 1, Arc::from(vec![]));
+        let chain = route_chain(vec![
+            probe(&j, "a", 30, false),
+            probe(&j, "b", 20, true),
+            probe(&j, "c", 10, false),
+        ]);
+        let mut ctx = fresh();
         let answer = block_on(access(&mut ctx, &mut head(), &chain)).expect("b answers");
         assert_eq!(answer.status, StatusCode::FORBIDDEN);
         log(&ctx, &record());
@@ -541,15 +548,11 @@ mod tests {
     #[test]
     fn a_panic_becomes_500_and_the_chain_survives() {
         let j = Arc::new(Mutex::new(Vec::new()));
-        let chain = RouteChain {
-            base: vec![
-                inst("boom", 50, Arc::new(Boom)),
-                probe(&j, "after", 10, false),
-            ]
-            .into(),
-            by_consumer: HashMap::new(),
-        };
-        let mut ctx = RequestCtx::new([127, 0, 0, 1].into(), 1, Arc::from(vec![]));
+        let chain = route_chain(vec![
+            inst("boom", 50, Arc::new(Boom)),
+            probe(&j, "after", 10, false),
+        ]);
+        let mut ctx = fresh();
         let answer = block_on(access(&mut ctx, &mut head(), &chain)).expect("500");
         assert_eq!(answer.status, StatusCode::INTERNAL_SERVER_ERROR);
         log(&ctx, &record());
@@ -581,7 +584,7 @@ mod tests {
             base,
             by_consumer: HashMap::from([(Arc::from("alice"), alice)]),
         };
-        let mut ctx = RequestCtx::new([127, 0, 0, 1].into(), 1, Arc::from(vec![]));
+        let mut ctx = fresh();
         assert!(block_on(access(&mut ctx, &mut head(), &chain)).is_none());
         assert_eq!(
             *j.lock().unwrap(),
@@ -593,29 +596,21 @@ mod tests {
     #[test]
     fn a_waiting_plugin_is_awaited_and_a_panic_in_its_future_becomes_500() {
         let j = Arc::new(Mutex::new(Vec::new()));
-        let chain = RouteChain {
-            base: vec![
-                inst("waits", 50, Arc::new(Waits { panic: false })),
-                probe(&j, "after", 10, false),
-            ]
-            .into(),
-            by_consumer: HashMap::new(),
-        };
-        let mut ctx = RequestCtx::new([127, 0, 0, 1].into(), 1, Arc::from(vec![]));
+        let chain = route_chain(vec![
+            inst("waits", 50, Arc::new(Waits { panic: false })),
+            probe(&j, "after", 10, false),
+        ]);
+        let mut ctx = fresh();
         let mut req = head();
         assert!(block_on(access(&mut ctx, &mut req, &chain)).is_none());
         assert_eq!(req.headers["x-waited"], "1");
         assert_eq!(*j.lock().unwrap(), ["after:access"]);
 
-        let chain = RouteChain {
-            base: vec![
-                inst("waits", 50, Arc::new(Waits { panic: true })),
-                probe(&j, "later", 10, false),
-            ]
-            .into(),
-            by_consumer: HashMap::new(),
-        };
-        let mut ctx = RequestCtx::new([127, 0, 0, 1].into(), 1, Arc::from(vec![]));
+        let chain = route_chain(vec![
+            inst("waits", 50, Arc::new(Waits { panic: true })),
+            probe(&j, "later", 10, false),
+        ]);
+        let mut ctx = fresh();
         let answer = block_on(access(&mut ctx, &mut head(), &chain)).expect("500");
         assert_eq!(answer.status, StatusCode::INTERNAL_SERVER_ERROR);
         log(&ctx, &record());

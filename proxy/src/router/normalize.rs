@@ -55,9 +55,11 @@ impl std::str::FromStr for EscapedSlashes {
             "keep" => EscapedSlashes::Keep,
             "unescape-and-redirect" => EscapedSlashes::UnescapeAndRedirect,
             "unescape-and-forward" => EscapedSlashes::UnescapeAndForward,
-            other => return Err(format!(
+            other => {
+                return Err(format!(
                 "{other:?} is not one of reject, keep, unescape-and-redirect, unescape-and-forward"
-            )),
+            ))
+            }
         })
     }
 }
