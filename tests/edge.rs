@@ -143,6 +143,7 @@ fn a_duplicate_or_missing_host_is_answered_400() {
         b"GET /x HTTP/1.1\r\nConnection: close\r\n\r\n",
         b"POST /x HTTP/1.1\r\nContent-Length: 1\r\nConnection: close\r\n\r\na",
         b"GET /x HTTP/1.1\r\nHost: a.test/admin\r\nConnection: close\r\n\r\n",
+        b"GET /x HTTP/1.1\r\nHost: admin.internal,x\r\nConnection: close\r\n\r\n",
         b"GET /x HTTP/1.0\r\nHost: a.test\r\nHost: a.test\r\n\r\n",
     ] {
         let a = raw(w.proc.port, req, T);
@@ -404,6 +405,7 @@ fn path_forms_a_backend_reads_differently_cannot_reach_another_route() {
         "/x\\..\\admin",
         "/x/..;/admin",
         "/x/.;y/admin",
+        "/;x/admin/secret",
     ] {
         let a = get_path(w.proc.port, path);
         assert_eq!(status(&a), 400, "{path}: {a}");
@@ -444,4 +446,23 @@ fn the_escaped_slashes_policy_can_keep_decode_or_redirect() {
         a.to_ascii_lowercase().contains("location: /admin?a=1\r\n"),
         "{a}"
     );
+}
+
+#[test]
+fn connection_cannot_change_the_client_ip_behind_a_trusted_proxy() {
+    let echo = echo("e");
+    let w = Weir::start(
+        &format!(
+            "routes: [{{id: r, service: s}}]\nservices: [{{id: s, host: 127.0.0.1, port: {}}}]\n",
+            echo.port
+        ),
+        &["--trusted-proxies", "127.0.0.1"],
+    );
+    let a = raw(
+        w.proc.port,
+        b"GET /x HTTP/1.1\r\nHost: a\r\nX-Forwarded-For: 203.0.113.9\r\nConnection: x-forwarded-for, close\r\n\r\n",
+        T,
+    );
+    assert_eq!(status(&a), 200, "{a}");
+    assert_eq!(json_body(&a)["headers"]["x-real-ip"], "203.0.113.9", "{a}");
 }

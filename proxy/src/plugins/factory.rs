@@ -44,11 +44,14 @@ pub trait PluginFactory: Send + Sync + 'static {
     fn start_worker(&self, _worker: usize) {}
 
     /// Called after each routing-table swap with the configuration of every instance of this
-    /// kind now in service (empty when none is): the place to drop shared state nothing uses.
+    /// kind now in service (empty when none is). Requests that started on the old table may
+    /// still hold old instances for a while: shared state the new set no longer names should
+    /// be released when its last user drops it (an `Arc`), not torn down here.
     fn configured(&self, _active: &[&serde_json::Value]) {}
 
-    /// Called once at shutdown, after the workers stopped; the returned future (flush queues,
-    /// close connections) is awaited until the grace period ends.
+    /// Called once at shutdown, after the workers stopped (tasks spawned in `start_worker` have
+    /// ended with them; queues a log shipper must flush belong to a thread or state the factory
+    /// owns); the returned future is awaited until the grace period ends, and at least 1 s.
     fn stop(&self) -> Option<PhaseFuture<'static, ()>> {
         None
     }

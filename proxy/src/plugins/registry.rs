@@ -165,10 +165,11 @@ impl PluginValidator for Registry {
 /// A validation error about a secret field loses its detail (serde quotes bad values).
 fn redact_message(secrets: &[&str], message: String) -> String {
     let path = message.split(':').next().unwrap_or("");
-    match secrets
-        .iter()
-        .find(|s| path == **s || path.starts_with(&format!("{s}.")))
-    {
+    // The error may be about the secret, inside it, or about an object that holds it (a
+    // `redis` given as a URL string with the password in it).
+    match secrets.iter().find(|s| {
+        path == **s || path.starts_with(&format!("{s}.")) || s.starts_with(&format!("{path}."))
+    }) {
         Some(field) => format!("{field}: invalid value (a secret, not shown)"),
         None => message,
     }
@@ -299,6 +300,13 @@ mod tests {
         assert_eq!(
             redact_message(secrets, "token: invalid type: map".into()),
             "token: invalid value (a secret, not shown)"
+        );
+        assert_eq!(
+            redact_message(
+                secrets,
+                "redis: invalid type: string \"redis://:pw@h\"".into()
+            ),
+            "redis.password: invalid value (a secret, not shown)"
         );
         let kept = "redis.port: invalid type: string \"x\", expected u16";
         assert_eq!(redact_message(secrets, kept.into()), kept);

@@ -28,8 +28,9 @@ pub enum BadPath {
     /// A raw backslash, refused by the escaped-slashes policy.
     #[error("backslash in the request path")]
     Backslash,
-    /// A `.` or `..` segment with path parameters (`/..;/admin`), which backends resolve.
-    #[error("path parameters on a dot segment")]
+    /// A `.`, `..` or empty segment with path parameters (`/..;/admin`, `/;x/admin`), which
+    /// backends resolve or merge away.
+    #[error("path parameters on a dot or empty segment")]
     DotSegmentParams,
 }
 
@@ -237,7 +238,9 @@ pub fn without_params(path: &str) -> Result<Cow<'_, str>, BadPath> {
             out.push('/');
         }
         let bare = seg.split(';').next().unwrap_or("");
-        if bare.len() != seg.len() && (bare == "." || bare == "..") {
+        // `/..;/` is resolved by those backends, and `/;x/` becomes an empty segment they
+        // merge away (`/;x/admin` is their `/admin`): Weir's routing would read neither so.
+        if bare.len() != seg.len() && (bare.is_empty() || bare == "." || bare == "..") {
             return Err(BadPath::DotSegmentParams);
         }
         out.push_str(bare);

@@ -118,8 +118,9 @@ pub async fn handle(
         Err(problem) => (String::new(), Some(problem)),
     };
     let upgrade = head.version <= http::Version::HTTP_11 && headers::is_upgrade(&head.headers);
-    headers::remove_hop_by_hop(&mut head.headers, upgrade);
+    // The client IP is read first: `Connection: x-forwarded-for` must not change it.
     let client_ip = headers::client_ip(conn.peer.ip(), &head.headers, &shared.opts.trusted_proxies);
+    headers::remove_hop_by_hop(&mut head.headers, upgrade);
     let ctx = RequestCtx::new(client_ip, next_request_id(), rt.global.clone());
     let record = LogRecord {
         request_id: ctx.request_id,
@@ -273,14 +274,25 @@ pub async fn handle(
     }
 
     let body = match body {
-        // request_body: the plugins that read bodies see it before anything goes upstream.
-        Some(body) if !body.is_end_stream() && pipeline::reads_request_body(&p.s.ctx) => {
+        // request_body: the plugins that read bodies see it (also an empty one: a plugin that
+        // requires a body must see it missing) before anything goes upstream.
+        body if pipeline::reads_request_body(&p.s.ctx) => {
             let limit = match p.shared.opts.max_body_size {
                 0 => p.shared.opts.max_buffered_body,
                 n => n.min(p.shared.opts.max_buffered_body),
             };
+            if content_length(&head).is_some_and(|n| n > limit) {
+                return p.error(StatusCode::PAYLOAD_TOO_LARGE, "request body too large");
+            }
             let idle = p.shared.opts.header_read_timeout;
-            match pipeline::request_body(&mut p.s.ctx, body, limit, idle).await {
+            let read = match body {
+                Some(body) => pipeline::request_body(&mut p.s.ctx, body, limit, idle).await,
+                None => {
+                    let empty = http_body_util::Empty::<bytes::Bytes>::new();
+                    pipeline::request_body(&mut p.s.ctx, empty, limit, idle).await
+                }
+            };
+            match read {
                 Ok((bytes, received)) => {
                     p.s.record.request_bytes = received;
                     // The length changed with the plugins' edits: the encoder frames it anew.
@@ -516,7 +528,8 @@ fn redirect_to_https(
 /// Sends the client to its path with encoded slashes decoded (the escaped-slashes policy
 /// `unescape-and-redirect`), keeping the query.
 fn redirect_to_normal_path(p: Pending, head: &RequestHead) -> Response<ProxyBody> {
-    let mut location = p.s.record.path.clone();
+    // `//evil.example/` would be another host to a browser: one leading slash only.
+    let mut location = format!("/{}", p.s.record.path.trim_start_matches('/'));
     if let Some(q) = head.uri.query() {
         location.push('?');
         location.push_str(q);

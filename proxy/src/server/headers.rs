@@ -199,6 +199,9 @@ pub fn one_host(head: &mut http::request::Parts) -> Result<String, &'static str>
     if authority.as_str().contains('@') {
         return Err("userinfo in the request target");
     }
+    if !valid_authority(authority.as_str().as_bytes()) {
+        return Err("invalid authority in the request target");
+    }
     let routed = crate::router::strip_port(authority.host()).to_string();
     if host.map(HeaderValue::as_bytes) != Some(authority.as_str().as_bytes()) {
         let v = HeaderValue::from_str(authority.as_str()).map_err(|_| "invalid request target")?;
@@ -207,36 +210,16 @@ pub fn one_host(head: &mut http::request::Parts) -> Result<String, &'static str>
     Ok(routed)
 }
 
-/// Bytes a `Host` value may hold: a reg-name (unreserved, sub-delims, `%`), `:` before the
-/// port, and `[` `]` around an IPv6 literal. Nothing a backend could read as a path, userinfo or
-/// a second host.
+/// Bytes a `Host` value may hold: a DNS name or IPv4 address (letters, digits, `-`, `.`, `_`),
+/// `[` `]` around an IPv6 literal, and `:` before the port. No list separators, escapes or
+/// sub-delimiters: nothing a backend could read as a path, userinfo or a second host
+/// (`admin.internal,x` is `admin.internal` to frameworks that take a list's first item).
 const AUTHORITY_BYTES: [bool; 256] = {
     let mut t = [false; 256];
     let mut c = 0;
     while c < 256 {
         let b = c as u8;
-        t[c] = b.is_ascii_alphanumeric()
-            || matches!(
-                b,
-                b'-' | b'.'
-                    | b'_'
-                    | b'~'
-                    | b'%'
-                    | b':'
-                    | b'['
-                    | b']'
-                    | b'!'
-                    | b'$'
-                    | b'&'
-                    | b'\''
-                    | b'('
-                    | b')'
-                    | b'*'
-                    | b'+'
-                    | b','
-                    | b';'
-                    | b'='
-            );
+        t[c] = b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b':' | b'[' | b']');
         c += 1;
     }
     t

@@ -260,7 +260,10 @@ impl Proxy {
             let _ = t.join();
         }
         // Plugins flush what they hold (log shippers' queues) within what is left of the grace.
-        let left = opts.shutdown_grace.saturating_sub(stopping.elapsed());
+        let left = opts
+            .shutdown_grace
+            .saturating_sub(stopping.elapsed())
+            .max(Duration::from_secs(1));
         let stops = self.shared.registry.stop();
         if !stops.is_empty() {
             main_rt.block_on(async {

@@ -93,7 +93,9 @@ pub fn encode_request(
         out.extend_from_slice(b"\r\n");
     }
     for (name, value) in &head.headers {
-        if name == header::CONTENT_LENGTH {
+        // Framing is the encoder's alone: a plugin-set Transfer-Encoding beside Weir's own
+        // Content-Length would make the upstream read the body (and the next request) wrongly.
+        if name == header::CONTENT_LENGTH || name == header::TRANSFER_ENCODING {
             continue;
         }
         wire::header_line(out, name, value);
