@@ -26,25 +26,10 @@ import threading
 import time
 from pathlib import Path
 
+from callgrind import free_port, wait_port  # bench/ is this script's folder, so on sys.path
+
 HOST = "127.0.0.1"
 REPO = Path(__file__).resolve().parent.parent
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind((HOST, 0))
-        return s.getsockname()[1]
-
-
-def wait_port(port: int, limit: float = 30.0) -> None:
-    deadline = time.time() + limit
-    while time.time() < deadline:
-        try:
-            socket.create_connection((HOST, port), timeout=0.5).close()
-            return
-        except OSError:
-            time.sleep(0.05)
-    raise SystemExit(f"port {port} did not open")
 
 
 class Gate:

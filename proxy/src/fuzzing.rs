@@ -64,34 +64,12 @@ fn connection_tokens(value: &[u8]) -> impl Iterator<Item = &[u8]> {
 // ---------------------------------------------------------------------------------------------
 // The client request head (`server/h1/head.rs`).
 
-/// What [`parse_request`] made of the buffer (`server::h1::head::Parsed`).
-// Shaped like `Parsed`, which it mirrors.
-#[allow(clippy::large_enum_variant)]
-#[derive(Debug)]
-pub enum RequestHead {
-    /// A request the fast path serves; its head was split off the buffer.
-    Request {
-        /// The request head.
-        parts: http::request::Parts,
-        /// The client asked to close the connection.
-        close: bool,
-    },
-    /// Not a complete head yet.
-    Partial,
-    /// A head over the configured limit (431).
-    TooLarge,
-    /// Left to hyper, buffer untouched.
-    Handover,
-}
+/// What [`parse_request`] made of the buffer.
+pub use crate::server::h1::head::Parsed as RequestHead;
 
 /// The fast path's request-head parser.
 pub fn parse_request(buf: &mut BytesMut, max_head: usize, max_headers: usize) -> RequestHead {
-    match client_head::parse_request(buf, max_head, max_headers) {
-        client_head::Parsed::Request { parts, close } => RequestHead::Request { parts, close },
-        client_head::Parsed::Partial => RequestHead::Partial,
-        client_head::Parsed::TooLarge => RequestHead::TooLarge,
-        client_head::Parsed::Handover => RequestHead::Handover,
-    }
+    client_head::parse_request(buf, max_head, max_headers)
 }
 
 /// `head` with an `x-pad` header after its first line, grown so that the whole is `total`

@@ -26,7 +26,7 @@ pub(crate) const FAST_HEAD_MAX: usize = u16::MAX as usize;
 // Returned once per request and matched at once: boxing the head would cost an allocation.
 #[allow(clippy::large_enum_variant)]
 #[derive(Debug)]
-pub(crate) enum Parsed {
+pub enum Parsed {
     /// A complete request head the fast path serves (its bytes are consumed).
     Request {
         /// The request head.
