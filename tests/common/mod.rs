@@ -3,6 +3,7 @@
 
 #![allow(dead_code)]
 
+pub mod manifests;
 pub mod tls;
 
 use std::io::{BufRead, BufReader, Read, Write};

@@ -39,6 +39,12 @@ pub struct RequestCtx {
     pub service: Option<Arc<str>>,
     /// The consumer an authentication plugin identified.
     pub consumer: Option<Arc<str>>,
+    /// The credential an authentication plugin identified (its id), for per-credential limits.
+    pub credential: Option<Arc<str>>,
+    /// A request body limit in bytes a plugin set for this request (`request-size-limiting`):
+    /// the lower of it and `--max-body-size` applies, to a declared length and to a streamed
+    /// body as it arrives.
+    pub body_limit: Option<u64>,
     /// Typed slots plugins use to share data within the request.
     pub slots: Extensions,
     /// Timing marks.
@@ -82,6 +88,8 @@ impl RequestCtx {
             route: None,
             service: None,
             consumer: None,
+            credential: None,
+            body_limit: None,
             slots: Extensions::new(),
             timings: Timings {
                 start: Instant::now(),

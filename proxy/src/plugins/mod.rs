@@ -8,14 +8,22 @@
 //! follow Kong's plugin schemas so a KongPlugin's `config` carries over unchanged.
 //! `docs/plugins/writing.md` is the guide for plugin authors.
 
+mod context_path;
 mod correlation_id;
+mod cors;
 #[cfg(any(test, feature = "test-plugins"))]
 pub mod example;
 mod factory;
+mod ip_restriction;
+mod rate_limiting;
+mod redirect;
 mod registry;
+mod request_size_limiting;
 mod request_termination;
+mod rewrite;
 #[cfg(any(test, feature = "test-plugins"))]
 mod testing;
+mod transformer;
 
 use std::future::Future;
 use std::pin::Pin;

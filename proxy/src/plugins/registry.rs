@@ -45,6 +45,15 @@ impl Registry {
         #[allow(unused_mut)]
         let mut factories: Vec<Arc<dyn PluginFactory>> = vec![
             Arc::new(super::correlation_id::FACTORY),
+            Arc::new(super::cors::FACTORY),
+            Arc::new(super::ip_restriction::FACTORY),
+            Arc::new(super::request_size_limiting::FACTORY),
+            Arc::new(super::rate_limiting::Factory::default()),
+            Arc::new(super::transformer::REQUEST),
+            Arc::new(super::transformer::RESPONSE),
+            Arc::new(super::redirect::FACTORY),
+            Arc::new(super::context_path::FACTORY),
+            Arc::new(super::rewrite::FACTORY),
             Arc::new(super::request_termination::FACTORY),
         ];
         // The plugins Weir's own tests observe the pipeline with: compiled in only when the

@@ -98,6 +98,12 @@ impl Pending {
     fn error(self, status: StatusCode, message: &str) -> Response<ProxyBody> {
         self.respond(EarlyResponse::message(status, message))
     }
+
+    /// 413, naming the limit the body went over.
+    fn too_large(self, limit: u64) -> Response<ProxyBody> {
+        let message = format!("Request size limit exceeded: at most {limit} bytes");
+        self.error(StatusCode::PAYLOAD_TOO_LARGE, &message)
+    }
 }
 
 /// Handles one request (`body` is `None` when it has none); never fails (errors become
@@ -226,6 +232,19 @@ pub async fn handle(
 
     // access: the route's plugins.
     if !route.chain.base.is_empty() {
+        // Plugins see the path that was routed on (normalised), as the upstream will.
+        if head.uri.path() != path {
+            let mut pq = path.to_owned();
+            if let Some(q) = head.uri.query() {
+                pq.push('?');
+                pq.push_str(q);
+            }
+            let mut parts = head.uri.clone().into_parts();
+            parts.path_and_query = pq.parse().ok();
+            if let Ok(uri) = http::Uri::from_parts(parts) {
+                head.uri = uri;
+            }
+        }
         if let Some(r) = pipeline::access(&mut p.s.ctx, &mut head, &route.chain).await {
             return p.respond(r);
         }
@@ -238,9 +257,13 @@ pub async fn handle(
     };
 
     // access, after: build the upstream request.
-    let max_body = p.shared.opts.max_body_size;
+    let max_body = match (p.shared.opts.max_body_size, p.s.ctx.body_limit) {
+        (global, None) => global,
+        (0, Some(plugin)) => plugin,
+        (global, Some(plugin)) => global.min(plugin),
+    };
     if max_body > 0 && content_length(&head) > Some(max_body) {
-        return p.error(StatusCode::PAYLOAD_TOO_LARGE, "request body too large");
+        return p.too_large(max_body);
     }
     // Only protocols the route allows are switched to; the rest go on as plain requests.
     let upgrade = upgrade && headers::allow_upgrade(&mut head.headers, &route.upgrade_protocols);
@@ -277,12 +300,12 @@ pub async fn handle(
         // request_body: the plugins that read bodies see it (also an empty one: a plugin that
         // requires a body must see it missing) before anything goes upstream.
         body if pipeline::reads_request_body(&p.s.ctx) => {
-            let limit = match p.shared.opts.max_body_size {
+            let limit = match max_body {
                 0 => p.shared.opts.max_buffered_body,
                 n => n.min(p.shared.opts.max_buffered_body),
             };
             if content_length(&head).is_some_and(|n| n > limit) {
-                return p.error(StatusCode::PAYLOAD_TOO_LARGE, "request body too large");
+                return p.too_large(limit);
             }
             let idle = p.shared.opts.header_read_timeout;
             let read = match body {
@@ -301,9 +324,7 @@ pub async fn handle(
                     UpstreamBody::full(bytes)
                 }
                 Err(BodyStop::Respond(r)) => return p.respond(r),
-                Err(BodyStop::TooLarge) => {
-                    return p.error(StatusCode::PAYLOAD_TOO_LARGE, "request body too large")
-                }
+                Err(BodyStop::TooLarge) => return p.too_large(limit),
                 Err(BodyStop::Timeout) => {
                     return p.error(StatusCode::REQUEST_TIMEOUT, "request body timed out")
                 }
@@ -422,7 +443,7 @@ pub async fn handle(
                         .as_ref()
                         .is_some_and(|s| s.too_large.load(Ordering::Relaxed))
                     {
-                        return p.error(StatusCode::PAYLOAD_TOO_LARGE, "request body too large");
+                        return p.too_large(max_body);
                     }
                     return p.error(
                         StatusCode::BAD_GATEWAY,
