@@ -151,7 +151,8 @@ async fn route(proxy: &Proxy, req: Request<Incoming>) -> Response<ProxyBody> {
                 "Client connections open now.",
                 shared.connections.load(Ordering::Relaxed) as f64,
             )];
-            let text = shared.metrics.render(&gauges);
+            let mut text = shared.metrics.render(&gauges);
+            shared.registry.metrics(&mut text);
             Response::builder()
                 .header(header::CONTENT_TYPE, "text/plain; version=0.0.4")
                 .body(ProxyBody::bytes(text))

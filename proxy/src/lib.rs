@@ -18,6 +18,7 @@ pub mod fuzzing;
 pub mod metrics;
 pub mod pipeline;
 pub mod plugins;
+pub mod redis;
 pub mod router;
 pub mod server;
 pub(crate) mod timer;

@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 pub mod manifests;
+pub mod redis;
 pub mod tls;
 
 use std::io::{BufRead, BufReader, Read, Write};

@@ -49,6 +49,10 @@ pub trait PluginFactory: Send + Sync + 'static {
     /// be released when its last user drops it (an `Arc`), not torn down here.
     fn configured(&self, _active: &[&serde_json::Value]) {}
 
+    /// Appends this kind's own series to the `/metrics` text (Prometheus exposition format,
+    /// with `# HELP` and `# TYPE` lines); names start with `weir_`.
+    fn metrics(&self, _out: &mut String) {}
+
     /// Called once at shutdown, after the workers stopped (tasks spawned in `start_worker` have
     /// ended with them; queues a log shipper must flush belong to a thread or state the factory
     /// owns); the returned future is awaited until the grace period ends, and at least 1 s.

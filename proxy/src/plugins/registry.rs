@@ -82,6 +82,13 @@ impl Registry {
             .find(|(_, f)| f.name() == name)
     }
 
+    /// Every kind's own metrics, appended to `out`.
+    pub fn metrics(&self, out: &mut String) {
+        for f in &self.factories {
+            f.metrics(out);
+        }
+    }
+
     /// Looks a plugin kind up by name.
     pub fn get(&self, name: &str) -> Option<&Arc<dyn PluginFactory>> {
         self.kind(name).map(|(_, f)| f)
