@@ -7,6 +7,15 @@ use weir_controller::{translate, Options, Store};
 use weir_proxy::compile::Runtime;
 use weir_proxy::Registry;
 
+const DEFAULT_CLASS: &str = "apiVersion: networking.k8s.io/v1
+kind: IngressClass
+metadata:
+  name: weir
+  annotations: {ingressclass.kubernetes.io/is-default-class: \"true\"}
+spec:
+  controller: weir.dev/ingress-controller
+";
+
 fn yaml_blocks(doc: &str) -> Vec<String> {
     let mut out = Vec::new();
     let mut rest = doc;
@@ -43,6 +52,12 @@ fn documented_examples_translate_cleanly() {
                 .unwrap_or_else(|e| panic!("docs/{file} example {}: {e}", i + 1));
             let mut store = Store::default();
             objects.into_iter().for_each(|o| store.insert(o));
+            // As a cluster (or the quick start) has it: `weir` is the default class, so the
+            // plugin examples need no `ingressClassName`.
+            Store::parse_manifests(DEFAULT_CLASS)
+                .unwrap()
+                .into_iter()
+                .for_each(|o| store.insert(o));
             let t = translate(&store, &Options::default(), &registry);
             let problems: Vec<String> = t.problems.iter().map(|p| p.to_string()).collect();
             assert!(

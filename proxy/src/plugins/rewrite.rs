@@ -151,6 +151,12 @@ impl Rewrite {
 impl Plugin for Rewrite {
     fn access<'a>(&'a self, ctx: &'a mut RequestCtx, req: &'a mut RequestHead) -> Handled<'a> {
         let (path, query) = upstream_target(ctx, req);
+        // An expression that does not match leaves the request as it is (strip-path included).
+        if let Rule::Regex { re, .. } = &self.rule {
+            if !re.is_match(path) {
+                return Flow::Continue.into();
+            }
+        }
         let mut uri = self.path(path);
         if let Some(q) = query.filter(|_| self.keep_query) {
             // A `uri` with its own query keeps it, the request's joins it.
