@@ -478,3 +478,73 @@ spec:
     }
     assert!(statuses.contains(&429) && !statuses.contains(&503), "{statuses:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_over_tls_verifies_the_server_name() {
+    let tls_port = free_port();
+    let fixtures = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/tls");
+    let cert = format!("{fixtures}/a.example.test.crt");
+    let key = format!("{fixtures}/a.example.test.key");
+    let redis = Redis::start(&[
+        "--tls-port",
+        &tls_port.to_string(),
+        "--tls-cert-file",
+        &cert,
+        "--tls-key-file",
+        &key,
+        "--tls-auth-clients",
+        "no",
+    ]);
+    wait_for_port(tls_port);
+    let e = echo("e");
+    // Three routes: verified against the test CA, a name the certificate does not carry, and
+    // verification off. fault_tolerant is off so a failed handshake shows as 503.
+    let plugin = |name: &str, redis_block: &str| {
+        format!(
+            "---
+apiVersion: weir.dev/v1alpha1
+kind: Plugin
+metadata: {{name: {name}, namespace: demo}}
+spec:
+  plugin: rate-limiting
+  config: {{second: 2, limit_by: ip, policy: redis, fault_tolerant: false,
+           redis: {{host: 127.0.0.1, port: {tls_port}, timeout: 500, ssl: true, {redis_block}}}}}
+---
+apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata:
+  name: {name}
+  namespace: demo
+  annotations: {{weir.dev/plugins: {name}}}
+spec:
+  rules:
+  - http:
+      paths:
+      - {{path: /{name}, pathType: Prefix, backend: {{service: {{name: echo, port: {{name: http}}}}}}}}
+"
+        )
+    };
+    let manifests = [
+        service("demo", "echo", e.port),
+        plugin("verified", "ssl_verify: true, server_name: a.example.test"),
+        plugin("wrong-name", "ssl_verify: true, server_name: b.example.test"),
+        plugin("unverified", "ssl_verify: false"),
+    ]
+    .concat();
+    let ca = format!("{fixtures}/ca.crt");
+    let w = Manifests::start_with_env(&[("10.yaml", &manifests)], &[], &[("SSL_CERT_FILE", &ca)]);
+    let c = client();
+    for (path, want) in [
+        ("/verified", [200, 200, 429]),
+        ("/unverified", [200, 200, 429]),
+        ("/wrong-name", [503, 503, 503]),
+    ] {
+        let mut got = Vec::new();
+        for _ in 0..3 {
+            got.push(get(&c, &w.url(path), &[]).await.status);
+        }
+        assert_eq!(got, want, "{path}");
+    }
+    // The plain-port view: the TLS clients are there, named.
+    assert!(redis.weir_connections(None) >= 2);
+}

@@ -1029,3 +1029,42 @@ pub fn fuzz_path(data: &[u8]) {
         u64::from_le_bytes(*seed),
     );
 }
+
+/// The Redis reply parser (`redis/resp.rs`) on arbitrary bytes, with an oracle: whatever it
+/// accepts, it accepts the same way when the bytes arrive one at a time (every shorter prefix
+/// asks for more and consumes nothing), and a command it encodes parses back as an array of
+/// the same bulk strings.
+pub fn fuzz_resp(data: &[u8]) {
+    use crate::redis::resp::{encode, parse, Reply};
+    use bytes::BytesMut;
+
+    let mut whole = BytesMut::from(data);
+    let first = parse(&mut whole);
+    if let Ok(Some(reply)) = &first {
+        let used = data.len() - whole.len();
+        assert!(used > 0);
+        for cut in 0..used {
+            let mut part = BytesMut::from(&data[..cut]);
+            assert_eq!(parse(&mut part), Ok(None), "prefix of {cut} bytes");
+            assert_eq!(part.len(), cut, "a partial reply consumed bytes");
+        }
+        let mut exact = BytesMut::from(&data[..used]);
+        assert_eq!(parse(&mut exact).as_ref(), Ok(&Some(reply.clone())));
+        assert!(exact.is_empty());
+    }
+    if let Ok(None) = first {
+        assert_eq!(whole.len(), data.len(), "nothing consumed when incomplete");
+    }
+    // Round trip: the input split at 0xff bytes into command arguments.
+    let args: Vec<&[u8]> = data.split(|b| *b == 0xff).collect();
+    let mut out = BytesMut::new();
+    encode(&mut out, &args);
+    let back = parse(&mut out).expect("our own encoding parses");
+    let want = Reply::Array(
+        args.iter()
+            .map(|a| Reply::Bulk(bytes::Bytes::copy_from_slice(a)))
+            .collect(),
+    );
+    assert_eq!(back, Some(want));
+    assert!(out.is_empty());
+}

@@ -22,8 +22,7 @@ spec:
 /// The `n`th (from 0) ```yaml block of `docs/plugins/<doc>.md`.
 pub fn doc_example(doc: &str, n: usize) -> String {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("docs/plugins/{doc}.md"));
-    let text = std::fs::read_to_string(&path)
-        .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     let mut rest = text.as_str();
     let mut blocks = Vec::new();
     while let Some(start) = rest.find("```yaml\n") {
@@ -79,6 +78,11 @@ impl Manifests {
     /// Writes `files` (name, YAML) plus the IngressClass into a fresh folder and runs
     /// `weir standalone` on it with `extra` flags; returns once the proxy listens.
     pub fn start(files: &[(&str, &str)], extra: &[&str]) -> Manifests {
+        Manifests::start_with_env(files, extra, &[])
+    }
+
+    /// [`Manifests::start`] with extra environment variables for the proxy.
+    pub fn start_with_env(files: &[(&str, &str)], extra: &[&str], env: &[(&str, &str)]) -> Manifests {
         let dir = temp_dir("manifests");
         std::fs::write(dir.join("00-ingressclass.yaml"), INGRESS_CLASS).unwrap();
         for (name, text) in files {
@@ -94,6 +98,7 @@ impl Manifests {
             .args(["--worker-threads", "2"])
             .args(extra)
             .env("RUST_LOG", "warn")
+            .envs(env.iter().copied())
             .stdout(Stdio::null())
             .spawn()
             .expect("spawn weir standalone");

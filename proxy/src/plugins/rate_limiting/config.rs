@@ -443,7 +443,7 @@ mod tests {
     use serde_json::json;
 
     fn err(v: serde_json::Value) -> String {
-        parse(&v).err().expect("should be refused")
+        parse(&v).expect_err("should be refused")
     }
 
     #[test]
