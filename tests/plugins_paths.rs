@@ -60,7 +60,10 @@ async fn the_documented_examples() {
     let c = client();
 
     let w = Manifests::start(
-        &[("10.yaml", &doc_example("context-path", 0).replace("port: 9001", &port))],
+        &[(
+            "10.yaml",
+            &doc_example("context-path", 0).replace("port: 9001", &port),
+        )],
         &[],
     );
     assert_eq!(
@@ -77,7 +80,10 @@ async fn the_documented_examples() {
     drop(w);
 
     let w = Manifests::start(
-        &[("10.yaml", &doc_example("rewrite", 0).replace("port: 9001", &port))],
+        &[(
+            "10.yaml",
+            &doc_example("rewrite", 0).replace("port: 9001", &port),
+        )],
         &[],
     );
     assert_eq!(
@@ -96,10 +102,22 @@ async fn the_context_path_and_rewrite_matrix() {
     let manifests = [
         service("demo", "echo", e.port),
         plugin("ctx", "context-path", "{context_path: /api}"),
-        plugin("ctx-v2", "context-path", "{context_path: /shop/, add_prefix: /v2}"),
+        plugin(
+            "ctx-v2",
+            "context-path",
+            "{context_path: /shop/, add_prefix: /v2}",
+        ),
         plugin("fixed", "rewrite", "{uri: /rewritten}"),
-        plugin("fixed-noquery", "rewrite", "{uri: /rewritten, keep_query: false}"),
-        plugin("v1-to-v2", "rewrite", "{regex: '^/v1/(.*)$', replace: '/v2/$1'}"),
+        plugin(
+            "fixed-noquery",
+            "rewrite",
+            "{uri: /rewritten, keep_query: false}",
+        ),
+        plugin(
+            "v1-to-v2",
+            "rewrite",
+            "{regex: '^/v1/(.*)$', replace: '/v2/$1'}",
+        ),
         // Context path alone, on a catch-all Ingress (its own 404 for other paths).
         ingress("ctx", "/", "ctx", false),
         ingress("ctx-v2", "/shop", "ctx-v2", false),
@@ -161,7 +179,11 @@ async fn malformed_configs_are_refused_and_their_ingresses_fail_closed() {
     let manifests = [
         service("demo", "echo", e.port),
         plugin("bad-ctx", "context-path", "{context_path: api}"),
-        plugin("bad-rewrite", "rewrite", "{regex: '^/(a)$', replace: '/$2'}"),
+        plugin(
+            "bad-rewrite",
+            "rewrite",
+            "{regex: '^/(a)$', replace: '/$2'}",
+        ),
         plugin("good", "rewrite", "{uri: /fine}"),
         ingress("bad-ctx", "/a", "bad-ctx", false),
         ingress("bad-rewrite", "/b", "bad-rewrite", false),

@@ -82,7 +82,11 @@ impl Manifests {
     }
 
     /// [`Manifests::start`] with extra environment variables for the proxy.
-    pub fn start_with_env(files: &[(&str, &str)], extra: &[&str], env: &[(&str, &str)]) -> Manifests {
+    pub fn start_with_env(
+        files: &[(&str, &str)],
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> Manifests {
         let dir = temp_dir("manifests");
         std::fs::write(dir.join("00-ingressclass.yaml"), INGRESS_CLASS).unwrap();
         for (name, text) in files {

@@ -157,7 +157,10 @@ mod tests {
             (json!({"context_path": "/a/../b"}), "context_path:"),
             (json!({"context_path": "/a?x=1"}), "context_path:"),
             (json!({"context_path": "/a b"}), "context_path:"),
-            (json!({"context_path": "/a", "add_prefix": "v1"}), "add_prefix:"),
+            (
+                json!({"context_path": "/a", "add_prefix": "v1"}),
+                "add_prefix:",
+            ),
             (json!({"context_path": "/a", "strip": true}), "strip"),
         ] {
             let e = build(&config).err().expect("refused");

@@ -241,7 +241,10 @@ impl std::fmt::Debug for PluginInstance {
 /// The path and query the upstream gets as plugins have left them so far: the rewrite of an
 /// earlier plugin ([`RequestCtx::upstream_uri`]) or else the routed (normalised) request path
 /// and its query.
-pub fn upstream_target<'a>(ctx: &'a RequestCtx, req: &'a RequestHead) -> (&'a str, Option<&'a str>) {
+pub fn upstream_target<'a>(
+    ctx: &'a RequestCtx,
+    req: &'a RequestHead,
+) -> (&'a str, Option<&'a str>) {
     match ctx.upstream_uri.as_deref() {
         Some(uri) => match uri.split_once('?') {
             Some((path, query)) => (path, Some(query)),

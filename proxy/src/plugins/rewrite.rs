@@ -79,7 +79,11 @@ fn template(s: &str, groups: usize) -> Result<Vec<Piece>, String> {
                 }
                 out.push(Piece::Group(n));
             }
-            _ => return Err(format!("replace: {s:?}: `$` must be followed by a digit or `$`")),
+            _ => {
+                return Err(format!(
+                    "replace: {s:?}: `$` must be followed by a digit or `$`"
+                ))
+            }
         }
     }
     if !text.is_empty() {
@@ -133,7 +137,9 @@ impl Rewrite {
                     for piece in replace {
                         match piece {
                             Piece::Text(t) => out.push_str(t),
-                            Piece::Group(n) => out.push_str(caps.get(*n).map_or("", |g| g.as_str())),
+                            Piece::Group(n) => {
+                                out.push_str(caps.get(*n).map_or("", |g| g.as_str()))
+                            }
                         }
                     }
                     last = m.end();
@@ -201,16 +207,34 @@ mod tests {
     fn sets_or_rewrites_the_path() {
         assert_eq!(path(json!({"uri": "/fixed"}), "/a/b"), "/fixed");
         assert_eq!(
-            path(json!({"regex": "^/api/(\\w+)/(.*)$", "replace": "/$2/$1"}), "/api/v1/users/7"),
+            path(
+                json!({"regex": "^/api/(\\w+)/(.*)$", "replace": "/$2/$1"}),
+                "/api/v1/users/7"
+            ),
             "/users/7/v1"
         );
         // Every match is replaced; the unmatched rest stays.
-        assert_eq!(path(json!({"regex": "-", "replace": "_"}), "/a-b-c"), "/a_b_c");
-        assert_eq!(path(json!({"regex": "^/old", "replace": "/new"}), "/old/x"), "/new/x");
-        assert_eq!(path(json!({"regex": "^/old", "replace": "/new"}), "/other"), "/other");
+        assert_eq!(
+            path(json!({"regex": "-", "replace": "_"}), "/a-b-c"),
+            "/a_b_c"
+        );
+        assert_eq!(
+            path(json!({"regex": "^/old", "replace": "/new"}), "/old/x"),
+            "/new/x"
+        );
+        assert_eq!(
+            path(json!({"regex": "^/old", "replace": "/new"}), "/other"),
+            "/other"
+        );
         // A result without a leading slash gets one.
-        assert_eq!(path(json!({"regex": "^/(.*)", "replace": "$1"}), "/x"), "/x");
-        assert_eq!(path(json!({"regex": "^/p", "replace": "/$$1"}), "/p"), "/$1");
+        assert_eq!(
+            path(json!({"regex": "^/(.*)", "replace": "$1"}), "/x"),
+            "/x"
+        );
+        assert_eq!(
+            path(json!({"regex": "^/p", "replace": "/$$1"}), "/p"),
+            "/$1"
+        );
     }
 
     #[test]

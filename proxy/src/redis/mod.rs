@@ -106,7 +106,10 @@ impl Client {
             let server_name = ServerName::try_from(name.to_string())
                 .map_err(|_| format!("server_name: {name:?} is not a DNS name or address"))?;
             let config = client_tls_config(settings.ssl_verify)?;
-            Some((tokio_rustls::TlsConnector::from(Arc::new(config)), server_name))
+            Some((
+                tokio_rustls::TlsConnector::from(Arc::new(config)),
+                server_name,
+            ))
         } else {
             None
         };
@@ -209,10 +212,9 @@ impl Inner {
         let mut expected = 0;
         if let Some(password) = &s.password {
             match &s.username {
-                Some(user) => resp::encode(
-                    &mut frame,
-                    &[b"AUTH", user.as_bytes(), password.as_bytes()],
-                ),
+                Some(user) => {
+                    resp::encode(&mut frame, &[b"AUTH", user.as_bytes(), password.as_bytes()])
+                }
                 None => resp::encode(&mut frame, &[b"AUTH", password.as_bytes()]),
             }
             expected += 1;
@@ -268,7 +270,9 @@ async fn drive(client: std::sync::Weak<Inner>, mut calls: mpsc::Receiver<Call>) 
         match tokio::time::timeout(limit, inner.connect()).await {
             Ok(Ok(stream)) => Ok(stream),
             Ok(Err(e)) => Err(e),
-            Err(_) => Err(Error::Connection(format!("connect timed out after {limit:?}"))),
+            Err(_) => Err(Error::Connection(format!(
+                "connect timed out after {limit:?}"
+            ))),
         }
     };
     let stream = match connected {
@@ -327,7 +331,11 @@ async fn drive(client: std::sync::Weak<Inner>, mut calls: mpsc::Receiver<Call>) 
     }
 }
 
-type Waiting = VecDeque<(usize, Vec<Reply>, oneshot::Sender<Result<Vec<Reply>, Error>>)>;
+type Waiting = VecDeque<(
+    usize,
+    Vec<Reply>,
+    oneshot::Sender<Result<Vec<Reply>, Error>>,
+)>;
 
 /// Hands every complete reply in `buf` to the call it answers.
 fn deliver(buf: &mut BytesMut, waiting: &mut Waiting) -> Result<(), Error> {

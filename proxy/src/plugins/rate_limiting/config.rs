@@ -259,9 +259,7 @@ pub fn parse(config: &serde_json::Value) -> Result<Limits, String> {
         ];
         for (key, set) in present {
             if set && !allowed.contains(&key) {
-                return Err(format!(
-                    "{key}: not used by algorithm {algorithm_name:?}"
-                ));
+                return Err(format!("{key}: not used by algorithm {algorithm_name:?}"));
             }
         }
         if !allowed.contains(&"windows") {
@@ -380,17 +378,16 @@ pub fn parse(config: &serde_json::Value) -> Result<Limits, String> {
     if c.path.is_some() && !matches!(limit_by, LimitBy::Path(_)) {
         return Err("path: only used when limit_by is path".into());
     }
-    let policy = match c.policy.as_deref().unwrap_or("local") {
-        "local" => Policy::Local,
-        "redis" => Policy::Redis(redis_settings(&c)?),
-        "cluster" => {
-            return Err(
+    let policy =
+        match c.policy.as_deref().unwrap_or("local") {
+            "local" => Policy::Local,
+            "redis" => Policy::Redis(redis_settings(&c)?),
+            "cluster" => return Err(
                 "policy: \"cluster\" (Kong's database) does not exist in Weir: use local or redis"
                     .into(),
-            )
-        }
-        other => return Err(format!("policy: {other:?} is not one of local, redis")),
-    };
+            ),
+            other => return Err(format!("policy: {other:?} is not one of local, redis")),
+        };
     let error_code = StatusCode::from_u16(c.error_code)
         .ok()
         .filter(|s| s.is_client_error() || s.is_server_error())
@@ -414,7 +411,9 @@ fn redis_settings(c: &Conf) -> Result<redis::Settings, String> {
         .or_else(|| c.redis_host.clone())
         .ok_or("redis.host: required when policy is redis")?;
     if host.is_empty() || host.contains(|ch: char| ch.is_whitespace() || ch == '/') {
-        return Err(format!("redis.host: {host:?} is not a host name or address"));
+        return Err(format!(
+            "redis.host: {host:?} is not a host name or address"
+        ));
     }
     let timeout = r.timeout.or(c.redis_timeout).unwrap_or(50);
     if timeout == 0 {
@@ -433,7 +432,10 @@ fn redis_settings(c: &Conf) -> Result<redis::Settings, String> {
         timeout: Duration::from_millis(timeout),
         ssl: r.ssl.or(c.redis_ssl).unwrap_or(false),
         ssl_verify: r.ssl_verify.or(c.redis_ssl_verify).unwrap_or(false),
-        server_name: r.server_name.clone().or_else(|| c.redis_server_name.clone()),
+        server_name: r
+            .server_name
+            .clone()
+            .or_else(|| c.redis_server_name.clone()),
     })
 }
 
@@ -496,18 +498,36 @@ mod tests {
             (json!({"algorithm": "leaky"}), "algorithm:"),
             (json!({"algorithm": "token-bucket", "burst": 5}), "rate:"),
             (json!({"algorithm": "token-bucket", "rate": 5}), "burst:"),
-            (json!({"algorithm": "token-bucket", "rate": 5, "burst": 2, "cost": 3}), "cost:"),
-            (json!({"algorithm": "token-bucket", "rate": 5, "burst": 2, "minute": 3}), "minute:"),
+            (
+                json!({"algorithm": "token-bucket", "rate": 5, "burst": 2, "cost": 3}),
+                "cost:",
+            ),
+            (
+                json!({"algorithm": "token-bucket", "rate": 5, "burst": 2, "minute": 3}),
+                "minute:",
+            ),
             (json!({"algorithm": "concurrency"}), "max_in_flight:"),
             (json!({"second": 1, "rate": 3}), "rate:"),
             (json!({"second": 1, "limit_by": "header"}), "header_name:"),
-            (json!({"second": 1, "limit_by": "header", "header_name": "a b"}), "header_name:"),
-            (json!({"second": 1, "limit_by": "path", "path": "x"}), "path:"),
+            (
+                json!({"second": 1, "limit_by": "header", "header_name": "a b"}),
+                "header_name:",
+            ),
+            (
+                json!({"second": 1, "limit_by": "path", "path": "x"}),
+                "path:",
+            ),
             (json!({"second": 1, "limit_by": "planet"}), "limit_by:"),
             (json!({"second": 1, "policy": "redis"}), "redis.host:"),
             (json!({"second": 1, "policy": "cluster"}), "policy:"),
-            (json!({"second": 1, "policy": "redis", "redis": {"host": "r", "timeout": 0}}), "redis.timeout:"),
-            (json!({"second": 1, "policy": "redis", "redis": {"host": "r", "colour": 1}}), "redis.colour"),
+            (
+                json!({"second": 1, "policy": "redis", "redis": {"host": "r", "timeout": 0}}),
+                "redis.timeout:",
+            ),
+            (
+                json!({"second": 1, "policy": "redis", "redis": {"host": "r", "colour": 1}}),
+                "redis.colour",
+            ),
             (json!({"second": 1, "error_code": 200}), "error_code:"),
             (json!({"second": "ten"}), "second:"),
         ] {

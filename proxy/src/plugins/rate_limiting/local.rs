@@ -54,14 +54,20 @@ impl Local {
     }
 
     /// Decides one request for `key` at `now` (seconds since the epoch).
-    pub fn decide(&self, algorithm: &Algorithm, key: &str, now: f64, usage: &mut Vec<WindowUsage>) -> Outcome {
+    pub fn decide(
+        &self,
+        algorithm: &Algorithm,
+        key: &str,
+        now: f64,
+        usage: &mut Vec<WindowUsage>,
+    ) -> Outcome {
         let mut shard = self.shard(key);
         shard.ops += 1;
         if shard.ops >= SWEEP_EVERY {
             shard.ops = 0;
-            shard
-                .entries
-                .retain(|_, e| now - e.touched <= e.keep || matches!(e.state, State::InFlight(n) if n > 0));
+            shard.entries.retain(|_, e| {
+                now - e.touched <= e.keep || matches!(e.state, State::InFlight(n) if n > 0)
+            });
         }
         let entry = match shard.entries.get_mut(key) {
             Some(e) => e,
@@ -78,7 +84,9 @@ impl Local {
                     State::Windows(s) if s.len() == limits.len() => s,
                     other => {
                         *other = State::Windows(vec![WindowCount::default(); limits.len()]);
-                        let State::Windows(s) = other else { unreachable!() };
+                        let State::Windows(s) = other else {
+                            unreachable!()
+                        };
                         s
                     }
                 };
@@ -91,7 +99,9 @@ impl Local {
                     State::Bucket(b) => b,
                     other => {
                         *other = State::Bucket(Bucket::full(*burst, now));
-                        let State::Bucket(b) = other else { unreachable!() };
+                        let State::Bucket(b) = other else {
+                            unreachable!()
+                        };
                         b
                     }
                 };
@@ -107,7 +117,9 @@ impl Local {
                     State::InFlight(n) => n,
                     other => {
                         *other = State::InFlight(0);
-                        let State::InFlight(n) = other else { unreachable!() };
+                        let State::InFlight(n) = other else {
+                            unreachable!()
+                        };
                         n
                     }
                 };
@@ -190,12 +202,16 @@ mod tests {
         };
         let mut u = Vec::new();
         let ok = |key: &str, now: f64, u: &mut Vec<_>| {
-            matches!(local.decide(&alg, key, now, u), Outcome::Windows { allowed: true })
+            matches!(
+                local.decide(&alg, key, now, u),
+                Outcome::Windows { allowed: true }
+            )
         };
         assert!(ok("a", 10.5, &mut u));
         assert!(ok("b", 10.5, &mut u));
         assert!(!ok("a", 10.6, &mut u));
-        for i in 0..SWEEP_EVERY * 2 {
+        // Enough operations for every shard to sweep at least once.
+        for i in 0..SWEEP_EVERY as usize * SHARDS * 2 {
             ok(&format!("k{i}"), 100.0, &mut u);
         }
         let held: usize = local

@@ -95,7 +95,11 @@ impl PluginFactory for Factory {
     }
 
     fn configured(&self, _active: &[&serde_json::Value]) {
-        let mut clients = self.shared.clients.lock().unwrap_or_else(|e| e.into_inner());
+        let mut clients = self
+            .shared
+            .clients
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
         clients.retain(|_, c| c.strong_count() > 0);
     }
 
@@ -118,7 +122,11 @@ impl PluginFactory for Factory {
 impl Factory {
     /// The client for `settings`: the one in use, or a new one.
     fn client(&self, settings: &redis::Settings) -> Result<Arc<Client>, String> {
-        let mut clients = self.shared.clients.lock().unwrap_or_else(|e| e.into_inner());
+        let mut clients = self
+            .shared
+            .clients
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
         if let Some(c) = clients.get(settings).and_then(Weak::upgrade) {
             return Ok(c);
         }
@@ -229,10 +237,7 @@ fn headers_for(
         }
         (_, _) => {
             // Kong reports the window with the fewest requests left.
-            let tightest = usage
-                .iter()
-                .min_by_key(|u| u.remaining())
-                .copied();
+            let tightest = usage.iter().min_by_key(|u| u.remaining()).copied();
             let wait = usage
                 .iter()
                 .filter(|u| u.remaining() == 0)
@@ -378,7 +383,9 @@ impl Plugin for RateLimiting {
             Store::Local(local) => {
                 let mut usage = Vec::new();
                 let outcome = local.decide(&self.limits.algorithm, &key, now(), &mut usage);
-                if outcome.allowed() && matches!(self.limits.algorithm, Algorithm::Concurrency { .. }) {
+                if outcome.allowed()
+                    && matches!(self.limits.algorithm, Algorithm::Concurrency { .. })
+                {
                     ctx.slots.insert(Arc::new(LocalPermit {
                         local: local.clone(),
                         key,
@@ -389,7 +396,15 @@ impl Plugin for RateLimiting {
             Store::Redis(client) => Step::wait(async move {
                 let mut usage = Vec::new();
                 let token = format!("{:x}-{:x}", ctx.request_id, rand_token());
-                match scripts::decide(client, &self.limits.algorithm, &key, &token, &mut usage).await {
+                // One deadline for the whole decision, a NOSCRIPT reload included.
+                let timeout = client.settings().timeout;
+                let decided = tokio::time::timeout(
+                    timeout,
+                    scripts::decide(client, &self.limits.algorithm, &key, &token, &mut usage),
+                )
+                .await
+                .unwrap_or(Err(redis::Error::Timeout(timeout)));
+                match decided {
                     Ok(outcome) => {
                         if outcome.allowed()
                             && matches!(self.limits.algorithm, Algorithm::Concurrency { .. })

@@ -1,0 +1,502 @@
+//! `request-transformer`: Kong's plugin of that name. In `access` it edits the headers, the
+//! method, the query string and the upstream path; in `request_body`, only when `body` edits
+//! are configured, it edits JSON (top-level keys) and urlencoded form bodies, which then go
+//! upstream with their new exact length. Every other body streams untouched.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http::{header, Method};
+use serde::Deserialize;
+use serde_json::Value;
+
+use super::json::JsonOps;
+use super::{
+    is_encoded, is_form, is_json, nullable, param_ops, Buffers, HeaderLists, HeaderOps, ParamOps,
+};
+use crate::pipeline::RequestCtx;
+use crate::plugins::{parse_config, BodyChunk, Flow, Handled, Plugin, PluginError, RequestHead};
+
+/// The configuration, with Kong's keys.
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct Conf {
+    #[serde(default)]
+    http_method: Option<String>,
+    #[serde(default, deserialize_with = "nullable")]
+    remove: Lists,
+    #[serde(default, deserialize_with = "nullable")]
+    rename: Lists,
+    #[serde(default, deserialize_with = "nullable")]
+    replace: ReplaceLists,
+    #[serde(default, deserialize_with = "nullable")]
+    add: Lists,
+    #[serde(default, deserialize_with = "nullable")]
+    append: Lists,
+}
+
+/// One operation's lists.
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct Lists {
+    #[serde(default, deserialize_with = "nullable")]
+    headers: Vec<String>,
+    #[serde(default, deserialize_with = "nullable")]
+    querystring: Vec<String>,
+    #[serde(default, deserialize_with = "nullable")]
+    body: Vec<String>,
+}
+
+/// `replace`'s lists, and the upstream path.
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct ReplaceLists {
+    #[serde(default, deserialize_with = "nullable")]
+    headers: Vec<String>,
+    #[serde(default, deserialize_with = "nullable")]
+    querystring: Vec<String>,
+    #[serde(default, deserialize_with = "nullable")]
+    body: Vec<String>,
+    #[serde(default)]
+    uri: Option<String>,
+}
+
+/// An instance: every edit parsed and checked at build.
+#[derive(Debug)]
+struct RequestTransformer {
+    method: Option<Method>,
+    headers: HeaderOps,
+    query: ParamOps,
+    /// `replace.uri`: the whole upstream path (the query string is kept).
+    uri: Option<String>,
+    /// The `body` edits, for JSON bodies (values are strings, as in Kong).
+    json: JsonOps,
+    /// The same edits, for urlencoded forms.
+    form: ParamOps,
+}
+
+/// What kind of body an instance holds back.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum BodyKind {
+    Json,
+    Form,
+}
+
+/// Builds an instance from its configuration.
+pub(super) fn build(config: &serde_json::Value) -> Result<Arc<dyn Plugin>, String> {
+    Ok(Arc::new(transformer(config)?))
+}
+
+fn transformer(config: &serde_json::Value) -> Result<RequestTransformer, String> {
+    let c: Conf = parse_config(config)?;
+    let method = match c.http_method.as_deref() {
+        None => None,
+        Some(m) if !m.is_empty() && m.bytes().all(|b| b.is_ascii_alphabetic()) => Some(
+            Method::from_bytes(m.to_ascii_uppercase().as_bytes())
+                .map_err(|_| format!("http_method: {m:?} is not a method"))?,
+        ),
+        Some(m) => return Err(format!("http_method: {m:?} is not a method (letters only)")),
+    };
+    let headers = HeaderOps::build(
+        &HeaderLists {
+            remove: ("remove.headers", &c.remove.headers),
+            rename: ("rename.headers", &c.rename.headers),
+            replace: ("replace.headers", &c.replace.headers),
+            add: ("add.headers", &c.add.headers),
+            append: ("append.headers", &c.append.headers),
+        },
+        true,
+    )?;
+    let query = param_ops([
+        ("remove.querystring", &c.remove.querystring),
+        ("rename.querystring", &c.rename.querystring),
+        ("replace.querystring", &c.replace.querystring),
+        ("add.querystring", &c.add.querystring),
+        ("append.querystring", &c.append.querystring),
+    ])?;
+    let form = param_ops([
+        ("remove.body", &c.remove.body),
+        ("rename.body", &c.rename.body),
+        ("replace.body", &c.replace.body),
+        ("add.body", &c.add.body),
+        ("append.body", &c.append.body),
+    ])?;
+    let strings = |v: &[(String, String)]| -> Vec<(String, Value)> {
+        v.iter()
+            .map(|(k, v)| (k.clone(), Value::String(v.clone())))
+            .collect()
+    };
+    let json = JsonOps {
+        remove: form.remove.clone(),
+        rename: form.rename.clone(),
+        replace: strings(&form.replace),
+        add: strings(&form.add),
+        append: strings(&form.append),
+    };
+    let uri = match c.replace.uri {
+        None => None,
+        Some(u) => {
+            if u.contains("$(") {
+                return Err(format!(
+                    "replace.uri: {u:?}: templates ($(...)) are not supported"
+                ));
+            }
+            let path_ok = u.starts_with('/')
+                && !u.contains(['?', '#'])
+                && http::uri::PathAndQuery::try_from(u.as_str()).is_ok();
+            if !path_ok {
+                return Err(format!(
+                    "replace.uri: {u:?} is not a path (it starts with /, has no ? or #, and \
+                     escapes other special characters as %XX)"
+                ));
+            }
+            Some(u)
+        }
+    };
+    Ok(RequestTransformer {
+        method,
+        headers,
+        query,
+        uri,
+        json,
+        form,
+    })
+}
+
+impl RequestTransformer {
+    /// This instance's key among the buffers of a request.
+    fn id(&self) -> usize {
+        self as *const Self as usize
+    }
+
+    /// Edits the query string and sets the upstream path: on `ctx.upstream_uri` when a plugin
+    /// (or `replace.uri`) set one, on the request's own URI otherwise.
+    fn rewrite_target(
+        &self,
+        ctx: &mut RequestCtx,
+        req: &mut RequestHead,
+    ) -> Result<(), PluginError> {
+        if self.query.is_empty() && self.uri.is_none() {
+            return Ok(());
+        }
+        let (path, query) = match ctx.upstream_uri.as_deref() {
+            Some(u) => match u.split_once('?') {
+                Some((p, q)) => (p.to_string(), Some(q)),
+                None => (u.to_string(), None),
+            },
+            None => (req.uri.path().to_string(), req.uri.query()),
+        };
+        let edited = match self.query.is_empty() {
+            true => None,
+            false => self.query.apply(query.unwrap_or("")),
+        };
+        if edited.is_none() && self.uri.is_none() {
+            return Ok(());
+        }
+        let query = edited.as_deref().or(query).filter(|q| !q.is_empty());
+        let mut target = self.uri.clone().unwrap_or(path);
+        if let Some(q) = query {
+            target.push('?');
+            target.push_str(q);
+        }
+        if self.uri.is_some() || ctx.upstream_uri.is_some() {
+            ctx.upstream_uri = Some(target);
+            return Ok(());
+        }
+        let mut parts = req.uri.clone().into_parts();
+        parts.path_and_query = Some(
+            target
+                .parse()
+                .map_err(|_| PluginError(format!("transformed target {target:?} is invalid")))?,
+        );
+        req.uri = http::Uri::from_parts(parts)
+            .map_err(|e| PluginError(format!("transformed target {target:?}: {e}")))?;
+        Ok(())
+    }
+
+    /// The kind of body to edit, judged on the headers as the upstream will get them.
+    fn body_kind(&self, req: &RequestHead) -> Option<BodyKind> {
+        if self.form.is_empty() || is_encoded(&req.headers) {
+            return None;
+        }
+        // Kong's order of tests: a JSON type wins over a form type.
+        let ct = req.headers.get(header::CONTENT_TYPE);
+        if is_json(ct) {
+            Some(BodyKind::Json)
+        } else if is_form(ct) {
+            Some(BodyKind::Form)
+        } else {
+            None
+        }
+    }
+
+    /// The body after the edits (or as it was, when they change nothing or it is not of its
+    /// declared kind).
+    fn edit_body(&self, kind: BodyKind, body: Bytes) -> Bytes {
+        let edited = match kind {
+            BodyKind::Json => self.json.apply(&body, true),
+            // A form is text; one that is not UTF-8 is not something to rewrite.
+            BodyKind::Form => std::str::from_utf8(&body)
+                .ok()
+                .and_then(|s| self.form.apply(s))
+                .map(String::into_bytes),
+        };
+        edited.map_or(body, Bytes::from)
+    }
+}
+
+impl Plugin for RequestTransformer {
+    fn access<'a>(&'a self, ctx: &'a mut RequestCtx, req: &'a mut RequestHead) -> Handled<'a> {
+        self.headers.apply(&mut req.headers);
+        if let Some(m) = &self.method {
+            req.method = m.clone();
+        }
+        if let Err(e) = self.rewrite_target(ctx, req) {
+            return Err(e).into();
+        }
+        if let Some(kind) = self.body_kind(req) {
+            Buffers::start(&mut ctx.slots, self.id(), kind);
+        }
+        Flow::Continue.into()
+    }
+
+    fn reads_request_body(&self) -> bool {
+        !self.form.is_empty()
+    }
+
+    fn request_body<'a>(
+        &'a self,
+        ctx: &'a mut RequestCtx,
+        chunk: &'a mut BodyChunk,
+    ) -> Handled<'a> {
+        let id = self.id();
+        let Some((kind, buf)) = Buffers::<BodyKind>::get(&mut ctx.slots, id) else {
+            return Flow::Continue.into();
+        };
+        let kind = *kind;
+        if !chunk.eof {
+            buf.extend_from_slice(&chunk.data);
+            chunk.data = Bytes::new();
+            return Flow::Continue.into();
+        }
+        // A body that arrived in one piece is edited without a copy.
+        let body = if buf.is_empty() {
+            std::mem::take(&mut chunk.data)
+        } else {
+            buf.extend_from_slice(&chunk.data);
+            std::mem::take(buf).freeze()
+        };
+        Buffers::<BodyKind>::finish(&mut ctx.slots, id);
+        chunk.data = self.edit_body(kind, body);
+        Flow::Continue.into()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn err(config: serde_json::Value) -> String {
+        transformer(&config).expect_err("refused")
+    }
+
+    #[test]
+    fn configuration_errors_name_the_field() {
+        assert!(transformer(&json!({})).is_ok());
+        assert!(transformer(&json!({
+            "http_method": "post",
+            "remove": {"headers": ["x-a"], "querystring": ["q"], "body": ["b"]},
+            "rename": {"headers": ["x-b:x-c"], "querystring": ["q:r"], "body": ["b:c"]},
+            "replace": {"headers": ["host:a.test"], "querystring": ["q:1"], "body": ["b:2"], "uri": "/v2/x%20y"},
+            "add": {"headers": ["x-d:1"], "querystring": ["q:1"], "body": ["b:2"]},
+            "append": {"headers": ["x-d:2"], "querystring": ["q:2"], "body": ["b:3"]},
+        }))
+        .is_ok());
+        // Kong exports unset fields as null.
+        assert!(transformer(
+            &json!({"http_method": null, "replace": {"uri": null, "body": null}, "add": null})
+        )
+        .is_ok());
+        assert_eq!(
+            err(json!({"add": {"headers": ["x-a:1", "x y:1"]}})),
+            r#"add.headers[1]: "x y:1" is not a header name"#
+        );
+        assert!(
+            err(json!({"add": {"headers": ["content-length:1"]}})).starts_with("add.headers[0]:")
+        );
+        assert!(err(json!({"append": {"headers": ["connection:close"]}}))
+            .starts_with("append.headers[0]:"));
+        assert!(
+            err(json!({"replace": {"headers": ["transfer-encoding:chunked"]}}))
+                .starts_with("replace.headers[0]:")
+        );
+        assert!(err(json!({"add": {"querystring": ["q"]}})).starts_with("add.querystring[0]:"));
+        assert!(err(json!({"rename": {"body": ["a:"]}})).starts_with("rename.body[0]:"));
+        assert!(err(json!({"add": {"body": ["a:$(headers.b)"]}})).contains("template"));
+        assert!(err(json!({"replace": {"uri": "/$(uri_captures.x)"}})).starts_with("replace.uri:"));
+        assert!(err(json!({"replace": {"uri": "v2"}})).starts_with("replace.uri:"));
+        assert!(err(json!({"replace": {"uri": "/a?b=1"}})).starts_with("replace.uri:"));
+        assert!(err(json!({"http_method": "GE T"})).starts_with("http_method:"));
+        assert!(err(json!({"http_method": 5})).starts_with("http_method:"));
+        assert!(err(json!({"add": {"cookies": ["a:1"]}})).contains("cookies"));
+        assert!(err(json!({"colour": 1})).contains("colour"));
+        assert!(err(json!({"add": {"headers": "x-a:1"}})).starts_with("add.headers:"));
+    }
+
+    #[test]
+    fn only_body_edits_read_bodies() {
+        let t =
+            transformer(&json!({"add": {"headers": ["x-a:1"], "querystring": ["q:1"]}})).unwrap();
+        assert!(!t.reads_request_body());
+        let t = transformer(&json!({"remove": {"body": ["b"]}})).unwrap();
+        assert!(t.reads_request_body());
+    }
+
+    fn head(uri: &str, headers: &[(&str, &str)]) -> RequestHead {
+        let mut b = http::Request::builder().uri(uri);
+        for (k, v) in headers {
+            b = b.header(*k, *v);
+        }
+        b.body(()).unwrap().into_parts().0
+    }
+
+    fn ctx() -> RequestCtx {
+        RequestCtx::new([127, 0, 0, 1].into(), 1, Arc::from(vec![]))
+    }
+
+    fn access(t: &RequestTransformer, ctx: &mut RequestCtx, req: &mut RequestHead) {
+        match t.access(ctx, req) {
+            crate::plugins::Step::Ready(Ok(Flow::Continue)) => {}
+            _ => panic!("access did not continue"),
+        }
+    }
+
+    #[test]
+    fn access_edits_headers_method_and_query() {
+        let t = transformer(&json!({
+            "http_method": "put",
+            "remove": {"headers": ["x-secret"], "querystring": ["token"]},
+            "replace": {"headers": ["host:internal.test"]},
+            "add": {"headers": ["x-team:blue"], "querystring": ["v:2"]},
+        }))
+        .unwrap();
+        let mut req = head(
+            "/users?token=abc&id=7",
+            &[("host", "public.test"), ("x-secret", "s")],
+        );
+        let mut c = ctx();
+        access(&t, &mut c, &mut req);
+        assert_eq!(req.method, Method::PUT);
+        assert_eq!(req.uri, "/users?id=7&v=2");
+        assert_eq!(req.headers["host"], "internal.test");
+        assert_eq!(req.headers["x-team"], "blue");
+        assert!(!req.headers.contains_key("x-secret"));
+        assert_eq!(c.upstream_uri, None);
+
+        // Removing the only parameter removes the `?`.
+        let t = transformer(&json!({"remove": {"querystring": ["a"]}})).unwrap();
+        let mut req = head("/p?a=1", &[]);
+        access(&t, &mut ctx(), &mut req);
+        assert_eq!(req.uri, "/p");
+    }
+
+    #[test]
+    fn replace_uri_sets_the_upstream_path_and_keeps_the_edited_query() {
+        let t = transformer(&json!({
+            "replace": {"uri": "/v2/users"},
+            "add": {"querystring": ["v:2"]},
+        }))
+        .unwrap();
+        let mut req = head("/users?id=7", &[]);
+        let mut c = ctx();
+        access(&t, &mut c, &mut req);
+        assert_eq!(c.upstream_uri.as_deref(), Some("/v2/users?id=7&v=2"));
+
+        let t = transformer(&json!({"replace": {"uri": "/v2"}})).unwrap();
+        let mut c = ctx();
+        access(&t, &mut c, &mut head("/users", &[]));
+        assert_eq!(c.upstream_uri.as_deref(), Some("/v2"));
+
+        // A path set by an earlier plugin gets the query edits.
+        let t = transformer(&json!({"add": {"querystring": ["v:2"]}})).unwrap();
+        let mut c = ctx();
+        c.upstream_uri = Some("/elsewhere?a=1".into());
+        access(&t, &mut c, &mut head("/users", &[]));
+        assert_eq!(c.upstream_uri.as_deref(), Some("/elsewhere?a=1&v=2"));
+    }
+
+    /// Runs `body` (in `parts`) through the plugin's request_body as the pipeline does.
+    fn body_through(t: &RequestTransformer, content_type: &str, parts: &[&str]) -> String {
+        let mut req = head("/", &[("content-type", content_type)]);
+        let mut c = ctx();
+        access(t, &mut c, &mut req);
+        let mut out = Vec::new();
+        let n = parts.len().max(1);
+        for i in 0..n {
+            let mut chunk = BodyChunk {
+                data: Bytes::from(parts.get(i).copied().unwrap_or("").to_string()),
+                eof: i + 1 == n,
+            };
+            match t.request_body(&mut c, &mut chunk) {
+                crate::plugins::Step::Ready(Ok(Flow::Continue)) => {}
+                _ => panic!("request_body did not continue"),
+            }
+            out.extend_from_slice(&chunk.data);
+        }
+        assert!(Buffers::<BodyKind>::get(&mut c.slots, t.id()).is_none());
+        String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn json_and_form_bodies_are_edited_whole() {
+        let t = transformer(&json!({
+            "remove": {"body": ["password"]},
+            "rename": {"body": ["user:login"]},
+            "add": {"body": ["source:weir"]},
+            "append": {"body": ["tags:new"]},
+        }))
+        .unwrap();
+        let out = body_through(
+            &t,
+            "application/json; charset=utf-8",
+            &[r#"{"user":"ann","pass"#, r#"word":"x","tags":["old"]}"#],
+        );
+        assert_eq!(
+            serde_json::from_str::<Value>(&out).unwrap(),
+            json!({"login": "ann", "tags": ["old", "new"], "source": "weir"})
+        );
+        let out = body_through(
+            &t,
+            "application/x-www-form-urlencoded",
+            &["user=ann&pass", "word=x&tags=old"],
+        );
+        assert_eq!(out, "login=ann&tags=old&source=weir&tags=new");
+        // Not JSON although it says so, or another type: passed on byte for byte.
+        assert_eq!(
+            body_through(&t, "application/json", &["{not json", "}"]),
+            "{not json}"
+        );
+        assert_eq!(body_through(&t, "text/plain", &["user=ann"]), "user=ann");
+        // An empty JSON body gets the added keys, as in Kong.
+        assert_eq!(
+            serde_json::from_str::<Value>(&body_through(&t, "application/json", &[])).unwrap(),
+            json!({"source": "weir", "tags": ["new"]})
+        );
+    }
+
+    #[test]
+    fn content_coded_bodies_are_not_touched() {
+        let t = transformer(&json!({"add": {"body": ["a:1"]}})).unwrap();
+        let mut req = head(
+            "/",
+            &[
+                ("content-type", "application/json"),
+                ("content-encoding", "gzip"),
+            ],
+        );
+        let mut c = ctx();
+        access(&t, &mut c, &mut req);
+        assert!(Buffers::<BodyKind>::get(&mut c.slots, t.id()).is_none());
+    }
+}
