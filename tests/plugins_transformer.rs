@@ -386,6 +386,8 @@ async fn request_transformer_sets_method_and_host_and_streams_bodies_without_bod
     let seen = r.json();
     assert_eq!(seen["method"], "PUT");
     assert_eq!(seen["host"], "internal.test");
+    // The upstream still learns which host the client asked for (as Kong does).
+    assert_eq!(seen["headers"]["x-forwarded-host"], "public.test");
     assert_eq!(seen["query"], "keep=1");
     assert_eq!(seen["path"], "/internal/x");
     assert_eq!(seen["body_length"], 100_000);

@@ -231,7 +231,10 @@ pub async fn handle(
     }
 
     // access: the route's plugins.
+    // The client's Host, for X-Forwarded-Host, in case a plugin replaces the one sent upstream.
+    let mut client_host = None;
     if !route.chain.base.is_empty() {
+        client_host = head.headers.get(header::HOST).cloned();
         // Plugins see the path that was routed on (normalised), as the upstream will.
         if head.uri.path() != path {
             let mut pq = path.to_owned();
@@ -291,7 +294,15 @@ pub async fn handle(
         head.headers.remove(header::EXPECT);
     }
     let mut added = Added::default();
-    prepare_request_headers(&mut head, &mut added, &p, &conn, route, stripped);
+    prepare_request_headers(
+        &mut head,
+        &mut added,
+        &p,
+        &conn,
+        route,
+        stripped,
+        client_host,
+    );
     if service.h2 {
         added.append_to(&mut head.headers);
     }
@@ -651,14 +662,17 @@ fn prepare_request_headers(
     conn: &ConnInfo,
     route: &CompiledRoute,
     stripped: Option<&str>,
+    client_host: Option<HeaderValue>,
 ) {
-    // The original Host survives in X-Forwarded-Host (and in Host with preserve_host); for h2
-    // clients it comes from :authority.
+    // The Host survives in Host with preserve_host (as a plugin left it: Kong's upstream host);
+    // for h2 clients it comes from :authority.
     let original_host = head.headers.get(header::HOST).cloned().or_else(|| {
         head.uri
             .authority()
             .and_then(|a| HeaderValue::from_str(a.as_str()).ok())
     });
+    // X-Forwarded-Host is always the client's.
+    let forwarded_host = client_host.or_else(|| original_host.clone());
     headers::set_forwarded(
         &mut head.headers,
         added,
@@ -667,7 +681,7 @@ fn prepare_request_headers(
             peer_value: &conn.peer_value,
             client: p.s.ctx.client_ip,
             proto: if conn.tls { "https" } else { "http" },
-            host: original_host.as_ref(),
+            host: forwarded_host.as_ref(),
             port: &conn.port_value,
             stripped_prefix: stripped,
         },
