@@ -130,6 +130,12 @@ async fn the_context_path_and_rewrite_matrix() {
         ingress("noquery", "/noquery", "fixed-noquery", false),
         // A rewrite on a strip-path route replaces the strip.
         ingress("stripped", "/stripped", "v1-to-v2", true),
+        plugin(
+            "profile",
+            "rewrite",
+            "{regex: '^/u/(.+)[.]json$', replace: '/users/$1/profile'}",
+        ),
+        ingress("profile", "/u", "profile", false),
     ]
     .concat();
     let w = Manifests::start(&[("10.yaml", &manifests)], &[]);
@@ -167,6 +173,11 @@ async fn the_context_path_and_rewrite_matrix() {
     // The regex sees the context-path result.
     assert_eq!(saw("/chain/v1/items/9").await, pair("/v2/items/9", ""));
     assert_eq!(saw("/chain/v3/items").await, pair("/v3/items", ""));
+    // A capture that is a dot segment once placed: refused, never sent.
+    assert_eq!(saw("/u/7.json").await, pair("/users/7/profile", ""));
+    let r = get(&c, &w.url("/u/...json"), &[]).await;
+    assert_eq!(r.status, 500, "{r:?}");
+    assert_eq!(r.echo_name(), None);
     // keep_query: false.
     assert_eq!(saw("/noquery/x?secret=1").await, pair("/rewritten", ""));
     // The regex works on the full routed path; when it does not match, strip-path applies.

@@ -96,8 +96,13 @@ impl ContextPath {
 impl Plugin for ContextPath {
     fn access<'a>(&'a self, ctx: &'a mut RequestCtx, req: &'a mut RequestHead) -> Handled<'a> {
         let (path, query) = upstream_target(ctx, req);
-        let Some(mut uri) = self.map(path) else {
+        let Some(mapped) = self.map(path) else {
             return Flow::Respond(self.not_under.clone()).into();
+        };
+        // `/api//evil/x` (kept as is with merge_slashes off) must not become `//evil/x`.
+        let mut uri = match super::clean_upstream_path(&mapped) {
+            Ok(p) => p.to_owned(),
+            Err(e) => return Err(e).into(),
         };
         if let Some(q) = query {
             uri.push('?');

@@ -254,6 +254,27 @@ pub fn upstream_target<'a>(
     }
 }
 
+/// Checks a path a plugin built for the upstream (`rewrite`, `context-path`): a leading `//`
+/// becomes `/` (an upstream, or a redirect built from the path, could read `//host/x` as
+/// another host), and a `.` or `..` segment, percent-encoded or not, is refused: the upstream
+/// would resolve it to a path Weir never routed.
+pub fn clean_upstream_path(path: &str) -> Result<&str, PluginError> {
+    let trimmed = match path.strip_prefix("//") {
+        Some(_) => &path[path.len() - path.trim_start_matches('/').len() - 1..],
+        None => path,
+    };
+    let dot = |seg: &str| {
+        let lower = seg.to_ascii_lowercase().replace("%2e", ".");
+        lower == "." || lower == ".."
+    };
+    if trimmed.split('/').any(dot) {
+        return Err(PluginError(format!(
+            "the upstream path {path:?} has a dot segment"
+        )));
+    }
+    Ok(trimmed)
+}
+
 /// Deserialises a plugin's `config`, naming the offending field on error.
 pub fn parse_config<T: serde::de::DeserializeOwned>(
     config: &serde_json::Value,
@@ -266,4 +287,28 @@ pub fn parse_config<T: serde::de::DeserializeOwned>(
             format!("{path}: {}", e.inner())
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::clean_upstream_path;
+
+    #[test]
+    fn upstream_paths_built_by_plugins_are_cleaned() {
+        assert_eq!(clean_upstream_path("/a/b").unwrap(), "/a/b");
+        assert_eq!(clean_upstream_path("//evil/x").unwrap(), "/evil/x");
+        assert_eq!(clean_upstream_path("///x").unwrap(), "/x");
+        assert_eq!(clean_upstream_path("/a//b").unwrap(), "/a//b");
+        assert_eq!(clean_upstream_path("/...json").unwrap(), "/...json");
+        for bad in [
+            "/users/../profile",
+            "/a/./b",
+            "/a/%2e%2E/b",
+            "/.%2e",
+            "/a/..",
+            "//../x",
+        ] {
+            assert!(clean_upstream_path(bad).is_err(), "{bad}");
+        }
+    }
 }

@@ -138,7 +138,21 @@ fn parse_location(text: &str) -> Result<Location, String> {
 impl Location {
     /// The location for a request with this path and query.
     fn render(&self, path: Option<&str>, query: Option<&str>) -> String {
-        let path = path.unwrap_or(&self.path);
+        let cleaned;
+        let path = match path {
+            // The request's path: a browser reads `//evil.example/x` (or `/\evil.example`)
+            // in a Location as another host, so it starts with exactly one `/`.
+            Some(p) => {
+                let rest = p.trim_start_matches(['/', '\\']);
+                if p.len() - rest.len() == 1 && p.starts_with('/') {
+                    p
+                } else {
+                    cleaned = format!("/{rest}");
+                    &cleaned
+                }
+            }
+            None => &self.path,
+        };
         let query = query.filter(|q| !q.is_empty());
         let mut out = String::with_capacity(
             self.origin.len()
@@ -285,6 +299,18 @@ mod tests {
             location_of(json!({"location": "/x", "status_code": 307}), "/old"),
             (307, "/x".into())
         );
+    }
+
+    #[test]
+    fn an_incoming_path_never_names_another_host() {
+        for path in [
+            "//evil.example/x",
+            "/\\evil.example/x",
+            "///\\/evil.example/x",
+        ] {
+            let (_, loc) = location_of(json!({"location": "/", "keep_incoming_path": true}), path);
+            assert_eq!(loc, "/evil.example/x", "{path}");
+        }
     }
 
     #[test]

@@ -163,7 +163,12 @@ impl Plugin for Rewrite {
                 return Flow::Continue.into();
             }
         }
-        let mut uri = self.path(path);
+        let built = self.path(path);
+        // A capture can hold `..` inside a segment (`/u/...json` with `^/u/(.+)\.json$`).
+        let mut uri = match super::clean_upstream_path(&built) {
+            Ok(p) => p.to_owned(),
+            Err(e) => return Err(e).into(),
+        };
         if let Some(q) = query.filter(|_| self.keep_query) {
             // A `uri` with its own query keeps it, the request's joins it.
             uri.push(if uri.contains('?') { '&' } else { '?' });

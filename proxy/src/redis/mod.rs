@@ -198,6 +198,11 @@ impl Inner {
             .await
             .map_err(|e| Error::Connection(format!("{}:{}: {e}", s.host, s.port)))?;
         let _ = tcp.set_nodelay(true);
+        // A peer that vanished without a word (failover, a NAT that forgot us) is noticed.
+        let keepalive = socket2::TcpKeepalive::new()
+            .with_time(Duration::from_secs(15))
+            .with_interval(Duration::from_secs(5));
+        let _ = socket2::SockRef::from(&tcp).set_tcp_keepalive(&keepalive);
         let mut stream: Box<dyn Stream> = match &self.tls {
             Some((connector, name)) => Box::new(
                 connector
@@ -223,6 +228,7 @@ impl Inner {
             resp::encode(&mut frame, &[b"SELECT", s.database.to_string().as_bytes()]);
             expected += 1;
         }
+        // Last, and its answer ignored: an ACL user without @connection may not name itself.
         resp::encode(&mut frame, &[b"CLIENT", b"SETNAME", b"weir"]);
         expected += 1;
         stream
@@ -233,6 +239,7 @@ impl Inner {
         let mut got = 0;
         while got < expected {
             match resp::parse(&mut buf).map_err(|e| Error::Connection(e.to_string()))? {
+                Some(Reply::Error(_)) if got + 1 == expected => got += 1,
                 Some(Reply::Error(e)) => {
                     // Redis's own words (WRONGPASS, NOAUTH, …) never contain the password.
                     return Err(Error::Server(format!("handshake: {e}")));
@@ -288,21 +295,28 @@ async fn drive(client: std::sync::Weak<Inner>, mut calls: mpsc::Receiver<Call>) 
             return;
         }
     };
+    // A server that stops answering (while the connection stays up) is given up after this
+    // long without a reply to the oldest call, so the next call opens a new connection.
+    let stall = client.upgrade().map_or(Duration::from_secs(1), |c| {
+        (c.settings.timeout * 10).max(Duration::from_secs(1))
+    });
     let (mut rd, mut wr) = tokio::io::split(stream);
     let mut waiting = Waiting::new();
     let mut rbuf = BytesMut::with_capacity(4096);
     let mut wbuf = BytesMut::with_capacity(4096);
     let failure = loop {
+        let oldest = waiting.front().map(|w| w.sent + stall);
         tokio::select! {
             call = calls.recv() => {
                 let Some(call) = call else { break None };
+                let now = Instant::now();
                 wbuf.extend_from_slice(&call.frame);
-                waiting.push_back((call.replies, Vec::with_capacity(call.replies), call.done));
+                waiting.push_back(Waiter::new(call, now));
                 // Whatever else is queued goes out in the same write.
                 while wbuf.len() < 64 * 1024 {
                     let Ok(call) = calls.try_recv() else { break };
                     wbuf.extend_from_slice(&call.frame);
-                    waiting.push_back((call.replies, Vec::with_capacity(call.replies), call.done));
+                    waiting.push_back(Waiter::new(call, now));
                 }
                 if let Err(e) = wr.write_all(&wbuf).await {
                     break Some(Error::Connection(e.to_string()));
@@ -319,35 +333,61 @@ async fn drive(client: std::sync::Weak<Inner>, mut calls: mpsc::Receiver<Call>) 
                     break Some(e);
                 }
             }
+            () = sleep_until(oldest) => {
+                break Some(Error::Connection(format!("no reply for {stall:?}")));
+            }
         }
     };
     let e = failure.unwrap_or_else(|| Error::Connection("client closed".into()));
     calls.close();
-    for (_, _, done) in waiting.drain(..) {
-        let _ = done.send(Err(e.clone()));
+    for w in waiting.drain(..) {
+        let _ = w.done.send(Err(e.clone()));
     }
     while let Ok(call) = calls.try_recv() {
         let _ = call.done.send(Err(e.clone()));
     }
 }
 
-type Waiting = VecDeque<(
-    usize,
-    Vec<Reply>,
-    oneshot::Sender<Result<Vec<Reply>, Error>>,
-)>;
+/// A call written to the server, waiting for its replies.
+struct Waiter {
+    want: usize,
+    got: Vec<Reply>,
+    done: oneshot::Sender<Result<Vec<Reply>, Error>>,
+    sent: Instant,
+}
+
+impl Waiter {
+    fn new(call: Call, sent: Instant) -> Waiter {
+        Waiter {
+            want: call.replies,
+            got: Vec::with_capacity(call.replies),
+            done: call.done,
+            sent,
+        }
+    }
+}
+
+type Waiting = VecDeque<Waiter>;
+
+/// Sleeps until `at`, or forever without one.
+async fn sleep_until(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at.into()).await,
+        None => std::future::pending().await,
+    }
+}
 
 /// Hands every complete reply in `buf` to the call it answers.
 fn deliver(buf: &mut BytesMut, waiting: &mut Waiting) -> Result<(), Error> {
     while let Some(reply) = resp::parse(buf).map_err(|e| Error::Connection(e.to_string()))? {
-        let Some((want, got, _)) = waiting.front_mut() else {
+        let Some(front) = waiting.front_mut() else {
             return Err(Error::Connection("a reply nobody asked for".into()));
         };
-        got.push(reply);
-        if got.len() == *want {
-            let (_, got, done) = waiting.pop_front().expect("front exists");
+        front.got.push(reply);
+        if front.got.len() == front.want {
+            let w = waiting.pop_front().expect("front exists");
             // The caller may have given up (timeout); its reply is dropped.
-            let _ = done.send(Ok(got));
+            let _ = w.done.send(Ok(w.got));
         }
     }
     Ok(())

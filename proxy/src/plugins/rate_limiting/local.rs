@@ -12,6 +12,10 @@ use super::Outcome;
 const SHARDS: usize = 16;
 /// Operations on a shard between two sweeps of its idle entries.
 const SWEEP_EVERY: u32 = 4096;
+/// Keys a shard holds at most (a million in all): clients that invent keys (a rotating header
+/// value, a fresh IPv6 address each time) cannot grow the map without bound. A new key in a
+/// full shard first sweeps it, then evicts one key that holds no in-flight slot.
+const MAX_ENTRIES: usize = 65_536;
 
 /// Counters of every limited key of every `local` rate-limiting instance.
 pub struct Local {
@@ -68,6 +72,21 @@ impl Local {
             shard.entries.retain(|_, e| {
                 now - e.touched <= e.keep || matches!(e.state, State::InFlight(n) if n > 0)
             });
+        }
+        if !shard.entries.contains_key(key) && shard.entries.len() >= MAX_ENTRIES {
+            shard.entries.retain(|_, e| {
+                now - e.touched <= e.keep || matches!(e.state, State::InFlight(n) if n > 0)
+            });
+            if shard.entries.len() >= MAX_ENTRIES {
+                let victim = shard
+                    .entries
+                    .iter()
+                    .find(|(_, e)| !matches!(e.state, State::InFlight(n) if n > 0))
+                    .map(|(k, _)| k.clone());
+                if let Some(k) = victim {
+                    shard.entries.remove(&k);
+                }
+            }
         }
         let entry = match shard.entries.get_mut(key) {
             Some(e) => e,

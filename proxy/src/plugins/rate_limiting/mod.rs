@@ -87,10 +87,21 @@ impl PluginFactory for Factory {
             Policy::Local => Store::Local(self.shared.local.clone()),
             Policy::Redis(settings) => Store::Redis(self.client(settings)?),
         };
+        // Counters of different algorithms or window sets never share a key.
+        let mut prefix = format!("weir:rl:{}", limits.algorithm.name());
+        if let Algorithm::Windows {
+            limits: windows, ..
+        } = &limits.algorithm
+        {
+            for (w, _) in windows {
+                prefix.push(w.name().as_bytes()[0] as char);
+            }
+        }
         Ok(Arc::new(RateLimiting {
             limits,
             store,
             shared: self.shared.clone(),
+            prefix,
         }))
     }
 
@@ -146,6 +157,8 @@ struct RateLimiting {
     limits: Limits,
     store: Store,
     shared: Arc<Shared>,
+    /// `weir:rl:<algorithm>[<windows>]`, the start of every key.
+    prefix: String,
 }
 
 /// What an algorithm decided, before it becomes headers.
@@ -236,8 +249,11 @@ fn headers_for(
             (h, 1)
         }
         (_, _) => {
-            // Kong reports the window with the fewest requests left.
-            let tightest = usage.iter().min_by_key(|u| u.remaining()).copied();
+            // Kong reports the window with the fewest requests left (the longer on a tie).
+            let tightest = usage
+                .iter()
+                .min_by_key(|u| (u.remaining(), std::cmp::Reverse(u.window.seconds())))
+                .copied();
             let wait = usage
                 .iter()
                 .filter(|u| u.remaining() == 0)
@@ -307,11 +323,18 @@ impl RateLimiting {
                 .as_ref()
                 .map_or_else(ip, |c| format!("credential:{c}")),
             LimitBy::Ip => ip(),
+            // Hashed: a key of bounded size whatever the client sends.
             LimitBy::Header(name) => match req.headers.get(name) {
-                Some(v) => format!("header:{}", String::from_utf8_lossy(v.as_bytes())),
+                Some(v) => format!("header:{}", sha1_smol::Sha1::from(v.as_bytes()).digest()),
                 None => ip(),
             },
-            LimitBy::Path(path) if req.uri.path() == path => format!("path:{path}"),
+            // Compared as routed: `/login;x` is `/login`.
+            LimitBy::Path(path)
+                if crate::router::without_params(req.uri.path())
+                    .is_ok_and(|p| p == path.as_str()) =>
+            {
+                format!("path:{path}")
+            }
             LimitBy::Path(_) => ip(),
             LimitBy::Route => String::from("route"),
             LimitBy::Service => String::from("service"),
@@ -320,7 +343,7 @@ impl RateLimiting {
             LimitBy::Service => ctx.service.as_deref().unwrap_or("-"),
             _ => ctx.route.as_deref().unwrap_or("-"),
         };
-        format!("weir:rl:{}:{scope}:{who}", l.algorithm.name())
+        format!("{}:{scope}:{who}", self.prefix)
     }
 
     /// Turns a decision into the request's headers and, for a refusal, the answer.
@@ -395,7 +418,16 @@ impl Plugin for RateLimiting {
             }
             Store::Redis(client) => Step::wait(async move {
                 let mut usage = Vec::new();
-                let token = format!("{:x}-{:x}", ctx.request_id, rand_token());
+                // The slot's guard exists before the slot is asked for: a decision that times
+                // out, or a client that leaves mid-call, still gives back whatever Redis took
+                // (the release is idempotent and follows the acquire on the same connection).
+                let mut permit = matches!(self.limits.algorithm, Algorithm::Concurrency { .. })
+                    .then(|| RedisPermit {
+                        client: client.clone(),
+                        key: key.clone(),
+                        token: format!("{:x}-{:x}", ctx.request_id, rand_token()),
+                    });
+                let token = permit.as_ref().map_or("", |p| p.token.as_str()).to_owned();
                 // One deadline for the whole decision, a NOSCRIPT reload included.
                 let timeout = client.settings().timeout;
                 let decided = tokio::time::timeout(
@@ -406,14 +438,10 @@ impl Plugin for RateLimiting {
                 .unwrap_or(Err(redis::Error::Timeout(timeout)));
                 match decided {
                     Ok(outcome) => {
-                        if outcome.allowed()
-                            && matches!(self.limits.algorithm, Algorithm::Concurrency { .. })
-                        {
-                            ctx.slots.insert(Arc::new(RedisPermit {
-                                client: client.clone(),
-                                key,
-                                token,
-                            }));
+                        if outcome.allowed() {
+                            if let Some(p) = permit.take() {
+                                ctx.slots.insert(Arc::new(p));
+                            }
                         }
                         Ok(self.conclude(ctx, outcome, &usage))
                     }

@@ -30,6 +30,8 @@ impl Script {
 static WINDOWS: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r#"
+-- Writes after TIME need effects replication before Redis 5 (a no-op since).
+redis.replicate_commands()
 local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
 local sliding = ARGV[1] == '1'
@@ -74,6 +76,8 @@ static BUCKET: LazyLock<Script> = LazyLock::new(|| {
 local rate = tonumber(ARGV[1])
 local burst = tonumber(ARGV[2])
 local cost = tonumber(ARGV[3])
+-- Writes after TIME need effects replication before Redis 5 (a no-op since).
+redis.replicate_commands()
 local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
 local ttl = math.max(1, math.ceil(burst / rate * 2))
@@ -100,6 +104,8 @@ return {allowed, math.floor(filled * 1000)}
 static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r#"
+-- Writes after TIME need effects replication before Redis 5 (a no-op since).
+redis.replicate_commands()
 local t = redis.call('TIME')
 local now = tonumber(t[1])
 local hold = tonumber(ARGV[3])
