@@ -8,6 +8,8 @@ mod common;
 use std::convert::Infallible;
 use std::pin::Pin;
 use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -90,17 +92,27 @@ fn assert_framed(r: &Resp) {
 /// Starts the mirror upstream on a free loopback port (on the test's runtime).
 ///
 /// It answers JSON describing the request: `method`, `path`, `query`, `headers` (name → list of
-/// values) and `body` (the bytes, as text). With `x-reply-type: T` it answers the request body
-/// itself with `Content-Type: T` instead; `x-reply-encoding: E` adds `Content-Encoding: E`, and
-/// `x-reply-split` sends the body in two parts 50 ms apart, without a length.
+/// values) and `body` (the bytes, as text; when they are not UTF-8, also `body_hex`, exactly).
+/// With `x-reply-type: T` it answers the request body itself with `Content-Type: T` instead;
+/// `x-reply-encoding: E` adds `Content-Encoding: E`, and `x-reply-split` sends the body in two
+/// parts 50 ms apart, without a length.
 async fn mirror() -> u16 {
+    mirror_counted().await.0
+}
+
+/// [`mirror`], and the number of requests it has received.
+async fn mirror_counted() -> (u16, Arc<AtomicUsize>) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = listener.local_addr().unwrap().port();
+    let count = Arc::new(AtomicUsize::new(0));
+    let counted = count.clone();
     tokio::spawn(async move {
         while let Ok((stream, _)) = listener.accept().await {
+            let counted = counted.clone();
             tokio::spawn(async move {
-                let svc = hyper::service::service_fn(|req| async move {
-                    Ok::<_, Infallible>(mirror_answer(req).await)
+                let svc = hyper::service::service_fn(move |req| {
+                    counted.fetch_add(1, Ordering::SeqCst);
+                    async move { Ok::<_, Infallible>(mirror_answer(req).await) }
                 });
                 let _ = hyper::server::conn::http1::Builder::new()
                     .serve_connection(hyper_util::rt::TokioIo::new(stream), svc)
@@ -108,7 +120,12 @@ async fn mirror() -> u16 {
             });
         }
     });
-    port
+    (port, count)
+}
+
+/// Lower-case hex of `b`.
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|c| format!("{c:02x}")).collect()
 }
 
 /// A body sent as the frames a channel delivers.
@@ -167,13 +184,16 @@ async fn mirror_answer(req: http::Request<Incoming>) -> http::Response<MirrorBod
             .collect();
         headers.insert(name.to_string(), values.into());
     }
-    let info = json!({
+    let mut info = json!({
         "method": parts.method.as_str(),
         "path": parts.uri.path(),
         "query": parts.uri.query(),
         "headers": headers,
         "body": String::from_utf8_lossy(&body),
     });
+    if std::str::from_utf8(&body).is_err() {
+        info["body_hex"] = hex(&body).into();
+    }
     resp.header("content-type", "application/json")
         .body(BodyExt::boxed(http_body_util::Full::new(Bytes::from(
             info.to_string(),
@@ -309,19 +329,7 @@ async fn request_transformer_edits_json_and_form_bodies() {
         );
     }
 
-    // A content-coded body is never parsed.
-    let r = send(
-        &c,
-        "POST",
-        &m.url("/search"),
-        &[
-            ("content-type", "application/json"),
-            ("content-encoding", "gzip"),
-        ],
-        r#"{"password":"x"}"#,
-    )
-    .await;
-    assert_eq!(r.json()["body"], r#"{"password":"x"}"#);
+    // (Content-coded bodies: request_transformer_refuses_content_coded_bodies.)
 
     // A chunked body is read whole, edited, and sent with its length.
     let body = r#"{"password":"x","q":"chunked"}"#;
@@ -338,6 +346,147 @@ async fn request_transformer_edits_json_and_form_bodies() {
     assert_eq!(seen["body"], r#"{"channel":"web","q":"chunked"}"#);
     assert_eq!(seen_header(&seen, "content-length"), Some("31"));
     assert!(seen["headers"].get("transfer-encoding").is_none());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn request_transformer_refuses_content_coded_bodies() {
+    let (port, received) = mirror_counted().await;
+    // The example (body keys: remove password, add channel), and a route whose transformer has
+    // no body keys.
+    let extra = docs(&[
+        plugin(
+            "headers-only",
+            "request-transformer",
+            json!({"add": {"headers": ["x-a:1"]}}),
+        ),
+        ingress("plain", "/plain", "headers-only", "echo"),
+    ]);
+    let m = Manifests::start(
+        &[
+            ("10-example.yaml", &example("request-transformer", port)),
+            ("20-plain.yaml", &extra),
+        ],
+        &[],
+    );
+    let c = client();
+    ready(&c, &m, "/search", 200).await;
+    ready(&c, &m, "/plain", 200).await;
+    let before = received.load(Ordering::SeqCst);
+    let body = r#"{"q":"rust","password":"hunter2"}"#;
+
+    // A JSON or form body with any coding but identity, known or not (upstreams such as Flask
+    // ignore the header and parse the body): 415, before the body is read, upstream untouched.
+    for (ct, ce) in [
+        ("application/json", "x"),
+        ("application/json", "gzip"),
+        ("application/x-www-form-urlencoded; charset=utf-8", "gzip"),
+        ("application/json", "identity, br"),
+    ] {
+        let r = send(
+            &c,
+            "POST",
+            &m.url("/search"),
+            &[("content-type", ct), ("content-encoding", ce)],
+            body,
+        )
+        .await;
+        assert_eq!(r.status, 415, "{ct} / {ce}: {r:?}");
+        assert_eq!(r.header("x-mirror"), None, "{r:?}");
+        assert_eq!(r.header("accept-encoding"), Some("identity"));
+        let message = r.json()["message"].as_str().unwrap_or_default().to_string();
+        assert!(message.contains("cannot be transformed"), "{message}");
+    }
+    // Chunked (no length to judge by in access): refused at the first byte.
+    let (a, b) = body.split_at(10);
+    let request = format!(
+        "POST /search HTTP/1.1\r\nHost: t\r\nConnection: close\r\nContent-Type: application/json\r\n\
+         Content-Encoding: x\r\nTransfer-Encoding: chunked\r\n\r\n{:x}\r\n{a}\r\n{:x}\r\n{b}\r\n0\r\n\r\n",
+        a.len(),
+        b.len()
+    );
+    let answer = raw(m.proc.port, request.as_bytes(), T);
+    assert!(answer.starts_with("HTTP/1.1 415"), "{answer}");
+    assert!(answer.contains("cannot be transformed"), "{answer}");
+    assert_eq!(
+        received.load(Ordering::SeqCst),
+        before,
+        "the upstream saw none of the refused requests"
+    );
+
+    // `identity` is no coding: edited as usual.
+    let r = send(
+        &c,
+        "POST",
+        &m.url("/search"),
+        &[
+            ("content-type", "application/json"),
+            ("content-encoding", "identity"),
+        ],
+        body,
+    )
+    .await;
+    assert_eq!(r.status, 200, "{r:?}");
+    assert_eq!(r.json()["body"], r#"{"channel":"web","q":"rust"}"#);
+    // A coded body of a type the plugin does not edit, a coded body without content, and one on
+    // a route without body keys: forwarded as they are.
+    for (path, ct, body) in [
+        ("/search", "text/plain", body),
+        ("/search", "application/json", ""),
+        ("/plain", "application/json", body),
+    ] {
+        let r = send(
+            &c,
+            "POST",
+            &m.url(path),
+            &[("content-type", ct), ("content-encoding", "gzip")],
+            body,
+        )
+        .await;
+        assert_eq!(r.status, 200, "{path} {ct}: {r:?}");
+        let seen = r.json();
+        assert_eq!(seen["body"], body, "{path} {ct}");
+        assert_eq!(seen_header(&seen, "content-encoding"), Some("gzip"));
+    }
+    assert_eq!(received.load(Ordering::SeqCst), before + 4);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn request_transformer_edits_forms_that_are_not_utf8() {
+    let port = mirror().await;
+    let m = Manifests::start(
+        &[("10-example.yaml", &example("request-transformer", port))],
+        &[],
+    );
+    let c = client();
+    ready(&c, &m, "/search", 200).await;
+    // One byte that is not UTF-8 used to let the whole form through unedited.
+    for (sent, expected) in [
+        (
+            &b"q=caf\xe9&password=hunter2"[..],
+            &b"q=caf\xe9&channel=web"[..],
+        ),
+        (
+            b"k\xff=%FF\xfe&password=hunter2&q=a+b%20",
+            b"k\xff=%FF\xfe&q=a+b%20&channel=web",
+        ),
+        (b"pass%77ord=\xff&\xc3", b"\xc3&channel=web"),
+    ] {
+        let r = send(
+            &c,
+            "POST",
+            &m.url("/search"),
+            &[("content-type", "application/x-www-form-urlencoded")],
+            sent.to_vec(),
+        )
+        .await;
+        assert_eq!(r.status, 200, "{r:?}");
+        let seen = r.json();
+        assert_eq!(seen["body_hex"], hex(expected), "{seen}");
+        assert_eq!(
+            seen_header(&seen, "content-length"),
+            Some(&*expected.len().to_string())
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

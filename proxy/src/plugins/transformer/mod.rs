@@ -277,13 +277,23 @@ struct ParamOps {
     append: Vec<(String, String)>,
 }
 
-/// One parameter: its decoded name and value (`None` for a bare `flag`), and its original text
-/// while it is untouched (so unchanged parameters keep their exact encoding).
+/// One parameter of a query string or form: its decoded name (for comparisons), and how it is
+/// written out: its original name bytes while its name is untouched, and its value as it came
+/// (bytes after the `=`), as set by an edit, or absent (a bare `flag`).
 #[derive(Debug)]
-struct Param {
+struct Param<'a> {
     name: String,
-    value: Option<String>,
-    raw: Option<String>,
+    raw_name: Option<&'a [u8]>,
+    value: ParamValue<'a>,
+}
+
+/// A parameter's value: its original bytes (kept exactly, whatever they are), a value set by an
+/// edit (encoded when written), or none.
+#[derive(Debug)]
+enum ParamValue<'a> {
+    Raw(&'a [u8]),
+    Set(String),
+    None,
 }
 
 impl ParamOps {
@@ -295,20 +305,31 @@ impl ParamOps {
             && self.append.is_empty()
     }
 
-    /// The edited parameters, or `None` when the edits changed nothing.
+    /// The edited query string, or `None` when the edits changed nothing.
     fn apply(&self, raw: &str) -> Option<String> {
-        let mut ps: Vec<Param> = raw
-            .split('&')
+        // Untouched pieces are substrings of `raw` split at `&` and `=`, edits are encoded
+        // ASCII: the result is UTF-8 and the conversion never replaces anything.
+        self.apply_bytes(raw.as_bytes())
+            .map(|b| String::from_utf8_lossy(&b).into_owned())
+    }
+
+    /// The edited parameters (a query string or an urlencoded form, any bytes), or `None` when
+    /// the edits changed nothing. Names are compared percent-decoded (invalid UTF-8 counts as
+    /// U+FFFD), so a byte that is not UTF-8 never keeps the edits from applying; the bytes of
+    /// names and values no edit touched are written back as they came.
+    fn apply_bytes(&self, raw: &[u8]) -> Option<Vec<u8>> {
+        let mut ps: Vec<Param<'_>> = raw
+            .split(|&b| b == b'&')
             .filter(|p| !p.is_empty())
             .map(|p| {
-                let (n, v) = match p.split_once('=') {
-                    Some((n, v)) => (n, Some(decode(v))),
-                    None => (p, None),
+                let (n, v) = match p.iter().position(|&b| b == b'=') {
+                    Some(i) => (&p[..i], ParamValue::Raw(&p[i + 1..])),
+                    None => (p, ParamValue::None),
                 };
                 Param {
                     name: decode(n),
+                    raw_name: Some(n),
                     value: v,
-                    raw: Some(p.to_string()),
                 }
             })
             .collect();
@@ -326,7 +347,7 @@ impl ParamOps {
             ps.retain(|p| p.name != *new);
             for p in ps.iter_mut().filter(|p| p.name == *old) {
                 p.name = new.clone();
-                p.raw = None;
+                p.raw_name = None;
             }
             changed = true;
         }
@@ -341,8 +362,8 @@ impl ParamOps {
             });
             ps[first] = Param {
                 name: n.clone(),
-                value: Some(v.clone()),
-                raw: None,
+                raw_name: None,
+                value: ParamValue::Set(v.clone()),
             };
             changed = true;
         }
@@ -350,8 +371,8 @@ impl ParamOps {
             if !ps.iter().any(|p| p.name == *n) {
                 ps.push(Param {
                     name: n.clone(),
-                    value: Some(v.clone()),
-                    raw: None,
+                    raw_name: None,
+                    value: ParamValue::Set(v.clone()),
                 });
                 changed = true;
             }
@@ -359,28 +380,33 @@ impl ParamOps {
         for (n, v) in &self.append {
             ps.push(Param {
                 name: n.clone(),
-                value: Some(v.clone()),
-                raw: None,
+                raw_name: None,
+                value: ParamValue::Set(v.clone()),
             });
             changed = true;
         }
         if !changed {
             return None;
         }
-        let mut out = String::with_capacity(raw.len() + 32);
+        let mut out = Vec::with_capacity(raw.len() + 32);
         for p in &ps {
             if !out.is_empty() {
-                out.push('&');
+                out.push(b'&');
             }
-            match (&p.raw, &p.value) {
-                (Some(r), _) => out.push_str(r),
-                (None, v) => {
-                    encode_into(&mut out, &p.name);
-                    if let Some(v) = v {
-                        out.push('=');
-                        encode_into(&mut out, v);
-                    }
+            match p.raw_name {
+                Some(n) => out.extend_from_slice(n),
+                None => encode_into(&mut out, &p.name),
+            }
+            match &p.value {
+                ParamValue::Raw(v) => {
+                    out.push(b'=');
+                    out.extend_from_slice(v);
                 }
+                ParamValue::Set(v) => {
+                    out.push(b'=');
+                    encode_into(&mut out, v);
+                }
+                ParamValue::None => {}
             }
         }
         Some(out)
@@ -400,9 +426,9 @@ fn param_ops(lists: [(&str, &[String]); 5]) -> Result<ParamOps, String> {
 }
 
 /// Percent-decodes a query or form component (`+` is a space); malformed escapes stay as they
-/// are and invalid UTF-8 is replaced, which only matters for comparing names.
-fn decode(s: &str) -> String {
-    let b = s.as_bytes();
+/// are and invalid UTF-8 (raw or escaped) is replaced by U+FFFD: only names are decoded, to be
+/// compared.
+fn decode(b: &[u8]) -> String {
     let mut out = Vec::with_capacity(b.len());
     let mut i = 0;
     while i < b.len() {
@@ -432,15 +458,13 @@ fn hex(c: u8) -> Option<u8> {
 }
 
 /// Percent-encodes everything but RFC 3986's unreserved characters (as `ngx.encode_args`).
-fn encode_into(out: &mut String, s: &str) {
+fn encode_into(out: &mut Vec<u8>, s: &str) {
     const HEX: &[u8; 16] = b"0123456789ABCDEF";
     for &c in s.as_bytes() {
         if c.is_ascii_alphanumeric() || matches!(c, b'-' | b'.' | b'_' | b'~') {
-            out.push(c as char);
+            out.push(c);
         } else {
-            out.push('%');
-            out.push(HEX[usize::from(c >> 4)] as char);
-            out.push(HEX[usize::from(c & 15)] as char);
+            out.extend_from_slice(&[b'%', HEX[usize::from(c >> 4)], HEX[usize::from(c & 15)]]);
         }
     }
 }
@@ -461,11 +485,16 @@ fn contains_ignore_case(hay: &[u8], needle: &[u8]) -> bool {
         .any(|w| w.eq_ignore_ascii_case(needle))
 }
 
-/// Whether a body is content-coded (gzip…): such a body is never parsed, only passed on.
+/// Whether a message's body is content-coded: its `Content-Encoding` lists a coding other than
+/// `identity` (any token, even one nobody knows: `x`). Such a body is never parsed; a request
+/// one is refused where the request-transformer would edit it.
 fn is_encoded(h: &HeaderMap) -> bool {
-    h.get_all(header::CONTENT_ENCODING)
-        .iter()
-        .any(|v| !v.as_bytes().trim_ascii().eq_ignore_ascii_case(b"identity"))
+    h.get_all(header::CONTENT_ENCODING).iter().any(|v| {
+        v.as_bytes().split(|&b| b == b',').any(|c| {
+            let c = c.trim_ascii();
+            !c.is_empty() && !c.eq_ignore_ascii_case(b"identity")
+        })
+    })
 }
 
 /// Bodies being held back by transformer instances of one request, keyed by the instance (a
@@ -744,11 +773,58 @@ mod tests {
 
     #[test]
     fn decoding_tolerates_malformed_escapes() {
-        assert_eq!(decode("a%20b+c"), "a b c");
-        assert_eq!(decode("%"), "%");
-        assert_eq!(decode("%2"), "%2");
-        assert_eq!(decode("%zz%41"), "%zzA");
-        assert_eq!(decode("%C3%A9"), "é");
+        assert_eq!(decode(b"a%20b+c"), "a b c");
+        assert_eq!(decode(b"%"), "%");
+        assert_eq!(decode(b"%2"), "%2");
+        assert_eq!(decode(b"%zz%41"), "%zzA");
+        assert_eq!(decode(b"%C3%A9"), "\u{e9}");
+        // Invalid UTF-8, raw or escaped, compares as U+FFFD.
+        assert_eq!(decode(b"a\xffb%FE"), "a\u{fffd}b\u{fffd}");
+    }
+
+    #[test]
+    fn params_that_are_not_utf8_are_edited_byte_for_byte() {
+        let o = ops(
+            &["password"],
+            &["user:login"],
+            &["mode:safe"],
+            &[],
+            &["tag:x"],
+        );
+        // One byte that is not UTF-8, anywhere, does not keep the edits from applying; what the
+        // edits did not touch keeps its exact bytes (and a renamed field its value's bytes).
+        let raw: &[u8] = b"a\xff=%FF\xfe&password=hunter2&user=\xe9+b%20&mode=x&\xc3";
+        assert_eq!(
+            o.apply_bytes(raw).as_deref(),
+            Some(&b"a\xff=%FF\xfe&login=\xe9+b%20&mode=safe&\xc3&tag=x"[..])
+        );
+        // Names are compared decoded, escapes included.
+        assert_eq!(
+            o.apply_bytes(b"pass%77ord=\xff&x=\xff").as_deref(),
+            Some(&b"x=\xff&tag=x"[..])
+        );
+        // Nothing applies: the caller keeps the original.
+        assert_eq!(
+            ops(&["password"], &[], &[], &[], &[]).apply_bytes(b"pass\xffword=1"),
+            None
+        );
+    }
+
+    #[test]
+    fn content_codings() {
+        let coded = |values: &[&'static str]| {
+            let mut h = HeaderMap::new();
+            for v in values {
+                h.append(header::CONTENT_ENCODING, HeaderValue::from_static(v));
+            }
+            is_encoded(&h)
+        };
+        assert!(!coded(&[]));
+        assert!(!coded(&["identity"]) && !coded(&[" Identity "]) && !coded(&[""]));
+        assert!(!coded(&["identity, identity"]) && !coded(&[" , "]));
+        // Any other token is a coding, known or not.
+        assert!(coded(&["gzip"]) && coded(&["x"]) && coded(&["br"]));
+        assert!(coded(&["identity, gzip"]) && coded(&["identity", "x"]));
     }
 
     #[test]

@@ -2,11 +2,15 @@
 //! method, the query string and the upstream path; in `request_body`, only when `body` edits
 //! are configured, it edits JSON (top-level keys) and urlencoded form bodies, which then go
 //! upstream with their new exact length. Every other body streams untouched.
+//!
+//! A JSON or form body with a `Content-Encoding` is refused (415) where body edits are
+//! configured: many upstreams ignore a request's `Content-Encoding` and parse the body anyway,
+//! so forwarding it unedited would let any client skip the edits (`remove.body` included).
 
 use std::sync::Arc;
 
 use bytes::Bytes;
-use http::{header, Method};
+use http::{header, HeaderValue, Method, StatusCode};
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -15,7 +19,9 @@ use super::{
     is_encoded, is_form, is_json, nullable, param_ops, Buffers, HeaderLists, HeaderOps, ParamOps,
 };
 use crate::pipeline::RequestCtx;
-use crate::plugins::{parse_config, BodyChunk, Flow, Handled, Plugin, PluginError, RequestHead};
+use crate::plugins::{
+    parse_config, BodyChunk, EarlyResponse, Flow, Handled, Plugin, PluginError, RequestHead,
+};
 
 /// The configuration, with Kong's keys.
 #[derive(Deserialize, Default)]
@@ -75,11 +81,42 @@ struct RequestTransformer {
     form: ParamOps,
 }
 
-/// What kind of body an instance holds back.
+/// What an instance does with a request's body.
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum BodyKind {
+    /// Holds it back and edits it as JSON.
     Json,
+    /// Holds it back and edits it as an urlencoded form.
     Form,
+    /// A content-coded body of a type the instance edits, whose length `access` could not see
+    /// (chunked, or HTTP/2 without `Content-Length`): refused at its first byte.
+    Coded,
+}
+
+/// What `access` decided about the body.
+#[derive(Debug, PartialEq)]
+enum BodyPlan {
+    /// Nothing to do: it streams as it is.
+    Pass,
+    /// Watch it in `request_body`, as this kind.
+    Watch(BodyKind),
+    /// Refuse the request now (415): a coded body the edits would have to skip.
+    Refuse,
+}
+
+/// The answer to a request whose body is content-coded where the edits apply.
+fn coded_body_refused() -> EarlyResponse {
+    let mut r = EarlyResponse::message(
+        StatusCode::UNSUPPORTED_MEDIA_TYPE,
+        "content-coded request bodies cannot be transformed: send the body without \
+         Content-Encoding",
+    );
+    // RFC 9110 §15.5.16: say which codings would have been accepted.
+    r.headers.insert(
+        header::ACCEPT_ENCODING,
+        HeaderValue::from_static("identity"),
+    );
+    r
 }
 
 /// Builds an instance from its configuration.
@@ -214,19 +251,36 @@ impl RequestTransformer {
         Ok(())
     }
 
-    /// The kind of body to edit, judged on the headers as the upstream will get them.
-    fn body_kind(&self, req: &RequestHead) -> Option<BodyKind> {
-        if self.form.is_empty() || is_encoded(&req.headers) {
-            return None;
+    /// What to do with the body, judged on the headers as the upstream will get them.
+    fn body_plan(&self, req: &RequestHead) -> BodyPlan {
+        if self.form.is_empty() {
+            return BodyPlan::Pass;
         }
         // Kong's order of tests: a JSON type wins over a form type.
         let ct = req.headers.get(header::CONTENT_TYPE);
-        if is_json(ct) {
-            Some(BodyKind::Json)
+        let kind = if is_json(ct) {
+            BodyKind::Json
         } else if is_form(ct) {
-            Some(BodyKind::Form)
+            BodyKind::Form
         } else {
-            None
+            return BodyPlan::Pass;
+        };
+        if !is_encoded(&req.headers) {
+            return BodyPlan::Watch(kind);
+        }
+        // A coded body of a type the plugin edits cannot be edited, and must not go on unedited
+        // (the upstream may well ignore the coding). Refused before it is read when its length
+        // says there is one; without a length, at its first byte; no body at all is fine.
+        // (Transfer-Encoding is gone by now: the proxy removed it as hop-by-hop.)
+        let length = req
+            .headers
+            .get(header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.trim().parse::<u64>().ok());
+        match length {
+            Some(0) => BodyPlan::Pass,
+            Some(_) => BodyPlan::Refuse,
+            None => BodyPlan::Watch(BodyKind::Coded),
         }
     }
 
@@ -235,11 +289,10 @@ impl RequestTransformer {
     fn edit_body(&self, kind: BodyKind, body: Bytes) -> Bytes {
         let edited = match kind {
             BodyKind::Json => self.json.apply(&body, true),
-            // A form is text; one that is not UTF-8 is not something to rewrite.
-            BodyKind::Form => std::str::from_utf8(&body)
-                .ok()
-                .and_then(|s| self.form.apply(s))
-                .map(String::into_bytes),
+            // Edited as bytes: a byte that is not UTF-8 must not make the edits skip a form
+            // (upstreams parse such forms, replacing what they cannot decode).
+            BodyKind::Form => self.form.apply_bytes(&body),
+            BodyKind::Coded => None,
         };
         edited.map_or(body, Bytes::from)
     }
@@ -254,8 +307,10 @@ impl Plugin for RequestTransformer {
         if let Err(e) = self.rewrite_target(ctx, req) {
             return Err(e).into();
         }
-        if let Some(kind) = self.body_kind(req) {
-            Buffers::start(&mut ctx.slots, self.id(), kind);
+        match self.body_plan(req) {
+            BodyPlan::Pass => {}
+            BodyPlan::Watch(kind) => Buffers::start(&mut ctx.slots, self.id(), kind),
+            BodyPlan::Refuse => return Flow::Respond(coded_body_refused()).into(),
         }
         Flow::Continue.into()
     }
@@ -274,6 +329,17 @@ impl Plugin for RequestTransformer {
             return Flow::Continue.into();
         };
         let kind = *kind;
+        if kind == BodyKind::Coded {
+            // Nothing is held back: the first byte decides.
+            if !chunk.data.is_empty() {
+                Buffers::<BodyKind>::finish(&mut ctx.slots, id);
+                return Flow::Respond(coded_body_refused()).into();
+            }
+            if chunk.eof {
+                Buffers::<BodyKind>::finish(&mut ctx.slots, id);
+            }
+            return Flow::Continue.into();
+        }
         if !chunk.eof {
             buf.extend_from_slice(&chunk.data);
             chunk.data = Bytes::new();
@@ -428,24 +494,61 @@ mod tests {
 
     /// Runs `body` (in `parts`) through the plugin's request_body as the pipeline does.
     fn body_through(t: &RequestTransformer, content_type: &str, parts: &[&str]) -> String {
-        let mut req = head("/", &[("content-type", content_type)]);
+        let parts: Vec<&[u8]> = parts.iter().map(|p| p.as_bytes()).collect();
+        let out = bytes_through(t, &[("content-type", content_type)], &parts)
+            .unwrap_or_else(|r| panic!("refused: {r:?}"));
+        String::from_utf8(out).unwrap()
+    }
+
+    /// Runs a request with `headers` and a body in `parts` through `access` and
+    /// `request_body`: the bytes forwarded, or the plugin's answer.
+    fn bytes_through(
+        t: &RequestTransformer,
+        headers: &[(&str, &str)],
+        parts: &[&[u8]],
+    ) -> Result<Vec<u8>, Box<EarlyResponse>> {
+        let mut req = head("/", headers);
         let mut c = ctx();
-        access(t, &mut c, &mut req);
+        match t.access(&mut c, &mut req) {
+            crate::plugins::Step::Ready(Ok(Flow::Continue)) => {}
+            crate::plugins::Step::Ready(Ok(Flow::Respond(r))) => return Err(Box::new(r)),
+            _ => panic!("access failed or waited"),
+        }
         let mut out = Vec::new();
         let n = parts.len().max(1);
         for i in 0..n {
             let mut chunk = BodyChunk {
-                data: Bytes::from(parts.get(i).copied().unwrap_or("").to_string()),
+                data: Bytes::copy_from_slice(parts.get(i).copied().unwrap_or(b"")),
                 eof: i + 1 == n,
             };
-            match t.request_body(&mut c, &mut chunk) {
-                crate::plugins::Step::Ready(Ok(Flow::Continue)) => {}
-                _ => panic!("request_body did not continue"),
+            let answer = match t.request_body(&mut c, &mut chunk) {
+                crate::plugins::Step::Ready(Ok(Flow::Continue)) => None,
+                crate::plugins::Step::Ready(Ok(Flow::Respond(r))) => Some(r),
+                _ => panic!("request_body failed or waited"),
+            };
+            if let Some(r) = answer {
+                assert!(Buffers::<BodyKind>::get(&mut c.slots, t.id()).is_none());
+                return Err(Box::new(r));
             }
             out.extend_from_slice(&chunk.data);
         }
         assert!(Buffers::<BodyKind>::get(&mut c.slots, t.id()).is_none());
-        String::from_utf8(out).unwrap()
+        Ok(out)
+    }
+
+    /// Asserts `r` is the refusal of a content-coded body.
+    fn assert_refused(r: Result<Vec<u8>, Box<EarlyResponse>>) {
+        let r = r.expect_err("refused");
+        assert_eq!(r.status, StatusCode::UNSUPPORTED_MEDIA_TYPE);
+        assert_eq!(r.headers["accept-encoding"], "identity");
+        let body: Value = serde_json::from_slice(&r.body).unwrap();
+        assert!(
+            body["message"]
+                .as_str()
+                .unwrap()
+                .contains("cannot be transformed"),
+            "{body}"
+        );
     }
 
     #[test]
@@ -486,17 +589,122 @@ mod tests {
     }
 
     #[test]
-    fn content_coded_bodies_are_not_touched() {
-        let t = transformer(&json!({"add": {"body": ["a:1"]}})).unwrap();
-        let mut req = head(
-            "/",
-            &[
+    fn content_coded_json_and_form_bodies_are_refused() {
+        let t = transformer(&json!({"remove": {"body": ["password"]}})).unwrap();
+        let body: &[u8] = br#"{"password":"x"}"#;
+        // With a length, before the body is read: any coding but identity, known or not.
+        for (ct, ce) in [
+            ("application/json", "gzip"),
+            ("application/json; charset=utf-8", "x"),
+            ("application/x-www-form-urlencoded", "deflate"),
+            ("application/json", "identity, gzip"),
+        ] {
+            let mut req = head(
+                "/",
+                &[
+                    ("content-type", ct),
+                    ("content-encoding", ce),
+                    ("content-length", "16"),
+                ],
+            );
+            let mut c = ctx();
+            match t.access(&mut c, &mut req) {
+                crate::plugins::Step::Ready(Ok(Flow::Respond(r))) => {
+                    assert_refused(Err(Box::new(r)))
+                }
+                _ => panic!("{ct} / {ce}: not refused in access"),
+            }
+            assert!(Buffers::<BodyKind>::get(&mut c.slots, t.id()).is_none());
+        }
+        // Without a length (chunked, HTTP/2): at the first byte, nothing forwarded.
+        let coded = [
+            ("content-type", "application/json"),
+            ("content-encoding", "gzip"),
+        ];
+        assert_refused(bytes_through(&t, &coded, &[b"", body]));
+        // No body at all, or an empty one: nothing to edit, nothing to refuse.
+        assert_eq!(bytes_through(&t, &coded, &[]).unwrap(), b"");
+        let empty = [
+            ("content-type", "application/json"),
+            ("content-encoding", "gzip"),
+            ("content-length", "0"),
+        ];
+        assert_eq!(bytes_through(&t, &empty, &[]).unwrap(), b"");
+        // `identity` (or an empty value) is no coding: the body is edited.
+        for ce in ["identity", "Identity", ""] {
+            let h = [
                 ("content-type", "application/json"),
-                ("content-encoding", "gzip"),
+                ("content-encoding", ce),
+            ];
+            assert_eq!(bytes_through(&t, &h, &[body]).unwrap(), b"{}", "{ce:?}");
+        }
+        // A type the plugin does not edit streams as it is, coded or not.
+        let h = [("content-type", "text/plain"), ("content-encoding", "gzip")];
+        assert_eq!(bytes_through(&t, &h, &[body]).unwrap(), body);
+        // Judged on the headers the upstream gets: a coding the configuration removes does not
+        // count.
+        let t2 = transformer(&json!({
+            "remove": {"body": ["password"], "headers": ["content-encoding"]},
+        }))
+        .unwrap();
+        assert_eq!(bytes_through(&t2, &coded, &[body]).unwrap(), b"{}");
+        // Without body keys, bodies are not the plugin's business.
+        let t3 = transformer(&json!({"remove": {"headers": ["x-a"]}})).unwrap();
+        let h = [
+            ("content-type", "application/json"),
+            ("content-encoding", "gzip"),
+            ("content-length", "16"),
+        ];
+        assert_eq!(bytes_through(&t3, &h, &[body]).unwrap(), body);
+    }
+
+    #[test]
+    fn forms_that_are_not_utf8_are_still_edited() {
+        let t = transformer(&json!({
+            "remove": {"body": ["password"]},
+            "rename": {"body": ["user:login"]},
+            "replace": {"body": ["mode:safe"]},
+        }))
+        .unwrap();
+        let form = [("content-type", "application/x-www-form-urlencoded")];
+        // One byte that is not UTF-8 (in a value, a name, or escaped) no longer lets the form
+        // through unedited; the untouched bytes are kept exactly, across chunks too.
+        let out = bytes_through(
+            &t,
+            &form,
+            &[
+                b"note=caf\xe9&pass",
+                b"word=hunter2&user=\xff%FE&mode=x&k\xfe=%ZZ",
             ],
-        );
-        let mut c = ctx();
-        access(&t, &mut c, &mut req);
-        assert!(Buffers::<BodyKind>::get(&mut c.slots, t.id()).is_none());
+        )
+        .unwrap();
+        assert_eq!(out, b"note=caf\xe9&login=\xff%FE&mode=safe&k\xfe=%ZZ");
+        let out = bytes_through(&t, &form, &[b"password=\xff\xfe"]).unwrap();
+        assert_eq!(out, b"");
+        // Nothing to change: byte for byte.
+        let out = bytes_through(&t, &form, &[b"a=\xff&b"]).unwrap();
+        assert_eq!(out, b"a=\xff&b");
+    }
+
+    #[test]
+    fn json_that_is_not_an_object_passes_unchanged() {
+        // As in Kong: only what parses as a JSON object is edited, the rest goes on as it came,
+        // also what a lenient parser (Python's json: NaN, a BOM, UTF-16, lone surrogates) would
+        // read with the field in it. Documented in docs/plugins/request-transformer.md.
+        let t = transformer(&json!({"remove": {"body": ["password"]}})).unwrap();
+        let json = [("content-type", "application/json")];
+        for body in [
+            &br#"{"password":"x","#[..],
+            br#"[{"password":"x"}]"#,
+            br#"{"password":"x","n":NaN}"#,
+            b"\xef\xbb\xbf{\"password\":\"x\"}",
+            b"{\"password\":\"\xff\"}",
+            br#"{"password":"\ud800"}"#,
+        ] {
+            assert_eq!(bytes_through(&t, &json, &[body]).unwrap(), body);
+        }
+        let utf16: Vec<u8> =
+            r#"{"password":"x"}"#.encode_utf16().flat_map(u16::to_le_bytes).collect();
+        assert_eq!(bytes_through(&t, &json, &[&utf16]).unwrap(), utf16);
     }
 }
