@@ -206,7 +206,17 @@ impl Body for ProxyBody {
                             Frame::data(chunk.data)
                         }
                         Ok(data) => Frame::data(data),
-                        Err(trailers) => trailers,
+                        Err(trailers) => {
+                            if let (Some(f), Some(t)) =
+                                (this.finish.as_mut(), trailers.trailers_ref())
+                            {
+                                if f.grpc.is_some() {
+                                    f.record.grpc_status =
+                                        crate::server::grpc::status_in(t).or(f.record.grpc_status);
+                                }
+                            }
+                            trailers
+                        }
                     };
                     if let Some(d) = frame.data_ref() {
                         this.sent += d.len() as u64;
@@ -239,7 +249,10 @@ impl Body for ProxyBody {
     }
 
     fn is_end_stream(&self) -> bool {
-        self.finish.is_none() && self.is_inner_end()
+        // An empty body ends with the head (HTTP/2 END_STREAM on HEADERS: a gRPC
+        // trailers-only answer stays one); the session is finished when the body is dropped.
+        // Filtered bodies are polled to the end, as `body_filter` may add bytes at eof.
+        !self.filter && self.is_inner_end()
     }
 
     fn size_hint(&self) -> SizeHint {

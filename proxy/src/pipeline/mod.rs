@@ -335,6 +335,9 @@ pub struct LogRecord {
     /// Whether the last upstream request went over a pooled connection (None: none was sent).
     #[serde(skip)]
     pub upstream_reused: Option<bool>,
+    /// A gRPC call's status (from the upstream's trailers, or Weir's own answer).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub grpc_status: Option<u16>,
 }
 
 fn ser_request_id<S: serde::Serializer>(id: &u64, s: S) -> Result<S::Ok, S::Error> {
@@ -517,6 +520,7 @@ mod tests {
 
     fn record() -> LogRecord {
         LogRecord {
+            grpc_status: None,
             request_id: 0,
             client_ip: [127, 0, 0, 1].into(),
             method: Method::GET,

@@ -25,6 +25,8 @@ pub(crate) struct Session {
     pub request_bytes: Option<Arc<BodyStats>>,
     /// Released when the request is over (the connection's in-flight count), after the log.
     pub _guard: Option<InFlight>,
+    /// A gRPC call's content type: Weir's own answers are gRPC statuses in that type.
+    pub grpc: Option<http::HeaderValue>,
 }
 
 impl Drop for Session {

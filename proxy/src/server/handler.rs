@@ -12,6 +12,7 @@ use http_body::Body as _;
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
 
+use super::grpc;
 use super::headers::{self, Forwarding};
 use super::Shared;
 use crate::compile::{CompiledRoute, CompiledService};
@@ -83,7 +84,12 @@ struct Pending {
 
 impl Pending {
     /// Sends a response made by the proxy itself, through header_filter, body_filter and log.
-    fn respond(mut self, early: EarlyResponse) -> Response<ProxyBody> {
+    fn respond(mut self, mut early: EarlyResponse) -> Response<ProxyBody> {
+        if self.s.grpc.is_some() {
+            let (answer, status) = grpc::trailers_only(early, self.s.grpc.as_ref());
+            early = answer;
+            self.s.record.grpc_status = Some(status);
+        }
         let mut resp = Response::new(());
         *resp.status_mut() = early.status;
         *resp.headers_mut() = early.headers;
@@ -126,7 +132,7 @@ pub async fn handle(
     let upgrade = head.version <= http::Version::HTTP_11 && headers::is_upgrade(&head.headers);
     // The client IP is read first: `Connection: x-forwarded-for` must not change it.
     let client_ip = headers::client_ip(conn.peer.ip(), &head.headers, &shared.opts.trusted_proxies);
-    headers::remove_hop_by_hop(&mut head.headers, upgrade);
+    let accepts_trailers = headers::remove_hop_by_hop(&mut head.headers, upgrade);
     let ctx = RequestCtx::new(client_ip, next_request_id(), rt.global.clone());
     let record = LogRecord {
         request_id: ctx.request_id,
@@ -144,7 +150,12 @@ pub async fn handle(
         latencies: Default::default(),
         aborted: false,
         upstream_reused: None,
+        grpc_status: None,
     };
+    // gRPC calls are POSTs: other methods skip the header lookup.
+    let grpc = (head.method == http::Method::POST && grpc::is_grpc(&head.headers))
+        .then(|| head.headers.get(header::CONTENT_TYPE).cloned())
+        .flatten();
     let mut p = Pending {
         s: Box::new(Session {
             ctx,
@@ -152,6 +163,7 @@ pub async fn handle(
             sink: shared.clone(),
             request_bytes: None,
             _guard: Some(guard),
+            grpc,
         }),
         shared,
     };
@@ -159,6 +171,11 @@ pub async fn handle(
     if let Some(problem) = host_problem {
         return p.error(StatusCode::BAD_REQUEST, problem);
     }
+    // A gRPC client's deadline bounds the wait for the upstream's answer.
+    let deadline = p.s.grpc.as_ref().and_then(|_| {
+        let timeout = grpc::parse_timeout(head.headers.get(grpc::GRPC_TIMEOUT)?)?;
+        Some(p.s.ctx.timings.start + timeout)
+    });
 
     // rewrite: global plugins only.
     if !p.s.ctx.plugins().is_empty() {
@@ -305,6 +322,11 @@ pub async fn handle(
     );
     if service.h2 {
         added.append_to(&mut head.headers);
+        // The one TE value HTTP/2 allows (RFC 9113 §8.2.2), and gRPC servers require it.
+        if accepts_trailers {
+            head.headers
+                .insert(header::TE, HeaderValue::from_static("trailers"));
+        }
     }
 
     let body = match body {
@@ -423,7 +445,14 @@ pub async fn handle(
         // Pinned where it is built: passed by value, the send future (hundreds of bytes) was
         // copied twice more per request.
         let send = std::pin::pin!(conn.send(request, &added, service.write_timeout));
-        let sent = wait_response(send, sent_at, p.s.request_bytes.as_deref(), service).await;
+        let sent = wait_response(
+            send,
+            sent_at,
+            p.s.request_bytes.as_deref(),
+            service,
+            deadline,
+        )
+        .await;
         match sent {
             Ok(Ok(resp)) => break resp,
             Ok(Err(e)) => match e.unsent {
@@ -496,7 +525,7 @@ pub async fn handle(
             }
         }
     }
-    headers::remove_hop_by_hop(&mut parts.headers, switching);
+    let _ = headers::remove_hop_by_hop(&mut parts.headers, switching);
     // One growth of the map instead of one per added header.
     parts.headers.reserve(4);
     if rt.settings.latency_headers {
@@ -516,6 +545,10 @@ pub async fn handle(
     pipeline::header_filter(&mut p.s.ctx, &mut parts);
     parts.headers.append(header::VIA, headers::VIA);
     p.s.record.status = parts.status.as_u16();
+    if p.s.grpc.is_some() {
+        // A trailers-only answer carries its status in the head; others in the trailers.
+        p.s.record.grpc_status = grpc::status_in(&parts.headers);
+    }
     let read_timeout = service.read_timeout;
     let body = ProxyBody::upstream(body, read_timeout, p.s);
     Response::from_parts(parts, body)
@@ -726,18 +759,20 @@ async fn wait_response<F, T>(
     sent: Instant,
     stats: Option<&BodyStats>,
     service: &CompiledService,
+    limit: Option<Instant>,
 ) -> Result<T, TimedOut>
 where
     F: std::future::Future<Output = T>,
 {
     let deadline = || -> Instant {
-        match stats {
+        let at = match stats {
             Some(s) if !s.done.load(Ordering::Relaxed) => {
                 s.last_progress().max(sent) + service.write_timeout
             }
             Some(s) => s.last_progress().max(sent) + service.read_timeout,
             None => sent + service.read_timeout,
-        }
+        };
+        limit.map_or(at, |l| l.min(at))
     };
     let mut timer = crate::timer::Timer::at(deadline());
     loop {

@@ -127,14 +127,26 @@ const ALWAYS_HOP_BY_HOP: [HeaderName; 7] = [
 ///
 /// On requests this runs before any plugin: a client must not be able to name a header a
 /// plugin adds (`Connection: x-request-id`) and have it removed afterwards.
-pub fn remove_hop_by_hop(headers: &mut HeaderMap, keep_upgrade: bool) {
+///
+/// Returns whether the message's `TE` offered `trailers` (a client that accepts trailers,
+/// which HTTP/2 upstreams such as gRPC servers require to be told).
+pub fn remove_hop_by_hop(headers: &mut HeaderMap, keep_upgrade: bool) -> bool {
     // Most messages carry none: one pass over the names is much cheaper than eight removals.
     let hop = |n: &HeaderName| {
         *n == header::CONNECTION || *n == header::UPGRADE || ALWAYS_HOP_BY_HOP.contains(n)
     };
     if !keep_upgrade && !headers.keys().any(hop) {
-        return;
+        return false;
     }
+    let trailers = headers.get_all(header::TE).iter().any(|v| {
+        v.to_str().is_ok_and(|s| {
+            s.split(',').any(|t| {
+                t.split(';')
+                    .next()
+                    .is_some_and(|t| t.trim().eq_ignore_ascii_case("trailers"))
+            })
+        })
+    });
     let mut named: Vec<HeaderName> = Vec::new();
     for v in headers.get_all(header::CONNECTION) {
         if let Ok(s) = v.to_str() {
@@ -159,6 +171,7 @@ pub fn remove_hop_by_hop(headers: &mut HeaderMap, keep_upgrade: bool) {
         headers.remove(header::CONNECTION);
         headers.remove(header::UPGRADE);
     }
+    trailers
 }
 
 /// Whether a request asks to switch protocols (`Connection: upgrade` plus `Upgrade`).

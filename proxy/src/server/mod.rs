@@ -4,6 +4,7 @@
 //! upstream pool; workers share only the compiled routing table (one atomic pointer), the
 //! metrics shards and a few counters. The admin API and signal handling run on the main thread.
 
+pub mod grpc;
 pub(crate) mod h1;
 mod handler;
 pub mod headers;

@@ -1,0 +1,252 @@
+//! gRPC through the real binary with gRPC's C core on both ends (Python `grpcio`, driven by
+//! tests/grpc/peer.py): unary, server-streaming, client-streaming and bidirectional calls over
+//! h2c and over TLS from the client, trailers and statuses intact, and Weir's own failures
+//! (dead upstream, no route, deadline, a plugin's refusal) answered as gRPC statuses.
+//!
+//! Needs `python3` with `grpcio` (`.ci/run` installs it); without it these tests fail.
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::*;
+use serde_json::{json, Value};
+
+const PEER: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/grpc/peer.py");
+const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/tls");
+
+/// A gRPC server (C core) on a free port, killed when dropped.
+fn grpc_server() -> Proc {
+    let port = free_port();
+    let mut child = Command::new("python3")
+        .args([PEER, "serve", &port.to_string()])
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("python3 is needed for the gRPC tests");
+    let mut line = String::new();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    out.read_line(&mut line).unwrap();
+    assert_eq!(
+        line.trim(),
+        "ready",
+        "the gRPC server did not start (is grpcio installed? python3 -m pip install grpcio)"
+    );
+    wait_for_port(port);
+    Proc { child, port }
+}
+
+/// Runs peer.py as a client with `args`; returns its JSON lines by call name.
+fn grpc_client(args: &[&str]) -> std::collections::BTreeMap<String, Value> {
+    let out = Command::new("python3")
+        .arg(PEER)
+        .args(args)
+        .output()
+        .expect("python3 is needed for the gRPC tests");
+    assert!(
+        out.status.success(),
+        "peer.py {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| {
+            let v: Value = serde_json::from_str(l).unwrap();
+            (v["call"].as_str().unwrap().to_string(), v)
+        })
+        .collect()
+}
+
+/// The routing table: the Echo service on `server`, a dead service, a refused one.
+fn table(server: u16) -> String {
+    let cert = std::fs::read_to_string(format!("{FIXTURES}/a.example.test.crt")).unwrap();
+    let key = std::fs::read_to_string(format!("{FIXTURES}/a.example.test.key")).unwrap();
+    json!({
+        "routes": [
+            {"id": "echo", "paths": [{"path": "/weir.test.Echo"}], "service": "echo"},
+            {"id": "dead", "paths": [{"path": "/dead.Echo"}], "service": "dead"},
+            {"id": "refused", "paths": [{"path": "/refused.Echo"}], "service": "echo"},
+        ],
+        "services": [
+            {"id": "echo", "protocol": "grpc", "host": "127.0.0.1", "port": server},
+            {"id": "dead", "protocol": "grpc", "host": "127.0.0.1", "port": free_port(), "retries": 0},
+        ],
+        "plugins": [{"id": "no", "name": "request-termination", "route": "refused",
+                     "config": {"status_code": 403, "message": "not for you"}}],
+        "certificates": [{"id": "a", "cert": cert, "key": key, "snis": ["a.example.test"]}],
+    })
+    .to_string()
+}
+
+/// Every call kind came back as the server sent it.
+fn assert_all_calls(got: &std::collections::BTreeMap<String, Value>) {
+    let unary = &got["Unary"];
+    assert_eq!(unary["code"], "OK", "{unary}");
+    assert_eq!(unary["value"]["echo"], "hello");
+    assert_eq!(
+        unary["trailers"]["x-trailer"], "unary",
+        "trailers reach the client"
+    );
+    assert_eq!(
+        unary["value"]["metadata"]["via"], "1.1 weir",
+        "it went through Weir"
+    );
+    assert_eq!(
+        got["ServerStream"]["value"],
+        json!(["0", "1", "2", "3", "4"])
+    );
+    assert_eq!(got["ServerStream"]["code"], "OK");
+    assert_eq!(got["ClientStream"]["value"], "a,b,c");
+    assert_eq!(got["Bidi"]["value"], json!(["echo:x", "echo:y"]));
+    // An error status from the upstream arrives intact, with its trailing metadata.
+    let fail = &got["Fail"];
+    assert_eq!(fail["code"], "INVALID_ARGUMENT", "{fail}");
+    assert_eq!(fail["details"], "bad thing");
+    assert_eq!(fail["trailers"]["x-reason"], "test");
+}
+
+#[test]
+fn every_kind_of_call_over_h2c_and_tls() {
+    let server = grpc_server();
+    let tls = free_port();
+    let w = Weir::start(
+        &table(server.port),
+        &["--tls-listen", &format!("127.0.0.1:{tls}")],
+    );
+    wait_for_port(tls);
+    let plain = format!("127.0.0.1:{}", w.proc.port);
+    assert_all_calls(&grpc_client(&["call", &plain]));
+    let secure = format!("127.0.0.1:{tls}");
+    let ca = format!("{FIXTURES}/ca.crt");
+    assert_all_calls(&grpc_client(&[
+        "call",
+        &secure,
+        "--tls",
+        &ca,
+        "a.example.test",
+    ]));
+}
+
+#[test]
+fn weirs_own_failures_are_grpc_statuses() {
+    let server = grpc_server();
+    let log = temp_dir("grpc-log").join("access.log");
+    let w = Weir::start_with(
+        &table(server.port),
+        &[],
+        Stdio::from(std::fs::File::create(&log).unwrap()),
+    );
+    let target = format!("127.0.0.1:{}", w.proc.port);
+    let one = |method: &str, extra: &[&str]| {
+        let mut args = vec!["one", target.as_str(), method];
+        args.extend_from_slice(extra);
+        grpc_client(&args).remove(method).unwrap()
+    };
+    // Paths of other services: peer.py's `one` calls /weir.test.Echo/<method>, so these
+    // go through a second client below.
+    let r = one("Unary", &[]);
+    assert_eq!(r["code"], "OK", "{r}");
+
+    // The upstream's answer takes 2 s; the client allows 300 ms.
+    let r = one("Slow", &["--timeout", "0.3"]);
+    assert_eq!(r["code"], "DEADLINE_EXCEEDED", "{r}");
+    // Weir itself keeps the deadline: a client that does not cancel (a bare HTTP/2 request
+    // with `grpc-timeout`) gets DEADLINE_EXCEEDED from Weir at 300 ms.
+    let started = Instant::now();
+    let (status, headers) = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(bare_h2_call(w.proc.port, "/weir.test.Echo/Slow", "300m"));
+    let took = started.elapsed();
+    assert_eq!(status, 200);
+    assert_eq!(headers.get("grpc-status").unwrap(), "4", "{headers:?}");
+    assert!(
+        took >= Duration::from_millis(290) && took < Duration::from_millis(1500),
+        "{took:?}"
+    );
+
+    let other = |path: &str| {
+        let out = Command::new("python3")
+            .args([
+                "-c",
+                "import grpc, json, sys\n\
+                 ch = grpc.insecure_channel(sys.argv[1])\n\
+                 try:\n    ch.unary_unary(sys.argv[2])(b'x', timeout=10); print(json.dumps({'code': 'OK'}))\n\
+                 except grpc.RpcError as e:\n    print(json.dumps({'code': e.code().name, 'details': e.details()}))",
+                &target,
+                path,
+            ])
+            .output()
+            .unwrap();
+        serde_json::from_slice::<Value>(&out.stdout)
+            .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)))
+    };
+    let r = other("/dead.Echo/Call");
+    assert_eq!(r["code"], "UNAVAILABLE", "{r}");
+    let r = other("/nowhere.Svc/Call");
+    assert_eq!(
+        (r["code"].as_str(), r["details"].as_str()),
+        (
+            Some("UNIMPLEMENTED"),
+            Some("no Route matched with those values")
+        )
+    );
+    let r = other("/refused.Echo/Call");
+    assert_eq!(
+        (r["code"].as_str(), r["details"].as_str()),
+        (Some("PERMISSION_DENIED"), Some("not for you"))
+    );
+
+    // The access log carries each call's gRPC status.
+    let want = [
+        ("/weir.test.Echo/Unary", 0),
+        ("/weir.test.Echo/Slow", 4),
+        ("/dead.Echo/Call", 14),
+        ("/nowhere.Svc/Call", 12),
+        ("/refused.Echo/Call", 7),
+    ];
+    let found = eventually(Duration::from_secs(5), || {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        let lines: Vec<Value> = text
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect();
+        want.iter().all(|(path, status)| {
+            lines
+                .iter()
+                .any(|l| l["path"] == *path && l["grpc_status"] == *status)
+        })
+    });
+    assert!(
+        found,
+        "access log: {}",
+        std::fs::read_to_string(&log).unwrap_or_default()
+    );
+}
+
+/// One gRPC call over HTTP/2 by hand (hyper, prior knowledge), with no deadline of its own
+/// beyond `grpc-timeout`; returns the status and the head (where a trailers-only answer keeps
+/// `grpc-status`).
+async fn bare_h2_call(port: u16, path: &str, timeout: &str) -> (u16, http::HeaderMap) {
+    use http_body_util::Full;
+    let client: hyper_util::client::legacy::Client<_, Full<bytes::Bytes>> =
+        hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+            .http2_only(true)
+            .build_http();
+    // One length-prefixed message: no compression, 1 byte.
+    let frame = bytes::Bytes::from_static(&[0, 0, 0, 0, 1, b'x']);
+    let req = http::Request::post(format!("http://127.0.0.1:{port}{path}"))
+        .header("content-type", "application/grpc")
+        .header("te", "trailers")
+        .header("grpc-timeout", timeout)
+        .body(Full::new(frame))
+        .unwrap();
+    let resp = tokio::time::timeout(Duration::from_secs(10), client.request(req))
+        .await
+        .expect("no answer in 10 s")
+        .expect("request failed");
+    (resp.status().as_u16(), resp.headers().clone())
+}
