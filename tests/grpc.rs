@@ -68,13 +68,15 @@ fn table(server: u16) -> String {
             {"id": "echo", "paths": [{"path": "/weir.test.Echo"}], "service": "echo"},
             {"id": "dead", "paths": [{"path": "/dead.Echo"}], "service": "dead"},
             {"id": "refused", "paths": [{"path": "/refused.Echo"}], "service": "echo"},
+            {"id": "web", "hosts": ["web.test"], "paths": [{"path": "/weir.test.Echo"}], "service": "echo"},
         ],
         "services": [
             {"id": "echo", "protocol": "grpc", "host": "127.0.0.1", "port": server},
             {"id": "dead", "protocol": "grpc", "host": "127.0.0.1", "port": free_port(), "retries": 0},
         ],
         "plugins": [{"id": "no", "name": "request-termination", "route": "refused",
-                     "config": {"status_code": 403, "message": "not for you"}}],
+                     "config": {"status_code": 403, "message": "not for you"}},
+                    {"id": "web", "name": "grpc-web", "route": "web", "config": {}}],
         "certificates": [{"id": "a", "cert": cert, "key": key, "snis": ["a.example.test"]}],
     })
     .to_string()
@@ -249,4 +251,154 @@ async fn bare_h2_call(port: u16, path: &str, timeout: &str) -> (u16, http::Heade
         .expect("no answer in 10 s")
         .expect("request failed");
     (resp.status().as_u16(), resp.headers().clone())
+}
+
+/// Splits a gRPC(-Web) body into its frames: (flag, payload).
+fn frames(mut body: &[u8]) -> Vec<(u8, Vec<u8>)> {
+    let mut out = Vec::new();
+    while body.len() >= 5 {
+        let len = u32::from_be_bytes([body[1], body[2], body[3], body[4]]) as usize;
+        assert!(body.len() >= 5 + len, "a cut frame: {body:?}");
+        out.push((body[0], body[5..5 + len].to_vec()));
+        body = &body[5 + len..];
+    }
+    assert!(body.is_empty(), "bytes after the last frame: {body:?}");
+    out
+}
+
+fn message(payload: &[u8]) -> Vec<u8> {
+    let mut m = vec![0];
+    m.extend_from_slice(&(payload.len() as u32).to_be_bytes());
+    m.extend_from_slice(payload);
+    m
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grpc_web_calls_reach_a_grpc_server() {
+    use base64::Engine as _;
+    let b64 = base64::engine::general_purpose::STANDARD;
+    let server = grpc_server();
+    let w = Weir::start(&table(server.port), &[]);
+    let c = client();
+    let url = |m: &str| w.url(&format!("/weir.test.Echo/{m}"));
+
+    // Binary mode over HTTP/1.1, as a browser's grpc-web client sends it.
+    let r = send(
+        &c,
+        "POST",
+        &url("Unary"),
+        &[
+            ("host", "web.test"),
+            ("content-type", "application/grpc-web+proto"),
+            ("x-grpc-web", "1"),
+        ],
+        message(b"hello"),
+    )
+    .await;
+    assert_eq!(r.status, 200, "{r:?}");
+    assert_eq!(r.header("content-type"), Some("application/grpc-web+proto"));
+    assert_eq!(r.header("access-control-allow-origin"), Some("*"));
+    let f = frames(&r.body);
+    assert_eq!(f.len(), 2, "{f:?}");
+    assert_eq!(f[0].0, 0);
+    let echoed: Value = serde_json::from_slice(&f[0].1).unwrap();
+    assert_eq!(echoed["echo"], "hello");
+    assert_eq!(f[1].0, 0x80, "the trailers travel as the last frame");
+    let trailers = String::from_utf8(f[1].1.clone()).unwrap();
+    assert!(trailers.contains("grpc-status:0\r\n"), "{trailers}");
+    assert!(trailers.contains("x-trailer:unary\r\n"), "{trailers}");
+
+    // Text mode: base64 both ways, the trailer frame included.
+    let r = send(
+        &c,
+        "POST",
+        &url("Unary"),
+        &[
+            ("host", "web.test"),
+            ("content-type", "application/grpc-web-text"),
+        ],
+        b64.encode(message(b"text")),
+    )
+    .await;
+    assert_eq!(r.status, 200, "{r:?}");
+    assert_eq!(
+        r.header("content-type"),
+        Some("application/grpc-web-text+proto")
+    );
+    let decoded = b64
+        .decode(&r.body)
+        .unwrap_or_else(|e| panic!("{e}: {:?}", r.body));
+    let f = frames(&decoded);
+    assert_eq!(f.len(), 2, "{f:?}");
+    let echoed: Value = serde_json::from_slice(&f[0].1).unwrap();
+    assert_eq!(echoed["echo"], "text");
+    assert_eq!(f[1].0, 0x80);
+    assert!(String::from_utf8_lossy(&f[1].1).contains("grpc-status:0\r\n"));
+
+    // An error answered trailers-only keeps its status in the head, as gRPC-Web allows.
+    let r = send(
+        &c,
+        "POST",
+        &url("Fail"),
+        &[
+            ("host", "web.test"),
+            ("content-type", "application/grpc-web+proto"),
+        ],
+        message(b""),
+    )
+    .await;
+    assert_eq!(r.status, 200, "{r:?}");
+    assert_eq!(r.header("grpc-status"), Some("3"));
+    assert_eq!(r.header("grpc-message"), Some("bad thing"));
+    assert_eq!(r.header("x-reason"), Some("test"));
+    assert!(r.body.is_empty());
+
+    // A browser's preflight is answered by Weir.
+    let r = send(
+        &c,
+        "OPTIONS",
+        &url("Unary"),
+        &[
+            ("host", "web.test"),
+            ("origin", "https://app.example"),
+            ("access-control-request-method", "POST"),
+        ],
+        "",
+    )
+    .await;
+    assert_eq!(r.status, 204);
+    assert!(r
+        .header("access-control-allow-headers")
+        .unwrap()
+        .contains("x-grpc-web"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_documented_grpc_web_example_serves_a_browser_call() {
+    let server = grpc_server();
+    let example = common::manifests::doc_example("grpc-web", 0)
+        .replace("port: 9001", &format!("port: {}", server.port))
+        // The example's method prefix, pointed at the test server's service.
+        .replace("/helloworld.Greeter", "/weir.test.Echo");
+    let w = common::manifests::Manifests::start(&[("10.yaml", &example)], &[]);
+    let r = send(
+        &client(),
+        "POST",
+        &w.url("/weir.test.Echo/Unary"),
+        &[
+            ("host", "api.example.com"),
+            ("content-type", "application/grpc-web+proto"),
+        ],
+        message(b"from the docs"),
+    )
+    .await;
+    assert_eq!(r.status, 200, "{r:?}");
+    assert_eq!(
+        r.header("access-control-allow-origin"),
+        Some("https://app.example.com")
+    );
+    let f = frames(&r.body);
+    let echoed: Value = serde_json::from_slice(&f[0].1).unwrap();
+    assert_eq!(echoed["echo"], "from the docs");
+    assert!(String::from_utf8_lossy(&f[1].1).contains("grpc-status:0\r\n"));
 }

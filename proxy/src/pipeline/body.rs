@@ -89,6 +89,8 @@ pub struct ProxyBody {
     inner: Inner,
     filter: bool,
     filtered_eof: bool,
+    /// Trailers held back while the bytes plugins made of them go first.
+    pending_trailers: Option<http::HeaderMap>,
     sent: u64,
     finish: Option<Box<Session>>,
 }
@@ -101,6 +103,7 @@ impl ProxyBody {
             inner: Inner::Full(Some(bytes)),
             filter,
             filtered_eof: false,
+            pending_trailers: None,
             sent: 0,
             finish,
         }
@@ -121,6 +124,7 @@ impl ProxyBody {
             },
             filter,
             filtered_eof: false,
+            pending_trailers: None,
             sent: 0,
             finish: Some(finish),
         }
@@ -190,6 +194,9 @@ impl Body for ProxyBody {
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         let this = self.get_mut();
         loop {
+            if let Some(t) = this.pending_trailers.take() {
+                return Poll::Ready(Some(Ok(Frame::trailers(t))));
+            }
             match this.poll_inner(cx) {
                 Poll::Pending => return Poll::Pending,
                 Poll::Ready(Some(Ok(frame))) => {
@@ -215,7 +222,34 @@ impl Body for ProxyBody {
                                         crate::server::grpc::status_in(t).or(f.record.grpc_status);
                                 }
                             }
-                            trailers
+                            if !this.filter {
+                                trailers
+                            } else {
+                                // The body's end for the filters, then their trailers hook;
+                                // what they produce goes out before the trailers.
+                                let f = this.finish.as_mut().expect("filtering implies a pipeline");
+                                let mut map = trailers.into_trailers().unwrap_or_default();
+                                let mut out = bytes::BytesMut::new();
+                                if !this.filtered_eof {
+                                    this.filtered_eof = true;
+                                    let mut chunk = BodyChunk {
+                                        data: Bytes::new(),
+                                        eof: true,
+                                    };
+                                    super::body_filter(&mut f.ctx, &mut chunk);
+                                    out.extend_from_slice(&chunk.data);
+                                }
+                                out.extend_from_slice(&super::trailers_filter(
+                                    &mut f.ctx, &mut map,
+                                ));
+                                if !map.is_empty() {
+                                    this.pending_trailers = Some(map);
+                                }
+                                if out.is_empty() {
+                                    continue;
+                                }
+                                Frame::data(out.freeze())
+                            }
                         }
                     };
                     if let Some(d) = frame.data_ref() {

@@ -289,6 +289,22 @@ pub fn body_filter(ctx: &mut RequestCtx, chunk: &mut BodyChunk) {
     }
 }
 
+/// Trailers of a filtered response: each plugin that filters bodies may edit them and add
+/// bytes to the body's end; returns those bytes.
+pub fn trailers_filter(ctx: &mut RequestCtx, trailers: &mut http::HeaderMap) -> BytesMut {
+    let chain = ctx.plugins.clone();
+    let mut out = BytesMut::new();
+    for p in chain.iter().filter(|p| p.filters_body) {
+        let _ = sync(p, "trailers_filter", || {
+            if let Some(b) = p.plugin.trailers_filter(ctx, trailers)? {
+                out.extend_from_slice(&b);
+            }
+            Ok(())
+        });
+    }
+    out
+}
+
 /// Log phase: every collected plugin's log handler.
 pub fn log(ctx: &RequestCtx, record: &LogRecord) {
     for p in ctx.plugins.iter() {

@@ -14,6 +14,7 @@ mod cors;
 #[cfg(any(test, feature = "test-plugins"))]
 pub mod example;
 mod factory;
+mod grpc_web;
 mod ip_restriction;
 mod rate_limiting;
 mod redirect;
@@ -194,6 +195,18 @@ pub trait Plugin: Send + Sync + 'static {
     /// Whether `body_filter` should be called (bodies stream untouched otherwise).
     fn filters_body(&self) -> bool {
         false
+    }
+
+    /// When the upstream's response trailers arrive (HTTP/2, gRPC), after `body_filter` saw
+    /// the last chunk (`eof`); only called when [`Plugin::filters_body`] is true. The plugin
+    /// may edit or empty the trailers (an empty map sends none) and return bytes to send as
+    /// the body's last chunk, before the trailers (gRPC-Web carries its trailers so).
+    fn trailers_filter(
+        &self,
+        _ctx: &mut RequestCtx,
+        _trailers: &mut HeaderMap,
+    ) -> Result<Option<Bytes>, PluginError> {
+        Ok(None)
     }
 
     /// Exactly once per request, when it ends for any reason: after the last byte was sent,

@@ -54,6 +54,7 @@ impl Registry {
             Arc::new(super::redirect::FACTORY),
             Arc::new(super::context_path::FACTORY),
             Arc::new(super::rewrite::FACTORY),
+            Arc::new(super::grpc_web::FACTORY),
             Arc::new(super::request_termination::FACTORY),
         ];
         // The plugins Weir's own tests observe the pipeline with: compiled in only when the
