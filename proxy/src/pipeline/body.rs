@@ -89,8 +89,9 @@ pub struct ProxyBody {
     inner: Inner,
     filter: bool,
     filtered_eof: bool,
-    /// Trailers held back while the bytes plugins made of them go first.
-    pending_trailers: Option<http::HeaderMap>,
+    /// Trailers held back while the bytes plugins made of them go first (boxed: every
+    /// response body carries the field, few ever use it).
+    pending_trailers: Option<Box<http::HeaderMap>>,
     sent: u64,
     finish: Option<Box<Session>>,
 }
@@ -195,7 +196,7 @@ impl Body for ProxyBody {
         let this = self.get_mut();
         loop {
             if let Some(t) = this.pending_trailers.take() {
-                return Poll::Ready(Some(Ok(Frame::trailers(t))));
+                return Poll::Ready(Some(Ok(Frame::trailers(*t))));
             }
             match this.poll_inner(cx) {
                 Poll::Pending => return Poll::Pending,
@@ -243,7 +244,7 @@ impl Body for ProxyBody {
                                     &mut f.ctx, &mut map,
                                 ));
                                 if !map.is_empty() {
-                                    this.pending_trailers = Some(map);
+                                    this.pending_trailers = Some(Box::new(map));
                                 }
                                 if out.is_empty() {
                                     continue;
