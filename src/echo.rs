@@ -3,8 +3,13 @@
 //! Every request is answered with JSON describing what arrived (method, path, raw query, host,
 //! headers, body length, protocol, the server's name and listen address). Query parameters:
 //! `status=N` sets the status, `delay_ms=N` waits before answering, `bytes=N` streams N bytes
-//! of body instead of JSON. WebSocket upgrades get an echo of every message. `connection`
-//! numbers the TCP connections accepted, so a client can tell whether its peer reuses them.
+//! of body instead of JSON, `sse=N` answers `text/event-stream` with N server-sent events
+//! `interval_ms=M` apart (default 1000; the first at once, each flushed on its own, each
+//! carrying its number and the Unix time in milliseconds it was sent:
+//! `id: 1\ndata: {"n":1,"of":N,"sent_unix_ms":T}\n\n`). WebSocket upgrades get an echo of
+//! every message; the text message `close` is answered instead with a close frame (1000) from
+//! the server, which then waits for the client's. `connection` numbers the TCP connections
+//! accepted, so a client can tell whether its peer reuses them.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -119,6 +124,20 @@ impl Echo {
         let mut resp = Response::builder()
             .status(status)
             .header("x-echo-name", &self.name);
+        if let Some(n) = query_param::<u64>(q, "sse") {
+            let interval = query_param::<u64>(q, "interval_ms").unwrap_or(1000);
+            let body = Events {
+                total: n,
+                sent: 0,
+                interval: Duration::from_millis(interval),
+                wait: None,
+            };
+            return resp
+                .header(header::CONTENT_TYPE, "text/event-stream")
+                .header(header::CACHE_CONTROL, "no-cache")
+                .body(BodyExt::boxed(body))
+                .expect("valid response");
+        }
         if let Some(n) = query_param::<u64>(q, "bytes") {
             resp = resp.header(header::CONTENT_TYPE, "application/octet-stream");
             let body = Chunks {
@@ -174,6 +193,51 @@ impl http_body::Body for Chunks {
     }
 }
 
+/// `total` server-sent events, `interval` apart, each its own frame (so flushed on its own).
+struct Events {
+    total: u64,
+    sent: u64,
+    interval: Duration,
+    /// The pause before the next event.
+    wait: Option<std::pin::Pin<Box<tokio::time::Sleep>>>,
+}
+
+impl http_body::Body for Events {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        if self.sent == self.total {
+            return std::task::Poll::Ready(None);
+        }
+        if let Some(wait) = self.wait.as_mut() {
+            std::task::ready!(std::future::Future::poll(wait.as_mut(), cx));
+            self.wait = None;
+        }
+        self.sent += 1;
+        let sent_unix_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64);
+        let event = format!(
+            "id: {n}\ndata: {{\"n\":{n},\"of\":{of},\"sent_unix_ms\":{sent_unix_ms}}}\n\n",
+            n = self.sent,
+            of = self.total,
+        );
+        if self.sent < self.total {
+            let interval = self.interval;
+            self.wait = Some(Box::pin(tokio::time::sleep(interval)));
+        }
+        std::task::Poll::Ready(Some(Ok(Frame::data(Bytes::from(event)))))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.sent == self.total
+    }
+}
+
 fn websocket(req: &mut Request<Incoming>) -> Response<EchoBody> {
     let Some(key) = req.headers().get("sec-websocket-key").cloned() else {
         return Response::builder()
@@ -202,7 +266,9 @@ fn websocket(req: &mut Request<Incoming>) -> Response<EchoBody> {
         .expect("valid response")
 }
 
-/// Echoes WebSocket frames (unmasked, same opcode and FIN bit) until a close frame.
+/// Echoes WebSocket frames (unmasked, same opcode and FIN bit) until a close frame; the text
+/// message `close` makes the server close first (close frame 1000 "bye", then it waits for the
+/// client's close frame, at most 10 s).
 async fn ws_echo<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>(
     mut s: S,
 ) -> std::io::Result<()> {
@@ -231,6 +297,17 @@ async fn ws_echo<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>(
                 *b ^= mask[i % 4];
             }
         }
+        if opcode == 0x1 && h[0] & 0x80 != 0 && payload == b"close" {
+            s.write_all(&[0x88, 5, 0x03, 0xe8, b'b', b'y', b'e'])
+                .await?;
+            s.flush().await?;
+            return match tokio::time::timeout(Duration::from_secs(10), ws_await_close(&mut s)).await
+            {
+                Ok(Ok(())) => s.shutdown().await,
+                Ok(Err(e)) => Err(e),
+                Err(_) => Ok(()),
+            };
+        }
         let reply_first = match opcode {
             0x9 => 0x80 | 0xA,
             0xA => continue,
@@ -252,6 +329,26 @@ async fn ws_echo<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>(
         s.write_all(&frame).await?;
         if opcode == 0x8 {
             return s.shutdown().await;
+        }
+    }
+}
+
+/// Reads and drops frames until the peer's close frame (after the server sent its own).
+async fn ws_await_close<S: tokio::io::AsyncRead + Unpin>(s: &mut S) -> std::io::Result<()> {
+    loop {
+        let mut h = [0u8; 2];
+        s.read_exact(&mut h).await?;
+        let len = match h[1] & 0x7f {
+            126 => s.read_u16().await? as u64,
+            127 => s.read_u64().await?,
+            n => n as u64,
+        } + if h[1] & 0x80 != 0 { 4 } else { 0 };
+        let skipped = tokio::io::copy(&mut (&mut *s).take(len), &mut tokio::io::sink()).await?;
+        if skipped < len {
+            return Err(std::io::ErrorKind::UnexpectedEof.into());
+        }
+        if h[0] & 0x0f == 0x8 {
+            return Ok(());
         }
     }
 }
