@@ -1,0 +1,124 @@
+#!/usr/bin/env python3
+"""gRPC-shaped unary calls over HTTP/2: requests per second straight to the upstream, through
+Weir (`protocol: grpc`), and through nginx's `grpc_pass`, measured in turn in one run.
+
+    cargo build --release
+    python3 bench/grpc.py                       # 3 rounds x 5 s per contender
+    python3 bench/grpc.py --seconds 10 --rounds 5 --weir PATH
+
+Every call is a POST with `content-type: application/grpc`, `te: trailers` and one 5-byte
+length-prefixed message, from h2load (nghttp2) over h2c: 32 connections, 8 streams each. The
+upstream is `weir echo` (an h2c server, a JSON answer per call) on CPU 1 with h2load; Weir and
+nginx each run one worker pinned to CPU 0, one after the other. The upstream is not a gRPC
+server (no trailers), which makes no difference to what a proxy does per call. Needs h2load
+(`apt-get install nghttp2-client`), nginx and taskset.
+"""
+
+import argparse
+import json
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from callgrind import free_port, wait_port  # bench/ is this script's folder, so on sys.path
+
+REPO = Path(__file__).resolve().parent.parent
+HOST = "127.0.0.1"
+PATH = "/weir.test.Echo/Unary"
+
+
+def start(argv: list, cpu: str, **kw) -> subprocess.Popen:
+    return subprocess.Popen(["taskset", "-c", cpu] + argv, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, **kw)
+
+
+def h2load(port: int, body: Path, seconds: int) -> float:
+    out = subprocess.run(
+        ["taskset", "-c", "1", "h2load", "-c", "32", "-m", "8", "-D", str(seconds),
+         "-H", "content-type: application/grpc", "-H", "te: trailers", "-d", str(body),
+         f"http://{HOST}:{port}{PATH}"],
+        capture_output=True, text=True, check=True).stdout
+    # With -D, the calls in flight when time is up count as failed: at most 32 x 8 of them.
+    failed = re.search(r"requests: .* (\d+) failed", out)
+    codes = re.search(r"status codes: \d+ 2xx, (\d+) 3xx, (\d+) 4xx, (\d+) 5xx", out)
+    if not failed or int(failed.group(1)) > 256 or not codes or codes.groups() != ("0", "0", "0"):
+        raise RuntimeError(f"failed calls through port {port}:\n{out}")
+    return float(re.search(r"finished in [\d.]+\w+, ([\d.]+) req/s", out).group(1))
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--weir", type=Path, default=REPO / "target/release/weir")
+    ap.add_argument("--seconds", type=int, default=5)
+    ap.add_argument("--rounds", type=int, default=3)
+    args = ap.parse_args()
+    for tool in ("h2load", "nginx", "taskset"):
+        if not shutil.which(tool) and not Path(f"/usr/sbin/{tool}").exists():
+            print(f"missing {tool}", file=sys.stderr)
+            return 2
+    tmp = Path(tempfile.mkdtemp(prefix="weir-grpc-bench-"))
+    procs = []
+    try:
+        up, weir_port, admin, nginx_port = free_port(), free_port(), free_port(), free_port()
+        body = tmp / "call.bin"
+        body.write_bytes(bytes([0, 0, 0, 0, 5]) + b"hello")
+        procs.append(start([str(args.weir), "echo", "--listen", f"{HOST}:{up}", "--name", "up"], "1",
+                           env={"RUST_LOG": "warn"}))
+        (tmp / "table.json").write_text(json.dumps({
+            "routes": [{"id": "g", "paths": [{"path": "/weir.test.Echo"}], "service": "g"}],
+            "services": [{"id": "g", "protocol": "grpc", "host": HOST, "port": up}],
+        }))
+        procs.append(start([str(args.weir), "proxy", "--config", str(tmp / "table.json"),
+                            "--listen", f"{HOST}:{weir_port}", "--admin-listen", f"{HOST}:{admin}",
+                            "--worker-threads", "1", "--access-log", "false"], "0",
+                           env={"RUST_LOG": "warn"}))
+        (tmp / "nginx.conf").write_text(f"""
+worker_processes 1; daemon off; pid {tmp}/nginx.pid; error_log /dev/null;
+events {{ worker_connections 4096; }}
+http {{ access_log off; keepalive_requests 10000000;
+  upstream up {{ server {HOST}:{up}; keepalive 64; keepalive_requests 10000000; }}
+  server {{ listen {HOST}:{nginx_port} http2; http2_max_concurrent_streams 128;
+    location / {{ grpc_pass grpc://up; }} }} }}
+""")
+        procs.append(start(["nginx", "-c", str(tmp / "nginx.conf"), "-p", str(tmp)], "0"))
+        for p in (up, weir_port, nginx_port):
+            wait_port(p)
+        time.sleep(0.5)
+        contenders = {"direct": up, "weir": weir_port, "nginx": nginx_port}
+        for port in contenders.values():
+            h2load(port, body, 1)
+        rps = {c: [] for c in contenders}
+        for i in range(args.rounds):
+            for c, port in contenders.items():
+                rps[c].append(h2load(port, body, args.seconds))
+            print(f"round {i + 1}: " + ", ".join(f"{c} {rps[c][-1]:,.0f}" for c in contenders),
+                  file=sys.stderr)
+        med = {c: statistics.median(v) for c, v in rps.items()}
+        result = {
+            "requests_per_second": med,
+            "ratio_to_direct": {c: round(med[c] / med["direct"], 3) for c in contenders},
+            "weir_to_nginx": round(med["weir"] / med["nginx"], 3),
+            "rounds": args.rounds, "seconds": args.seconds,
+        }
+        print(json.dumps(result, indent=2))
+        out = REPO / "bench/results/grpc.json"
+        out.write_text(json.dumps(result, indent=2) + "\n")
+        return 0
+    finally:
+        for p in procs:
+            p.terminate()
+        for p in procs:
+            try:
+                p.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                p.kill()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
