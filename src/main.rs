@@ -17,7 +17,7 @@ use weir_controller::cluster::{ControllerOptions, Publish};
 use weir_controller::standalone::Standalone;
 use weir_controller::{Key, Options};
 use weir_proxy::router::EscapedSlashes;
-use weir_proxy::server::Cidr;
+use weir_proxy::server::{Cidr, Http2Options};
 use weir_proxy::{Config, Proxy, ProxyOptions, Registry};
 
 #[derive(Parser)]
@@ -204,6 +204,80 @@ struct ProxyArgs {
     /// Time in-flight requests get to finish after SIGTERM.
     #[arg(long, env = "WEIR_SHUTDOWN_GRACE", default_value = "30s", value_parser = parse_duration)]
     shutdown_grace: Duration,
+    #[command(flatten)]
+    h2: H2Args,
+}
+
+/// Limits of HTTP/2 client connections (h2c and TLS with ALPN `h2`).
+#[derive(Args)]
+struct H2Args {
+    /// HTTP/2 streams a client may have open at once on one connection; more are refused (REFUSED_STREAM).
+    #[arg(long, env = "WEIR_H2_MAX_CONCURRENT_STREAMS", default_value_t = 128, value_parser = clap::value_parser!(u32).range(1..))]
+    h2_max_concurrent_streams: u32,
+    /// Bytes of request body an HTTP/2 client may send ahead on one stream (65535 to 2147483647).
+    #[arg(long, env = "WEIR_H2_INITIAL_STREAM_WINDOW", default_value_t = 1024 * 1024, value_parser = parse_h2_window)]
+    h2_initial_stream_window: u32,
+    /// Bytes of request bodies an HTTP/2 client may send ahead on one connection (65535 to 2147483647).
+    #[arg(long, env = "WEIR_H2_INITIAL_CONNECTION_WINDOW", default_value_t = 2 * 1024 * 1024, value_parser = parse_h2_window)]
+    h2_initial_connection_window: u32,
+    /// Largest HTTP/2 request header list in bytes (names, values and 32 bytes a field; 431 above; default: --max-header-bytes).
+    #[arg(long, env = "WEIR_H2_MAX_HEADER_LIST_SIZE", value_parser = clap::value_parser!(u32).range(1024..))]
+    h2_max_header_list_size: Option<u32>,
+    /// HTTP/2 streams reset by the client before they started that may wait at once; one more closes the connection (rapid-reset protection).
+    #[arg(long, env = "WEIR_H2_MAX_PENDING_RESET_STREAMS", default_value_t = 20, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
+    h2_max_pending_reset_streams: usize,
+    /// HTTP/2 streams the proxy may reset for a client's errors on one connection; one more closes it.
+    #[arg(long, env = "WEIR_H2_MAX_LOCAL_RESET_STREAMS", default_value_t = 1024, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
+    h2_max_local_reset_streams: usize,
+    /// HTTP/2 streams a client may reset after they started (their upstream request sent), on one connection while they are more than half of its streams; one more closes it (rapid-reset protection).
+    #[arg(long, env = "WEIR_H2_MAX_CANCELLED_STREAMS", default_value_t = 100, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
+    h2_max_cancelled_streams: usize,
+    /// Interval of HTTP/2 PING frames that check a client connection is alive (none by default).
+    #[arg(long, env = "WEIR_H2_PING_INTERVAL", value_parser = parse_positive_duration)]
+    h2_ping_interval: Option<Duration>,
+    /// Time an HTTP/2 PING has to be answered before the connection is closed.
+    #[arg(long, env = "WEIR_H2_PING_TIMEOUT", default_value = "20s", value_parser = parse_positive_duration)]
+    h2_ping_timeout: Duration,
+}
+
+impl H2Args {
+    fn options(&self) -> Http2Options {
+        Http2Options {
+            max_concurrent_streams: self.h2_max_concurrent_streams,
+            initial_stream_window: self.h2_initial_stream_window,
+            initial_connection_window: self.h2_initial_connection_window,
+            max_header_list_size: self.h2_max_header_list_size,
+            max_pending_reset_streams: self.h2_max_pending_reset_streams,
+            max_local_reset_streams: self.h2_max_local_reset_streams,
+            max_cancelled_streams: self.h2_max_cancelled_streams,
+            ping_interval: self.h2_ping_interval,
+            ping_timeout: self.h2_ping_timeout,
+        }
+    }
+}
+
+/// An HTTP/2 flow-control window in bytes: from the protocol's initial 65535 to 2^31 - 1.
+fn parse_h2_window(s: &str) -> Result<u32, String> {
+    let (min, max) = (Http2Options::MIN_WINDOW, Http2Options::MAX_WINDOW);
+    let n: u64 = s
+        .trim()
+        .parse()
+        .map_err(|_| format!("{s:?} is not a number of bytes"))?;
+    if n < u64::from(min) || n > u64::from(max) {
+        return Err(format!(
+            "{n} is not between {min} (HTTP/2's initial window) and {max} (its largest)"
+        ));
+    }
+    Ok(n as u32)
+}
+
+/// A duration above zero.
+fn parse_positive_duration(s: &str) -> Result<Duration, String> {
+    let d = parse_duration(s)?;
+    if d.is_zero() {
+        return Err(format!("{s:?}: must be above zero"));
+    }
+    Ok(d)
 }
 
 #[derive(Args)]
@@ -265,7 +339,7 @@ fn registry() -> Registry {
 }
 
 fn run_proxy(cmd: ProxyCommand) -> anyhow::Result<()> {
-    let proxy = Proxy::new(cmd.proxy.options(), registry());
+    let proxy = Proxy::new(cmd.proxy.options()?, registry());
     if let Some(path) = &cmd.config {
         let text = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
         let config = Config::parse(&text).with_context(|| format!("parsing {}", path.display()))?;
@@ -288,7 +362,7 @@ fn run_standalone(args: StandaloneArgs) -> anyhow::Result<()> {
         "{} is not a folder of manifests",
         args.dir.display()
     );
-    let proxy = Proxy::new(args.proxy.options(), registry());
+    let proxy = Proxy::new(args.proxy.options()?, registry());
     let mut source = Standalone::new(args.dir.clone(), args.controller.options(), proxy.clone());
     source.sync();
     std::thread::Builder::new()
@@ -345,9 +419,11 @@ fn run_controller(args: ControllerCommand) -> anyhow::Result<()> {
 }
 
 impl ProxyArgs {
-    fn options(&self) -> ProxyOptions {
+    fn options(&self) -> anyhow::Result<ProxyOptions> {
         let defaults = ProxyOptions::default();
-        ProxyOptions {
+        let http2 = self.h2.options();
+        http2.validate().map_err(anyhow::Error::msg)?;
+        Ok(ProxyOptions {
             listen: self.listen,
             tls_listen: self.tls_listen,
             admin_listen: self.admin_listen,
@@ -367,8 +443,9 @@ impl ProxyArgs {
             access_log: self.access_log,
             access_log_queue: self.access_log_queue,
             shutdown_grace: self.shutdown_grace,
+            http2,
             ..defaults
-        }
+        })
     }
 }
 
@@ -397,5 +474,16 @@ mod tests {
             Some("http")
         );
         assert!(parse_backend("web:80").is_err());
+    }
+
+    #[test]
+    fn h2_windows() {
+        assert_eq!(parse_h2_window("65535"), Ok(65_535));
+        assert_eq!(parse_h2_window("2147483647"), Ok(2_147_483_647));
+        assert!(parse_h2_window("65534").is_err());
+        assert!(parse_h2_window("2147483648").is_err());
+        assert!(parse_h2_window("1MiB").is_err());
+        assert!(parse_positive_duration("0s").is_err());
+        assert_eq!(parse_positive_duration("5s"), Ok(Duration::from_secs(5)));
     }
 }

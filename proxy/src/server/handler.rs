@@ -174,7 +174,8 @@ pub async fn handle(
     // A gRPC client's deadline bounds the wait for the upstream's answer.
     let deadline = p.s.grpc.as_ref().and_then(|_| {
         let timeout = grpc::parse_timeout(head.headers.get(grpc::GRPC_TIMEOUT)?)?;
-        Some(p.s.ctx.timings.start + timeout)
+        // 99999999H is 11,000 years: no deadline rather than an overflow.
+        p.s.ctx.timings.start.checked_add(timeout)
     });
 
     // rewrite: global plugins only.

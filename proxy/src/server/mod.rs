@@ -68,6 +68,106 @@ pub struct ProxyOptions {
     pub shutdown_grace: Duration,
     /// Largest routing table `POST /config` accepts.
     pub admin_max_body: usize,
+    /// Limits of HTTP/2 client connections.
+    pub http2: Http2Options,
+}
+
+/// Limits of HTTP/2 client connections (h2c and ALPN `h2`), applied to every connection.
+///
+/// Rapid reset (CVE-2023-44487) is bounded twice: streams the client resets before the server
+/// started them count against `max_pending_reset_streams` (past it the connection gets GOAWAY
+/// `ENHANCE_YOUR_CALM`), and streams it resets after they started (their upstream request
+/// sent) against `max_cancelled_streams` (past it the connection gets GOAWAY, its new streams
+/// 503 without an upstream request, and it is closed 100 ms later). CONTINUATION floods are
+/// bounded by `max_header_list_size`: a header block may span only about as many frames as
+/// that size needs, and past it the connection gets GOAWAY.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Http2Options {
+    /// Streams a client may have open at once on one connection
+    /// (`SETTINGS_MAX_CONCURRENT_STREAMS`); more are refused with `REFUSED_STREAM`.
+    pub max_concurrent_streams: u32,
+    /// Bytes of a request body a client may send ahead on one stream
+    /// (`SETTINGS_INITIAL_WINDOW_SIZE`); at least 65,535, at most 2^31 - 1.
+    pub initial_stream_window: u32,
+    /// Bytes of request bodies a client may send ahead on the whole connection; at least
+    /// 65,535, at most 2^31 - 1.
+    pub initial_connection_window: u32,
+    /// Largest request header list (`SETTINGS_MAX_HEADER_LIST_SIZE`: names, values and 32
+    /// bytes a field), 431 above it; `None` takes `max_header_bytes`.
+    pub max_header_list_size: Option<u32>,
+    /// Streams reset by the client before the server started them that may wait at once;
+    /// one more closes the connection (GOAWAY `ENHANCE_YOUR_CALM`).
+    pub max_pending_reset_streams: usize,
+    /// Streams the server may reset because of the client's errors over a connection's
+    /// life; one more closes the connection (GOAWAY `ENHANCE_YOUR_CALM`).
+    pub max_local_reset_streams: usize,
+    /// Streams a client may reset after they started, before their answer, on one
+    /// connection while such streams are more than half of the connection's; one more
+    /// closes the connection.
+    pub max_cancelled_streams: usize,
+    /// Interval of PING frames that check a connection is alive; `None` for none.
+    pub ping_interval: Option<Duration>,
+    /// Time a PING has to be answered before the connection is closed.
+    pub ping_timeout: Duration,
+}
+
+impl Default for Http2Options {
+    fn default() -> Self {
+        Http2Options {
+            max_concurrent_streams: 128,
+            initial_stream_window: 1024 * 1024,
+            initial_connection_window: 2 * 1024 * 1024,
+            max_header_list_size: None,
+            max_pending_reset_streams: 20,
+            max_local_reset_streams: 1024,
+            max_cancelled_streams: 100,
+            ping_interval: None,
+            ping_timeout: Duration::from_secs(20),
+        }
+    }
+}
+
+impl Http2Options {
+    /// The largest window RFC 9113 allows (§6.9.1).
+    pub const MAX_WINDOW: u32 = (1 << 31) - 1;
+    /// The window every stream and connection starts with (RFC 9113 §6.9.2).
+    pub const MIN_WINDOW: u32 = 65_535;
+
+    /// Checks the limits; the message names the offending setting.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.max_concurrent_streams == 0 {
+            return Err("HTTP/2 max concurrent streams must be at least 1".into());
+        }
+        for (name, v) in [
+            ("initial stream window", self.initial_stream_window),
+            ("initial connection window", self.initial_connection_window),
+        ] {
+            if !(Self::MIN_WINDOW..=Self::MAX_WINDOW).contains(&v) {
+                return Err(format!(
+                    "HTTP/2 {name} must be between {} and {} bytes, not {v}",
+                    Self::MIN_WINDOW,
+                    Self::MAX_WINDOW
+                ));
+            }
+        }
+        if let Some(v) = self.max_header_list_size {
+            if v < 1024 {
+                return Err(format!(
+                    "HTTP/2 max header list size must be at least 1024 bytes, not {v}"
+                ));
+            }
+        }
+        if self.max_pending_reset_streams == 0
+            || self.max_local_reset_streams == 0
+            || self.max_cancelled_streams == 0
+        {
+            return Err("HTTP/2 reset-stream limits must be at least 1".into());
+        }
+        if self.ping_interval == Some(Duration::ZERO) || self.ping_timeout.is_zero() {
+            return Err("HTTP/2 ping interval and timeout must be above zero".into());
+        }
+        Ok(())
+    }
 }
 
 impl Default for ProxyOptions {
@@ -90,6 +190,7 @@ impl Default for ProxyOptions {
             access_log_queue: 16_384,
             shutdown_grace: Duration::from_secs(30),
             admin_max_body: 64 * 1024 * 1024,
+            http2: Http2Options::default(),
         }
     }
 }
@@ -493,11 +594,82 @@ fn connection_builder(opts: &ProxyOptions) -> auto::Builder<TokioExecutor> {
         .header_read_timeout(None)
         .max_buf_size(opts.max_header_bytes.max(8192))
         .max_headers(opts.max_headers);
+    let h2 = &opts.http2;
+    let header_list = h2
+        .max_header_list_size
+        .unwrap_or(opts.max_header_bytes.min(u32::MAX as usize) as u32);
     b.http2()
         .timer(TokioTimer::new())
-        .max_header_list_size(opts.max_header_bytes as u32)
-        .max_concurrent_streams(256);
+        .max_header_list_size(header_list)
+        .max_concurrent_streams(h2.max_concurrent_streams)
+        .initial_stream_window_size(h2.initial_stream_window)
+        .initial_connection_window_size(h2.initial_connection_window)
+        .max_pending_accept_reset_streams(h2.max_pending_reset_streams)
+        .max_local_error_reset_streams(h2.max_local_reset_streams)
+        .keep_alive_interval(h2.ping_interval)
+        .keep_alive_timeout(h2.ping_timeout);
     b
+}
+
+/// Requests of one connection whose client reset them before their answer.
+///
+/// h2 itself closes a connection whose client resets streams faster than they are started
+/// (`max_pending_reset_streams`); a client that waits until each stream has started (and its
+/// upstream request is on its way) before resetting it is stopped here, as Envoy does: once
+/// more than `limit` started requests were reset, and they are more than half of the
+/// connection's, the connection is closed.
+struct Cancels {
+    limit: usize,
+    started: AtomicUsize,
+    cancelled: AtomicUsize,
+    /// The limit was passed.
+    tripped: AtomicBool,
+    /// Wakes the connection's task when the limit is passed.
+    notify: tokio::sync::Notify,
+}
+
+impl Cancels {
+    fn new(limit: usize) -> Arc<Cancels> {
+        Arc::new(Cancels {
+            limit,
+            started: AtomicUsize::new(0),
+            cancelled: AtomicUsize::new(0),
+            tripped: AtomicBool::new(false),
+            notify: tokio::sync::Notify::new(),
+        })
+    }
+
+    /// Counts a started request; the guard counts it cancelled unless it is answered.
+    fn start(self: &Arc<Self>) -> Started {
+        self.started.fetch_add(1, Ordering::Relaxed);
+        Started(Some(self.clone()))
+    }
+}
+
+/// How long a connection that reset too many started streams has, after its GOAWAY, before it
+/// is dropped (what it sends meanwhile is answered 503 without reaching an upstream).
+const CANCELS_CLOSE_GRACE: Duration = Duration::from_millis(100);
+
+/// A started request of a [`Cancels`]; dropped unanswered, it counts as reset by the client.
+struct Started(Option<Arc<Cancels>>);
+
+impl Started {
+    fn answered(mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for Started {
+    fn drop(&mut self) {
+        let Some(c) = self.0.take() else { return };
+        let cancelled = c.cancelled.fetch_add(1, Ordering::Relaxed) + 1;
+        if cancelled > c.limit
+            && cancelled * 2 > c.started.load(Ordering::Relaxed)
+            && !c.tripped.swap(true, Ordering::Relaxed)
+        {
+            c.notify.notify_one();
+        }
+    }
 }
 
 /// How long a connection asked to close (idle, or at shutdown) may take to go before it is
@@ -543,17 +715,30 @@ async fn serve_connection<S>(
         (stream, bytes::Bytes::new(), &builders.auto, false)
     };
     let stream = h1::Rewind::new(stream, read);
+    let cancels = Cancels::new(shared.opts.http2.max_cancelled_streams);
+    let peer = conn_info.peer;
     let svc = {
         let shared = shared.clone();
         let activity = activity.clone();
+        let cancels = cancels.clone();
         hyper::service::service_fn(move |req| {
             let shared = shared.clone();
             let activity = activity.clone();
             let conn_info = conn_info.clone();
+            let cancels = cancels.clone();
             async move {
+                if cancels.tripped.load(Ordering::Relaxed) {
+                    // The connection is closing for resetting too many streams: what it
+                    // still sends goes nowhere.
+                    let mut resp = http::Response::new(crate::pipeline::ProxyBody::empty());
+                    *resp.status_mut() = http::StatusCode::SERVICE_UNAVAILABLE;
+                    return Ok::<_, Infallible>(resp);
+                }
+                let started = cancels.start();
                 let (head, body) = req.into_parts();
                 let resp = handler::handle(shared, conn_info, activity, head, Some(body)).await;
-                Ok::<_, Infallible>(resp)
+                started.answered();
+                Ok(resp)
             }
         })
     };
@@ -578,9 +763,24 @@ async fn serve_connection<S>(
         force_close = Some(tokio::time::Instant::now() + IDLE_CLOSE_GRACE);
     }
     let mut check_at = tokio::time::Instant::now() + idle_limit;
+    // Set once the client reset too many started streams: the connection is dropped then,
+    // whatever is in flight.
+    let mut hard_close: Option<tokio::time::Instant> = None;
     loop {
         tokio::select! {
             _ = conn.as_mut() => break,
+            _ = cancels.notify.notified(), if hard_close.is_none() => {
+                tracing::debug!(
+                    %peer,
+                    "client reset too many streams (rapid reset): closing the connection"
+                );
+                if !closing {
+                    closing = true;
+                    conn.as_mut().graceful_shutdown();
+                }
+                hard_close = Some(tokio::time::Instant::now() + CANCELS_CLOSE_GRACE);
+            }
+            _ = tokio::time::sleep_until(hard_close.unwrap_or(check_at)), if hard_close.is_some() => break,
             _ = stop.changed(), if !closing => {
                 closing = true;
                 conn.as_mut().graceful_shutdown();
