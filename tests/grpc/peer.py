@@ -5,7 +5,7 @@ No generated code: messages are raw bytes (the identity serializer), methods are
 by name under the service `weir.test.Echo`.
 
     peer.py serve PORT [--tls CERT KEY]      serve until killed; prints "ready" once listening
-    peer.py call TARGET [--tls CA NAME] [--timeout S] [--metadata k=v]...
+    peer.py call TARGET [--tls CA NAME] [--authority HOST] [--timeout S] [--metadata k=v]...
                                              runs every call kind, prints one JSON line each
     peer.py one TARGET METHOD [--timeout S]  one unary call of METHOD; prints its JSON line
 
@@ -75,12 +75,14 @@ def serve(port: int, tls) -> None:
     server.wait_for_termination()
 
 
-def channel(target: str, tls):
+def channel(target: str, tls, authority):
+    options = (("grpc.default_authority", authority),) if authority else ()
     if tls:
         ca, name = tls
         creds = grpc.ssl_channel_credentials(root_certificates=open(ca, "rb").read())
-        return grpc.secure_channel(target, creds, options=(("grpc.ssl_target_name_override", name),))
-    return grpc.insecure_channel(target)
+        return grpc.secure_channel(
+            target, creds, options=options + (("grpc.ssl_target_name_override", name),))
+    return grpc.insecure_channel(target, options=options)
 
 
 def outcome(fn):
@@ -125,6 +127,7 @@ def main() -> int:
     tls = None
     timeout = 10.0
     metadata = []
+    authority = None
     if mode == "serve":
         port = int(args.pop(0))
         if args and args[0] == "--tls":
@@ -137,12 +140,14 @@ def main() -> int:
         a = args.pop(0)
         if a == "--tls":
             tls = (args.pop(0), args.pop(0))
+        elif a == "--authority":
+            authority = args.pop(0)
         elif a == "--timeout":
             timeout = float(args.pop(0))
         elif a == "--metadata":
             k, v = args.pop(0).split("=", 1)
             metadata.append((k, v))
-    with channel(target, tls) as ch:
+    with channel(target, tls, authority) as ch:
         if mode == "one":
             u = ch.unary_unary(f"/{SERVICE}/{method}", request_serializer=ident, response_deserializer=ident)
             r = outcome(lambda: (lambda r: (r[0].decode(errors="replace"), r[1]))(

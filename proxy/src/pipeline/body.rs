@@ -108,6 +108,27 @@ impl ProxyBody {
             sent: 0,
             finish,
         }
+        .filtered_if_over()
+    }
+
+    /// A body that is over before it starts (a trailers-only gRPC answer, a 204) goes through
+    /// the filters' eof at once: if they add nothing it stays empty and ends with the head
+    /// (HTTP/2 END_STREAM on HEADERS), as it would without filtering plugins.
+    fn filtered_if_over(mut self) -> ProxyBody {
+        if self.filter && self.is_inner_end() {
+            let f = self.finish.as_mut().expect("filtering implies a pipeline");
+            let mut chunk = BodyChunk {
+                data: Bytes::new(),
+                eof: true,
+            };
+            super::body_filter(&mut f.ctx, &mut chunk);
+            self.filter = false;
+            self.filtered_eof = true;
+            if !chunk.data.is_empty() {
+                self.inner = Inner::Full(Some(chunk.data));
+            }
+        }
+        self
     }
 
     /// A body streamed from the upstream (which returns its connection to the pool at its end).
@@ -129,6 +150,7 @@ impl ProxyBody {
             sent: 0,
             finish: Some(finish),
         }
+        .filtered_if_over()
     }
 
     /// An empty body outside any request pipeline (admin API, tunnels).

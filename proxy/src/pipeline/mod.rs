@@ -183,7 +183,9 @@ pub async fn access(
 
 /// Whether any collected plugin reads request bodies.
 pub fn reads_request_body(ctx: &RequestCtx) -> bool {
-    ctx.plugins.iter().any(|p| p.reads_request_body)
+    ctx.plugins
+        .iter()
+        .any(|p| p.reads_request_body && p.plugin.wants_request_body(ctx))
 }
 
 /// Why the request body phase did not produce a body to forward.
@@ -249,6 +251,9 @@ where
         };
         let mut chunk = BodyChunk { data, eof };
         for p in chain.iter().filter(|p| p.reads_request_body) {
+            if !p.plugin.wants_request_body(ctx) {
+                continue;
+            }
             let (c, k) = (&mut *ctx, &mut chunk);
             let flow = match call(p, "request_body", || p.plugin.request_body(c, k)) {
                 Called::Now(flow) => flow,

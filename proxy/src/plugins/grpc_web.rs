@@ -177,8 +177,20 @@ fn encode_text(data: &[u8]) -> Bytes {
 
 impl Plugin for GrpcWeb {
     fn access<'a>(&'a self, ctx: &'a mut RequestCtx, req: &'a mut RequestHead) -> Handled<'a> {
-        if req.method == Method::OPTIONS && req.headers.contains_key(header::ORIGIN) {
-            return Flow::Respond(self.preflight.clone()).into();
+        if req.method == Method::OPTIONS
+            && req.headers.contains_key(header::ORIGIN)
+            && req
+                .headers
+                .contains_key(header::ACCESS_CONTROL_REQUEST_METHOD)
+        {
+            let mut answer = self.preflight.clone();
+            // Whatever metadata the client means to send is allowed (PROTOCOL-WEB).
+            if let Some(asked) = req.headers.get(header::ACCESS_CONTROL_REQUEST_HEADERS) {
+                answer
+                    .headers
+                    .insert(header::ACCESS_CONTROL_ALLOW_HEADERS, asked.clone());
+            }
+            return Flow::Respond(answer).into();
         }
         let Some(mode) = req
             .headers
@@ -191,15 +203,19 @@ impl Plugin for GrpcWeb {
         if let Ok(v) = HeaderValue::from_str(&grpc) {
             req.headers.insert(header::CONTENT_TYPE, v);
         }
-        // gRPC servers require it; browsers cannot send it.
-        req.headers
-            .insert(header::TE, HeaderValue::from_static("trailers"));
+        // `te: trailers` is the proxy's to add, for HTTP/2 upstreams only.
         ctx.slots.insert(mode);
         Flow::Continue.into()
     }
 
     fn reads_request_body(&self) -> bool {
         true
+    }
+
+    /// Only text-mode bodies need decoding: binary gRPC-Web and plain gRPC calls (streaming
+    /// ones included) stream through.
+    fn wants_request_body(&self, ctx: &RequestCtx) -> bool {
+        ctx.slots.get::<Mode>().is_some_and(|m| m.text)
     }
 
     fn request_body<'a>(
@@ -247,14 +263,25 @@ impl Plugin for GrpcWeb {
         }
         // The trailer frame (and base64) change the length.
         resp.headers.remove(header::CONTENT_LENGTH);
-        resp.headers.insert(
-            header::ACCESS_CONTROL_ALLOW_ORIGIN,
-            self.allow_origin.clone(),
-        );
-        resp.headers.insert(
-            header::ACCESS_CONTROL_EXPOSE_HEADERS,
-            HeaderValue::from_static("grpc-status,grpc-message"),
-        );
+        // The `cors` plugin's answer, when it gave one, stands.
+        if !resp
+            .headers
+            .contains_key(header::ACCESS_CONTROL_ALLOW_ORIGIN)
+        {
+            resp.headers.insert(
+                header::ACCESS_CONTROL_ALLOW_ORIGIN,
+                self.allow_origin.clone(),
+            );
+        }
+        if !resp
+            .headers
+            .contains_key(header::ACCESS_CONTROL_EXPOSE_HEADERS)
+        {
+            resp.headers.insert(
+                header::ACCESS_CONTROL_EXPOSE_HEADERS,
+                HeaderValue::from_static("grpc-status,grpc-message"),
+            );
+        }
         Ok(())
     }
 

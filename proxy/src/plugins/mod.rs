@@ -163,6 +163,13 @@ pub trait Plugin: Send + Sync + 'static {
         false
     }
 
+    /// For a plugin that [reads request bodies](Plugin::reads_request_body): whether this
+    /// request's body is one it needs (asked after `access`). A request no plugin needs the
+    /// body of streams as if none read bodies.
+    fn wants_request_body(&self, _ctx: &RequestCtx) -> bool {
+        true
+    }
+
     /// For every request body chunk, after `access` and before the request is forwarded; only
     /// called when [`Plugin::reads_request_body`] is true. The plugin may replace the chunk's
     /// bytes (empty them to drop them) or stop the request with [`Flow::Respond`].

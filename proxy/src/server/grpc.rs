@@ -67,8 +67,10 @@ pub fn parse_timeout(v: &HeaderValue) -> Option<Duration> {
     })
 }
 
-/// The gRPC status for an HTTP status Weir answered with (gRPC's HTTP-to-gRPC mapping, with
-/// Weir's own 504, an upstream that did not answer in time, as `DEADLINE_EXCEEDED`).
+/// The gRPC status for an HTTP status Weir answered with (gRPC's HTTP-to-gRPC mapping; sizes
+/// over a limit are `RESOURCE_EXHAUSTED`). A call whose own `grpc-timeout` ran out is
+/// `DEADLINE_EXCEEDED`, which the handler sets itself: Weir's other timeouts are `UNAVAILABLE`,
+/// which clients may retry.
 pub fn status_for(http: StatusCode) -> u16 {
     match http.as_u16() {
         400 => code::INTERNAL,
@@ -76,8 +78,7 @@ pub fn status_for(http: StatusCode) -> u16 {
         403 => code::PERMISSION_DENIED,
         404 => code::UNIMPLEMENTED,
         413 | 431 => code::RESOURCE_EXHAUSTED,
-        429 | 502 | 503 => code::UNAVAILABLE,
-        504 | 408 => code::DEADLINE_EXCEEDED,
+        429 | 502 | 503 | 504 => code::UNAVAILABLE,
         _ => code::UNKNOWN,
     }
 }
@@ -103,7 +104,8 @@ pub fn trailers_only(
     early: EarlyResponse,
     content_type: Option<&HeaderValue>,
 ) -> (EarlyResponse, u16) {
-    let status = status_for(early.status);
+    // A `grpc-status` already set (a deadline the handler saw pass) wins.
+    let status = status_in(&early.headers).unwrap_or_else(|| status_for(early.status));
     let message = serde_json::from_slice::<serde_json::Value>(&early.body)
         .ok()
         .and_then(|v| v.get("message").and_then(|m| m.as_str()).map(str::to_owned))
@@ -191,10 +193,11 @@ mod tests {
         assert_eq!(r.headers["retry-after"], "3");
         assert_eq!(r.headers[GRPC_MESSAGE], "slow: 100%25%0A");
         assert_eq!(r.headers[CONTENT_TYPE], "application/grpc");
-        assert_eq!(
-            status_for(StatusCode::GATEWAY_TIMEOUT),
-            code::DEADLINE_EXCEEDED
-        );
+        assert_eq!(status_for(StatusCode::GATEWAY_TIMEOUT), code::UNAVAILABLE);
+        let mut late = EarlyResponse::message(StatusCode::GATEWAY_TIMEOUT, "late");
+        late.headers
+            .insert(GRPC_STATUS, HeaderValue::from(code::DEADLINE_EXCEEDED));
+        assert_eq!(trailers_only(late, None).1, code::DEADLINE_EXCEEDED);
         assert_eq!(status_for(StatusCode::UNAUTHORIZED), code::UNAUTHENTICATED);
         assert_eq!(status_for(StatusCode::IM_A_TEAPOT), code::UNKNOWN);
     }

@@ -85,7 +85,8 @@ struct Pending {
 impl Pending {
     /// Sends a response made by the proxy itself, through header_filter, body_filter and log.
     fn respond(mut self, mut early: EarlyResponse) -> Response<ProxyBody> {
-        if self.s.grpc.is_some() {
+        // Weir's refusals and failures, not a plugin's deliberate answers (a redirect, a 200).
+        if self.s.grpc.is_some() && early.status.as_u16() >= 400 {
             let (answer, status) = grpc::trailers_only(early, self.s.grpc.as_ref());
             early = answer;
             self.s.record.grpc_status = Some(status);
@@ -323,8 +324,9 @@ pub async fn handle(
     );
     if service.h2 {
         added.append_to(&mut head.headers);
-        // The one TE value HTTP/2 allows (RFC 9113 §8.2.2), and gRPC servers require it.
-        if accepts_trailers {
+        // The one TE value HTTP/2 allows (RFC 9113 §8.2.2), and gRPC servers require it (a
+        // gRPC-Web client from a browser cannot send it).
+        if accepts_trailers || p.s.grpc.is_some() {
             head.headers
                 .insert(header::TE, HeaderValue::from_static("trailers"));
         }
@@ -494,10 +496,18 @@ pub async fn handle(
             },
             Err(TimedOut) => {
                 fail_try(&mut p.s.ctx, "upstream timed out");
-                return p.error(
+                let mut early = EarlyResponse::message(
                     StatusCode::GATEWAY_TIMEOUT,
                     "The upstream server is timing out",
                 );
+                // The gRPC client's own deadline passed (not only the service's timeout).
+                if deadline.is_some_and(|d| Instant::now() >= d) {
+                    early.headers.insert(
+                        grpc::GRPC_STATUS,
+                        HeaderValue::from(grpc::code::DEADLINE_EXCEEDED),
+                    );
+                }
+                return p.respond(early);
             }
         }
     };
