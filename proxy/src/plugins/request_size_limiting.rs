@@ -141,6 +141,11 @@ impl Plugin for SizeLimit {
         self.require_content_length
     }
 
+    /// Only requests without a `Content-Length`; the others stream.
+    fn wants_request_body(&self, ctx: &RequestCtx) -> bool {
+        ctx.slots.get::<NoLength>().is_some()
+    }
+
     fn request_body<'a>(
         &'a self,
         ctx: &'a mut RequestCtx,

@@ -526,6 +526,13 @@ impl<K: Clone + Send + Sync + 'static> Buffers<K> {
             .map(|(_, k, b)| (k, b))
     }
 
+    /// Whether instance `id` holds this request's body back.
+    fn holds(slots: &http::Extensions, id: usize) -> bool {
+        slots
+            .get::<Buffers<K>>()
+            .is_some_and(|b| b.0.iter().any(|(i, _, _)| *i == id))
+    }
+
     /// Stops holding back the body for instance `id`.
     fn finish(slots: &mut http::Extensions, id: usize) {
         if let Some(b) = slots.get_mut::<Buffers<K>>() {

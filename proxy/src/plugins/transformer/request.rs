@@ -319,6 +319,12 @@ impl Plugin for RequestTransformer {
         !self.form.is_empty()
     }
 
+    /// Only bodies `access` chose to edit (JSON or forms, or coded ones to refuse): uploads of
+    /// other types stream.
+    fn wants_request_body(&self, ctx: &RequestCtx) -> bool {
+        Buffers::<BodyKind>::holds(&ctx.slots, self.id())
+    }
+
     fn request_body<'a>(
         &'a self,
         ctx: &'a mut RequestCtx,
