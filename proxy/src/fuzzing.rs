@@ -22,7 +22,7 @@ use crate::server::h1::head as client_head;
 use crate::upstream::h1::chunked;
 use crate::upstream::h1::head as upstream_head;
 
-pub use chunked::{ChunkError, ChunkedDecoder, Decoded};
+pub use chunked::{ChunkError, ChunkedDecoder, Decoded, MAX_TRAILER_FIELDS};
 pub use upstream_head::{
     parse_response, HeadError, ResponseFraming, ResponseHead, MAX_HEADERS as RESPONSE_MAX_HEADERS,
     MAX_HEAD_BYTES as RESPONSE_MAX_HEAD_BYTES,
@@ -281,7 +281,7 @@ pub fn encode_chunked<B: AsRef<[u8]>>(frames: &[B]) -> Vec<u8> {
 
 /// `frames` in the chunked coding as other senders may write it (RFC 9112 §7.1), by the bits
 /// of `style`: 1 upper-case hex, 2 a leading zero, 4 chunk extensions, 8 whitespace before
-/// them, 16 trailer fields.
+/// them, 16 trailer fields ([`STYLED_TRAILERS`], and a `Content-Length` one, never kept).
 pub fn encode_chunked_styled<B: AsRef<[u8]>>(frames: &[B], style: u8) -> Vec<u8> {
     let mut out = Vec::new();
     let size_line = |out: &mut Vec<u8>, len: usize, i: usize| {
@@ -319,11 +319,14 @@ pub fn encode_chunked_styled<B: AsRef<[u8]>>(frames: &[B], style: u8) -> Vec<u8>
     }
     size_line(&mut out, 0, i);
     if style & 16 != 0 {
-        out.extend_from_slice(b"x-checksum: abc\r\nx-empty:\r\n");
+        out.extend_from_slice(b"X-Checksum: abc\r\nContent-Length: 5\r\nx-empty:  \r\n");
     }
     out.extend_from_slice(b"\r\n");
     out
 }
+
+/// The trailer fields [`encode_chunked_styled`] writes that the decoder keeps.
+pub const STYLED_TRAILERS: [(&str, &str); 2] = [("x-checksum", "abc"), ("x-empty", "")];
 
 /// How a decoding run ended.
 #[derive(Debug, PartialEq, Eq)]
@@ -332,6 +335,8 @@ pub enum DecodeEnd {
     End {
         /// The input after the body.
         rest: Vec<u8>,
+        /// The trailer fields kept, in order.
+        trailers: Vec<(String, Vec<u8>)>,
     },
     /// The decoder refused the input.
     Error(ChunkError),
@@ -351,7 +356,7 @@ pub struct Decoding {
 /// Decodes `input` arriving in reads of `reads` bytes (cycled; zeros count as one; none: a
 /// single read), checking every call: the decoder consumes bytes from the front of its buffer
 /// only, never alters the rest, returns as body only bytes it consumed in that call, makes
-/// progress, and stays ended once ended.
+/// progress, and stays ended once ended; the trailers it returns hold ([`check_trailers`]).
 pub fn decode_in_reads(input: &[u8], reads: &[usize]) -> Decoding {
     let mut decoder = ChunkedDecoder::default();
     let mut buf = BytesMut::new();
@@ -395,15 +400,32 @@ pub fn decode_in_reads(input: &[u8], reads: &[usize]) -> Decoding {
                 buf.extend_from_slice(&input[fed..to]);
                 fed = to;
             }
-            Ok(Decoded::End) => {
+            Ok(Decoded::End(trailers)) => {
                 assert!(decoder.is_end(), "End but not is_end: {}", what());
                 let again = decoder.decode(&mut buf);
-                assert_eq!(again, Ok(Decoded::End), "not ended for good: {}", what());
+                assert_eq!(
+                    again,
+                    Ok(Decoded::End(None)),
+                    "not ended for good, or trailers twice: {}",
+                    what()
+                );
                 assert_eq!(fed - buf.len(), at, "consumed after the end: {}", what());
+                assert!(
+                    trailers.as_ref().is_none_or(|t| !t.is_empty()),
+                    "empty trailers: {}",
+                    what()
+                );
+                let trailers: Vec<(String, Vec<u8>)> = trailers
+                    .iter()
+                    .flatten()
+                    .map(|(k, v)| (k.to_string(), v.as_bytes().to_vec()))
+                    .collect();
+                check_trailers(&input[..at], &trailers);
                 return Decoding {
                     data,
                     end: DecodeEnd::End {
                         rest: input[at..].to_vec(),
+                        trailers,
                     },
                 };
             }
@@ -421,7 +443,7 @@ pub fn decode_in_reads(input: &[u8], reads: &[usize]) -> Decoding {
 /// same result whatever the read boundaries (`reads`, single bytes, one read).
 pub fn check_chunked_decode(input: &[u8], reads: &[usize]) {
     let whole = decode_in_reads(input, &[]);
-    if let DecodeEnd::End { rest } = &whole.end {
+    if let DecodeEnd::End { rest, .. } = &whole.end {
         assert!(
             whole.data.len() + rest.len() < input.len(),
             "a body without framing: {}",
@@ -475,10 +497,18 @@ pub fn check_chunked_roundtrip<B: AsRef<[u8]>>(
     for (which, mut wire) in encodings {
         wire.extend_from_slice(tail);
         let got = decode_in_reads(&wire, reads);
+        let trailers = match which {
+            "styled" if style & 16 != 0 => STYLED_TRAILERS
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.as_bytes().to_vec()))
+                .collect(),
+            _ => Vec::new(),
+        };
         let want = Decoding {
             data: body.clone(),
             end: DecodeEnd::End {
                 rest: tail.to_vec(),
+                trailers,
             },
         };
         assert_eq!(
@@ -487,6 +517,81 @@ pub fn check_chunked_roundtrip<B: AsRef<[u8]>>(
             "{which} encoding (style {style}) of {} frames, reads {reads:?}: {}",
             frames.len(),
             show(&wire)
+        );
+    }
+}
+
+/// Trailer fields a decoder returned from a body (`consumed`, the input up to the body's end)
+/// hold: at most [`MAX_TRAILER_FIELDS`], none that must never be a trailer (framing, routing,
+/// hop-by-hop, authentication: RFC 9110 §6.5.1), each with a lower-case token name and a value
+/// without control characters or surrounding whitespace, read from one line of the input
+/// (`name: value`, the name in any case, whitespace around the value) not followed by a folded
+/// continuation line.
+pub fn check_trailers(consumed: &[u8], trailers: &[(String, Vec<u8>)]) {
+    const NEVER: [&str; 15] = [
+        "content-length",
+        "transfer-encoding",
+        "trailer",
+        "host",
+        "connection",
+        "keep-alive",
+        "te",
+        "upgrade",
+        "authorization",
+        "www-authenticate",
+        "set-cookie",
+        "cookie",
+        "content-type",
+        "content-encoding",
+        "content-range",
+    ];
+    let what = || format!("trailers {trailers:?} of {}", show(consumed));
+    assert!(trailers.len() <= MAX_TRAILER_FIELDS, "{}", what());
+    let lines: Vec<&[u8]> = consumed
+        .split(|&b| b == b'\n')
+        .map(|l| l.strip_suffix(b"\r").unwrap_or(l))
+        .collect();
+    for (name, value) in trailers {
+        assert!(
+            !NEVER.contains(&name.as_str()) && !name.starts_with("proxy-"),
+            "forbidden trailer {name}: {}",
+            what()
+        );
+        assert!(
+            !name.is_empty()
+                && name.bytes().all(|b| {
+                    b.is_ascii_lowercase() || b.is_ascii_digit() || b"!#$%&'*+-.^_`|~".contains(&b)
+                }),
+            "trailer name {name:?}: {}",
+            what()
+        );
+        assert!(
+            value
+                .iter()
+                .all(|&b| b == b'\t' || (b >= 0x20 && b != 0x7f))
+                && !value.starts_with(b" ")
+                && !value.starts_with(b"\t")
+                && !value.ends_with(b" ")
+                && !value.ends_with(b"\t"),
+            "trailer value {}: {}",
+            show(value),
+            what()
+        );
+        let from_a_line = lines.iter().enumerate().any(|(i, line)| {
+            let Some(colon) = line.iter().position(|&b| b == b':') else {
+                return false;
+            };
+            let folded = lines
+                .get(i + 1)
+                .is_some_and(|next| matches!(next.first(), Some(b' ' | b'\t')));
+            line[..colon].eq_ignore_ascii_case(name.as_bytes())
+                && line[colon + 1..].trim_ascii().eq(&value[..])
+                && !folded
+        });
+        assert!(
+            from_a_line,
+            "trailer {name} not from a line of the input: {}",
+            what()
         );
     }
 }

@@ -374,9 +374,11 @@ impl http_body::Body for ResponseBody {
                 }
                 BodyState::Chunked(decoder) => match decoder.decode(&mut conn.buf) {
                     Ok(Decoded::Data(data)) => return Poll::Ready(Some(Ok(Frame::data(data)))),
-                    Ok(Decoded::End) => {
+                    Ok(Decoded::End(trailers)) => {
+                        // Released as the body ends, whether or not trailers follow: they are
+                        // read whole already.
                         this.finish();
-                        return Poll::Ready(None);
+                        return Poll::Ready(trailers.map(|t| Ok(Frame::trailers(t))));
                     }
                     Ok(Decoded::NeedMore) => {}
                     Err(e) => return this.fail(e.into()),

@@ -1,0 +1,123 @@
+//! Trailers of a chunked HTTP/1.1 upstream response (RFC 9112 §7.1.2) reach an HTTP/2 client as
+//! trailers, without the fields that must never be trailers (RFC 9110 §6.5.1), and the upstream
+//! connection goes back to the pool as for a response without them.
+
+mod common;
+
+use std::io::Write;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+
+use common::*;
+
+/// An HTTP/2 client with prior knowledge (h2c), for Weir's plain listener.
+fn h2_client() -> Client<hyper_util::client::legacy::connect::HttpConnector, Full<Bytes>> {
+    Client::builder(TokioExecutor::new())
+        .http2_only(true)
+        .build_http()
+}
+
+/// A GET over `client`: status, body and trailers.
+async fn get_with_trailers(
+    client: &Client<hyper_util::client::legacy::connect::HttpConnector, Full<Bytes>>,
+    url: &str,
+) -> (u16, Bytes, Option<http::HeaderMap>) {
+    let req = http::Request::get(url)
+        .header("te", "trailers")
+        .body(Full::new(Bytes::new()))
+        .unwrap();
+    let resp = tokio::time::timeout(Duration::from_secs(10), client.request(req))
+        .await
+        .expect("no answer in 10 s")
+        .expect("request failed");
+    let status = resp.status().as_u16();
+    let collected = tokio::time::timeout(Duration::from_secs(10), resp.into_body().collect())
+        .await
+        .expect("body not whole in 10 s")
+        .expect("body failed");
+    let trailers = collected.trailers().cloned();
+    (status, collected.to_bytes(), trailers)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chunked_upstream_trailers_reach_an_h2_client_and_the_connection_is_reused() {
+    let up = scripted(|_, mut r, mut w| {
+        // Every request on this connection gets the same answer, in pieces: the trailer
+        // section is cut in the middle of a field.
+        while read_head(&mut r).is_some() {
+            w.write_all(
+                b"HTTP/1.1 200 OK\r\ncontent-type: application/grpc\r\n\
+                  trailer: grpc-status, x-checksum\r\ntransfer-encoding: chunked\r\n\r\n\
+                  5\r\nhello\r\n6\r\n world\r\n0\r\ngrpc-sta",
+            )
+            .unwrap();
+            std::thread::sleep(Duration::from_millis(30));
+            w.write_all(b"tus: 0\r\nContent-Length: 5\r\nX-Checksum:  abc \r\n\r\n")
+                .unwrap();
+        }
+    });
+    let weir = Weir::start(
+        &format!(
+            "routes:\n- {{id: r, service: s}}\nservices:\n- {{id: s, host: 127.0.0.1, port: {}}}\n",
+            up.port
+        ),
+        &["--access-log", "false"],
+    );
+    let h2 = h2_client();
+    for path in ["/first", "/second"] {
+        let (status, body, trailers) = get_with_trailers(&h2, &weir.url(path)).await;
+        assert_eq!(status, 200, "{path}");
+        assert_eq!(&body[..], b"hello world", "{path}");
+        let trailers = trailers.unwrap_or_else(|| panic!("{path}: no trailers"));
+        assert_eq!(trailers.get("grpc-status").unwrap(), "0", "{path}");
+        assert_eq!(trailers.get("x-checksum").unwrap(), "abc", "{path}");
+        assert!(
+            !trailers.contains_key("content-length"),
+            "{path}: forbidden trailer forwarded: {trailers:?}"
+        );
+    }
+    assert_eq!(
+        up.accepted.load(Ordering::SeqCst),
+        1,
+        "the upstream connection was not reused"
+    );
+    let text = metrics(&client(), &weir).await;
+    assert!(
+        text.contains("weir_upstream_requests_total{connection=\"new\"} 1\n")
+            && text.contains("weir_upstream_requests_total{connection=\"reused\"} 1\n"),
+        "{text}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_chunked_response_without_trailers_ends_without_them() {
+    let up = scripted(|_, mut r, mut w| {
+        while read_head(&mut r).is_some() {
+            // Only a field that must never be a trailer: nothing to forward.
+            w.write_all(
+                b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n\
+                  3\r\nabc\r\n0\r\nconnection: close\r\n\r\n",
+            )
+            .unwrap();
+        }
+    });
+    let weir = Weir::start(
+        &format!(
+            "routes:\n- {{id: r, service: s}}\nservices:\n- {{id: s, host: 127.0.0.1, port: {}}}\n",
+            up.port
+        ),
+        &["--access-log", "false"],
+    );
+    let h2 = h2_client();
+    for _ in 0..2 {
+        let (status, body, trailers) = get_with_trailers(&h2, &weir.url("/")).await;
+        assert_eq!((status, &body[..]), (200, &b"abc"[..]));
+        assert!(trailers.is_none(), "{trailers:?}");
+    }
+    assert_eq!(up.accepted.load(Ordering::SeqCst), 1);
+}
