@@ -887,6 +887,12 @@ async fn resets_of_started_streams_close_a_connection_only_past_the_limit() {
             .is_ok(),
         "the connection is closed"
     );
+    assert!(
+        metrics(&client(), &w)
+            .await
+            .contains("weir_http2_cancel_closes_total 1"),
+        "the close is counted"
+    );
 
     // A connection whose streams are mostly answered may cancel more than the limit.
     let mut send = h2_connect(port).await;

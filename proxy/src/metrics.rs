@@ -67,6 +67,8 @@ pub struct Metrics {
     pub tls_handshake_failures: AtomicU64,
     /// Access-log lines dropped because the writer's queue was full.
     pub access_log_dropped: AtomicU64,
+    /// HTTP/2 connections closed for resetting too many started streams (rapid reset).
+    pub h2_cancel_closes: AtomicU64,
 }
 
 thread_local! {
@@ -88,6 +90,7 @@ impl Metrics {
             connections_refused: AtomicU64::new(0),
             tls_handshake_failures: AtomicU64::new(0),
             access_log_dropped: AtomicU64::new(0),
+            h2_cancel_closes: AtomicU64::new(0),
         }
     }
 
@@ -207,6 +210,11 @@ impl Metrics {
                 "weir_access_log_dropped_total",
                 "Access-log lines dropped because stdout did not keep up (queue full).",
                 self.access_log_dropped.load(Ordering::Relaxed) as f64,
+            ),
+            (
+                "weir_http2_cancel_closes_total",
+                "HTTP/2 connections closed because the client reset more started streams than --h2-max-cancelled-streams allows.",
+                self.h2_cancel_closes.load(Ordering::Relaxed) as f64,
             ),
         ] {
             let _ = writeln!(

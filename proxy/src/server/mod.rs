@@ -774,6 +774,7 @@ async fn serve_connection<S>(
                     %peer,
                     "client reset too many streams (rapid reset): closing the connection"
                 );
+                shared.metrics.h2_cancel_closes.fetch_add(1, Ordering::Relaxed);
                 if !closing {
                     closing = true;
                     conn.as_mut().graceful_shutdown();
