@@ -7,57 +7,14 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use common::grpc::*;
 use common::*;
 use serde_json::{json, Value};
 
-const PEER: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/grpc/peer.py");
 const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/tls");
-
-/// A gRPC server (C core) on a free port, killed when dropped.
-fn grpc_server() -> Proc {
-    let port = free_port();
-    let mut child = Command::new("python3")
-        .args([PEER, "serve", &port.to_string()])
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("python3 is needed for the gRPC tests");
-    let mut line = String::new();
-    let mut out = BufReader::new(child.stdout.take().unwrap());
-    out.read_line(&mut line).unwrap();
-    assert_eq!(
-        line.trim(),
-        "ready",
-        "the gRPC server did not start (is grpcio installed? python3 -m pip install grpcio)"
-    );
-    wait_for_port(port);
-    Proc { child, port }
-}
-
-/// Runs peer.py as a client with `args`; returns its JSON lines by call name.
-fn grpc_client(args: &[&str]) -> std::collections::BTreeMap<String, Value> {
-    let out = Command::new("python3")
-        .arg(PEER)
-        .args(args)
-        .output()
-        .expect("python3 is needed for the gRPC tests");
-    assert!(
-        out.status.success(),
-        "peer.py {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout)
-        .unwrap()
-        .lines()
-        .map(|l| {
-            let v: Value = serde_json::from_str(l).unwrap();
-            (v["call"].as_str().unwrap().to_string(), v)
-        })
-        .collect()
-}
 
 /// The routing table: the Echo service on `server`, a dead service, a refused one.
 fn table(server: u16) -> String {
@@ -399,8 +356,7 @@ async fn grpc_web_calls_reach_a_grpc_server() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_documented_grpc_web_example_serves_a_browser_call() {
     let server = grpc_server();
-    let example = common::manifests::doc_example("grpc-web", 0)
-        .replace("port: 9001", &format!("port: {}", server.port))
+    let example = common::manifests::doc_example_at("grpc-web", server.port)
         // The example's method prefix, pointed at the test server's service.
         .replace("/helloworld.Greeter", "/weir.test.Echo");
     let w = common::manifests::Manifests::start(&[("10.yaml", &example)], &[]);

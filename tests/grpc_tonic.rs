@@ -8,11 +8,10 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use bytes::{Buf, BufMut, Bytes};
+use common::grpc::*;
 use common::*;
 use futures::future::BoxFuture;
 use futures::stream::BoxStream;
@@ -23,7 +22,6 @@ use tonic::metadata::MetadataMap;
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint};
 use tonic::{Code, Status};
 
-const PEER: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/grpc/peer.py");
 const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/tls");
 /// Bound on any one call, and on connecting.
 const LIMIT: Duration = Duration::from_secs(10);
@@ -430,51 +428,11 @@ fn assert_tonic_calls(got: &BTreeMap<&str, Outcome>) {
     );
 }
 
-// ---- The grpcio peer (tests/grpc/peer.py), as in tests/grpc.rs. ----
-
-/// A gRPC server (C core) on a free port, killed when dropped.
-fn grpcio_server() -> Proc {
-    let port = free_port();
-    let mut child = Command::new("python3")
-        .args([PEER, "serve", &port.to_string()])
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("python3 is needed for the gRPC tests");
-    let mut line = String::new();
-    let mut out = BufReader::new(child.stdout.take().unwrap());
-    out.read_line(&mut line).unwrap();
-    assert_eq!(
-        line.trim(),
-        "ready",
-        "the gRPC server did not start (is grpcio installed? python3 -m pip install grpcio)"
-    );
-    wait_for_port(port);
-    Proc { child, port }
-}
-
-/// Runs peer.py's client (each call bounded at 10 s) against `target`; its JSON lines by call.
+/// peer.py's client (each call bounded at 10 s) against `target`; its JSON lines by call.
 async fn grpcio_client(target: String) -> BTreeMap<String, Value> {
-    let out = tokio::task::spawn_blocking(move || {
-        Command::new("python3")
-            .args([PEER, "call", &target, "--timeout", "10"])
-            .output()
-            .expect("python3 is needed for the gRPC tests")
-    })
-    .await
-    .unwrap();
-    assert!(
-        out.status.success(),
-        "peer.py call: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout)
+    tokio::task::spawn_blocking(move || grpc_client(&["call", &target, "--timeout", "10"]))
+        .await
         .unwrap()
-        .lines()
-        .map(|l| {
-            let v: Value = serde_json::from_str(l).unwrap();
-            (v["call"].as_str().unwrap().to_string(), v)
-        })
-        .collect()
 }
 
 /// The routing table: the Echo service on `server`, a dead service, and the TLS certificate.
@@ -512,8 +470,8 @@ async fn tonic_client_to_tonic_server_over_h2c_and_tls() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn tonic_client_to_grpcio_server() {
-    let server = grpcio_server();
+async fn tonic_client_to_grpc_server() {
+    let server = grpc_server();
     let w = Weir::start(&table(server.port), &[]);
     let got = tonic_calls(&h2c(w.proc.port).await).await;
     assert_tonic_calls(&got);

@@ -12,16 +12,6 @@ use std::time::Duration;
 use common::manifests::*;
 use common::*;
 
-/// The first example of docs/plugins/`doc`.md, its EndpointSlice pointed at `port`.
-fn example(doc: &str, port: u16) -> String {
-    let text = doc_example(doc, 0);
-    assert!(
-        text.contains("port: 9001"),
-        "{doc}: example has no port 9001"
-    );
-    text.replace("port: 9001", &format!("port: {port}"))
-}
-
 /// A `Plugin` in namespace `demo`; `config` is JSON (a YAML flow mapping).
 fn plugin(name: &str, kind: &str, config: &str) -> String {
     format!(
@@ -169,7 +159,10 @@ async fn request_size_limiting_refuses_bodies_over_the_limit() {
     ]);
     let m = Manifests::start(
         &[
-            ("example.yaml", &example("request-size-limiting", up.port)),
+            (
+                "example.yaml",
+                &doc_example_at("request-size-limiting", up.port),
+            ),
             ("extra.yaml", &extra),
         ],
         &[],
@@ -282,7 +275,7 @@ async fn redirect_answers_without_the_upstream() {
     ]);
     let m = Manifests::start(
         &[
-            ("example.yaml", &example("redirect", up.port)),
+            ("example.yaml", &doc_example_at("redirect", up.port)),
             ("extra.yaml", &extra),
         ],
         &[],
@@ -370,7 +363,7 @@ async fn ip_restriction_allows_and_denies_the_peer_address() {
     ]);
     let m = Manifests::start(
         &[
-            ("example.yaml", &example("ip-restriction", up.port)),
+            ("example.yaml", &doc_example_at("ip-restriction", up.port)),
             ("extra.yaml", &extra),
         ],
         &[],
@@ -413,7 +406,7 @@ async fn ip_restriction_allows_and_denies_the_peer_address() {
 async fn ip_restriction_judges_the_client_behind_a_trusted_proxy() {
     let up = echo("up");
     let m = Manifests::start(
-        &[("example.yaml", &example("ip-restriction", up.port))],
+        &[("example.yaml", &doc_example_at("ip-restriction", up.port))],
         &["--trusted-proxies", "127.0.0.1/32"],
     );
     let c = client();
@@ -484,7 +477,7 @@ async fn cors_answers_preflights_and_marks_allowed_origins() {
     ]);
     let m = Manifests::start(
         &[
-            ("example.yaml", &example("cors", up.port)),
+            ("example.yaml", &doc_example_at("cors", up.port)),
             ("extra.yaml", &extra),
         ],
         &[],

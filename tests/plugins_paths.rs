@@ -56,16 +56,9 @@ async fn upstream_saw(c: &HttpClient, url: &str) -> (String, String) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_documented_examples() {
     let e = echo("e");
-    let port = format!("port: {}", e.port);
     let c = client();
 
-    let w = Manifests::start(
-        &[(
-            "10.yaml",
-            &doc_example("context-path", 0).replace("port: 9001", &port),
-        )],
-        &[],
-    );
+    let w = Manifests::start(&[("10.yaml", &doc_example_at("context-path", e.port))], &[]);
     assert_eq!(
         upstream_saw(&c, &w.url("/api/orders?page=2")).await,
         ("/v2/orders".into(), "page=2".into())
@@ -79,13 +72,7 @@ async fn the_documented_examples() {
     assert_eq!(r.echo_name(), None);
     drop(w);
 
-    let w = Manifests::start(
-        &[(
-            "10.yaml",
-            &doc_example("rewrite", 0).replace("port: 9001", &port),
-        )],
-        &[],
-    );
+    let w = Manifests::start(&[("10.yaml", &doc_example_at("rewrite", e.port))], &[]);
     assert_eq!(
         upstream_saw(&c, &w.url("/users/42/profile?fields=name")).await,
         ("/v2/profiles/42".into(), "fields=name".into())

@@ -21,16 +21,6 @@ use serde_json::{json, Value};
 use common::manifests::*;
 use common::*;
 
-/// The first example of docs/plugins/`doc`.md, its EndpointSlice pointed at `port`.
-fn example(doc: &str, port: u16) -> String {
-    let text = doc_example(doc, 0);
-    assert!(
-        text.contains("port: 9001"),
-        "{doc}: example has no port 9001"
-    );
-    text.replace("port: 9001", &format!("port: {port}"))
-}
-
 /// A `Plugin` in namespace `demo`; `config` is JSON (a YAML flow mapping).
 fn plugin(name: &str, kind: &str, config: Value) -> String {
     format!(
@@ -215,7 +205,10 @@ fn seen_header<'a>(seen: &'a Value, name: &str) -> Option<&'a str> {
 async fn request_transformer_example_reshapes_headers_query_and_path() {
     let up = echo("up");
     let m = Manifests::start(
-        &[("10-example.yaml", &example("request-transformer", up.port))],
+        &[(
+            "10-example.yaml",
+            &doc_example_at("request-transformer", up.port),
+        )],
         &[],
     );
     let c = client();
@@ -277,7 +270,10 @@ async fn request_transformer_example_reshapes_headers_query_and_path() {
 async fn request_transformer_edits_json_and_form_bodies() {
     let port = mirror().await;
     let m = Manifests::start(
-        &[("10-example.yaml", &example("request-transformer", port))],
+        &[(
+            "10-example.yaml",
+            &doc_example_at("request-transformer", port),
+        )],
         &[],
     );
     let c = client();
@@ -363,7 +359,10 @@ async fn request_transformer_refuses_content_coded_bodies() {
     ]);
     let m = Manifests::start(
         &[
-            ("10-example.yaml", &example("request-transformer", port)),
+            (
+                "10-example.yaml",
+                &doc_example_at("request-transformer", port),
+            ),
             ("20-plain.yaml", &extra),
         ],
         &[],
@@ -454,7 +453,10 @@ async fn request_transformer_refuses_content_coded_bodies() {
 async fn request_transformer_edits_forms_that_are_not_utf8() {
     let port = mirror().await;
     let m = Manifests::start(
-        &[("10-example.yaml", &example("request-transformer", port))],
+        &[(
+            "10-example.yaml",
+            &doc_example_at("request-transformer", port),
+        )],
         &[],
     );
     let c = client();
@@ -569,7 +571,10 @@ async fn request_transformer_sets_method_and_host_and_streams_bodies_without_bod
 async fn response_transformer_example_reshapes_the_answer() {
     let up = echo("echo-1");
     let m = Manifests::start(
-        &[("10-example.yaml", &example("response-transformer", up.port))],
+        &[(
+            "10-example.yaml",
+            &doc_example_at("response-transformer", up.port),
+        )],
         &[],
     );
     let c = client();

@@ -53,8 +53,7 @@ fn unix_now() -> f64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_documented_example_allows_five_a_minute_with_kongs_headers() {
     let e = echo("e");
-    let example =
-        doc_example("rate-limiting", 0).replace("port: 9001", &format!("port: {}", e.port));
+    let example = doc_example_at("rate-limiting", e.port);
     let w = Manifests::start(&[("10-example.yaml", &example)], &[]);
     let c = client();
     // Stay inside one minute window: wait out its last seconds if needed.

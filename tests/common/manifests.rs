@@ -37,6 +37,17 @@ pub fn doc_example(doc: &str, n: usize) -> String {
         .clone()
 }
 
+/// The first ```yaml block of `docs/plugins/<doc>.md` with its EndpointSlice port (9001)
+/// pointed at `port`.
+pub fn doc_example_at(doc: &str, port: u16) -> String {
+    let text = doc_example(doc, 0);
+    assert!(
+        text.contains("port: 9001"),
+        "{doc}: example has no port 9001"
+    );
+    text.replace("port: 9001", &format!("port: {port}"))
+}
+
 /// A `Service` named `name` in `namespace` whose one endpoint is 127.0.0.1:`port`.
 pub fn service(namespace: &str, name: &str, port: u16) -> String {
     format!(

@@ -3,6 +3,7 @@
 
 #![allow(dead_code)]
 
+pub mod grpc;
 pub mod manifests;
 pub mod redis;
 pub mod tls;
