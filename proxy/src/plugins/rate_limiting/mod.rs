@@ -98,6 +98,7 @@ impl PluginFactory for Factory {
             }
         }
         Ok(Arc::new(RateLimiting {
+            args: scripts::Args::new(&limits.algorithm),
             limits,
             store,
             shared: self.shared.clone(),
@@ -159,6 +160,8 @@ struct RateLimiting {
     shared: Arc<Shared>,
     /// `weir:rl:<algorithm>[<windows>]`, the start of every key.
     prefix: String,
+    /// The Redis script's constant arguments.
+    args: scripts::Args,
 }
 
 /// What an algorithm decided, before it becomes headers.
@@ -432,7 +435,14 @@ impl Plugin for RateLimiting {
                 let timeout = client.settings().timeout;
                 let decided = tokio::time::timeout(
                     timeout,
-                    scripts::decide(client, &self.limits.algorithm, &key, &token, &mut usage),
+                    scripts::decide(
+                        client,
+                        &self.limits.algorithm,
+                        &self.args,
+                        &key,
+                        &token,
+                        &mut usage,
+                    ),
                 )
                 .await
                 .unwrap_or(Err(redis::Error::Timeout(timeout)));

@@ -98,8 +98,8 @@ return {allowed, math.floor(filled * 1000)}
     )
 });
 
-/// Takes an in-flight slot. KEYS: the set of slots; ARGV: max, this request's token, how
-/// long a slot may be held (seconds: slots of a proxy that died are dropped after that).
+/// Takes an in-flight slot. KEYS: the set of slots; ARGV: max, how long a slot may be held
+/// (seconds: slots of a proxy that died are dropped after that), this request's token.
 /// Returns allowed and the slots held.
 static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
@@ -108,11 +108,11 @@ static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
 redis.replicate_commands()
 local t = redis.call('TIME')
 local now = tonumber(t[1])
-local hold = tonumber(ARGV[3])
+local hold = tonumber(ARGV[2])
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - hold)
 local held = redis.call('ZCARD', KEYS[1])
 if held < tonumber(ARGV[1]) then
-  redis.call('ZADD', KEYS[1], now, ARGV[2])
+  redis.call('ZADD', KEYS[1], now, ARGV[3])
   redis.call('EXPIRE', KEYS[1], hold)
   return {1, held + 1}
 end
@@ -162,28 +162,56 @@ fn int(items: &[Reply], i: usize) -> Result<i64, Error> {
     }
 }
 
+/// The arguments of an algorithm's script that do not change from request to request,
+/// formatted once when the plugin is built.
+pub struct Args(Vec<String>);
+
+impl Args {
+    /// The constant arguments of `algorithm`'s script.
+    pub fn new(algorithm: &Algorithm) -> Args {
+        Args(match algorithm {
+            Algorithm::Windows { limits, sliding } => {
+                let mut args = vec![(*sliding as u8).to_string(), "1".into()];
+                for (w, limit) in limits {
+                    args.push(w.seconds().to_string());
+                    args.push(limit.to_string());
+                }
+                args
+            }
+            Algorithm::TokenBucket { rate, burst, cost } => {
+                vec![rate.to_string(), burst.to_string(), cost.to_string()]
+            }
+            Algorithm::Concurrency { max } => vec![max.to_string(), SLOT_HOLD_SECONDS.to_string()],
+        })
+    }
+
+    fn with<'a>(&'a self, extra: &'a [&'a str]) -> Vec<&'a [u8]> {
+        self.0
+            .iter()
+            .map(String::as_str)
+            .chain(extra.iter().copied())
+            .map(str::as_bytes)
+            .collect()
+    }
+}
+
 /// Decides one request for `key` on the server.
 pub async fn decide(
     client: &Client,
     algorithm: &Algorithm,
+    args: &Args,
     key: &str,
     token: &str,
     usage: &mut Vec<WindowUsage>,
 ) -> Result<Outcome, Error> {
     match algorithm {
-        Algorithm::Windows { limits, sliding } => {
+        Algorithm::Windows { limits, .. } => {
             let keys: Vec<String> = limits
                 .iter()
                 .map(|(w, _)| format!("{key}:{}", w.name()))
                 .collect();
-            let mut args: Vec<String> = vec![(*sliding as u8).to_string(), "1".into()];
-            for (w, limit) in limits {
-                args.push(w.seconds().to_string());
-                args.push(limit.to_string());
-            }
             let k: Vec<&[u8]> = keys.iter().map(|k| k.as_bytes()).collect();
-            let a: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
-            let items = eval(client, &WINDOWS, &k, &a).await?;
+            let items = eval(client, &WINDOWS, &k, &args.with(&[])).await?;
             usage.clear();
             for (i, &(window, limit)) in limits.iter().enumerate() {
                 usage.push(WindowUsage {
@@ -197,31 +225,18 @@ pub async fn decide(
                 allowed: int(&items, 0)? == 1,
             })
         }
-        Algorithm::TokenBucket { rate, burst, cost } => {
+        Algorithm::TokenBucket { .. } => {
             let (tokens_key, at_key) = (format!("{key}:tokens"), format!("{key}:ts"));
-            let args = [rate.to_string(), burst.to_string(), cost.to_string()];
-            let items = eval(
-                client,
-                &BUCKET,
-                &[tokens_key.as_bytes(), at_key.as_bytes()],
-                &[args[0].as_bytes(), args[1].as_bytes(), args[2].as_bytes()],
-            )
-            .await?;
+            let keys = [tokens_key.as_bytes(), at_key.as_bytes()];
+            let items = eval(client, &BUCKET, &keys, &args.with(&[])).await?;
             Ok(Outcome::Bucket {
                 allowed: int(&items, 0)? == 1,
                 tokens: int(&items, 1)? as f64 / 1000.0,
             })
         }
-        Algorithm::Concurrency { max } => {
+        Algorithm::Concurrency { .. } => {
             let set = format!("{key}:inflight");
-            let (max, hold) = (max.to_string(), SLOT_HOLD_SECONDS.to_string());
-            let items = eval(
-                client,
-                &ACQUIRE,
-                &[set.as_bytes()],
-                &[max.as_bytes(), token.as_bytes(), hold.as_bytes()],
-            )
-            .await?;
+            let items = eval(client, &ACQUIRE, &[set.as_bytes()], &args.with(&[token])).await?;
             Ok(Outcome::InFlight {
                 allowed: int(&items, 0)? == 1,
                 in_flight: int(&items, 1)?.max(0) as u64,
