@@ -695,3 +695,32 @@ async fn a_concurrency_limit_in_redis_holds_and_gets_slots_back() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn limit_by_path_shares_one_budget_for_the_path_as_routed() {
+    let e = echo("e");
+    let w = Manifests::start(
+        &[(
+            "10.yaml",
+            &limited(
+                e.port,
+                "algorithm: token-bucket\nrate: 0.0001\nburst: 1\nlimit_by: path\npath: /login",
+            ),
+        )],
+        &[],
+    );
+    let c = client();
+    let r = get(&c, &w.url("/login"), &[]).await;
+    assert_eq!(r.status, 200);
+    assert_eq!(r.json()["path"], "/login");
+    // `;x` parameters do not make a new key: the path is compared as routed.
+    let r = get(&c, &w.url("/login;x"), &[]).await;
+    assert_eq!(r.status, 429, "{r:?}");
+    assert_eq!(
+        r.echo_name(),
+        None,
+        "a refused request never reaches the upstream"
+    );
+    // Other paths fall back to the client IP: a budget of their own.
+    assert_eq!(get(&c, &w.url("/other"), &[]).await.status, 200);
+}
