@@ -97,6 +97,20 @@ async fn route(proxy: &Proxy, req: Request<Incoming>) -> Response<ProxyBody> {
                             c["key"] = json!("<redacted>");
                         }
                     }
+                    // Nor do credentials, even hashed.
+                    if let Some(consumers) = v["consumers"].as_array_mut() {
+                        for c in consumers {
+                            if let Some(creds) = c["credentials"].as_array_mut() {
+                                for cred in creds {
+                                    for field in ["key_sha256", "password_hash", "secret"] {
+                                        if cred.get(field).is_some() {
+                                            cred[field] = json!("<redacted>");
+                                        }
+                                    }
+                                }
+                            }
+                        }
+                    }
                     // Nor do the secret fields of plugin configurations.
                     if let Some(plugins) = v["plugins"].as_array_mut() {
                         for p in plugins {

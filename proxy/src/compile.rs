@@ -10,6 +10,7 @@ use std::time::Duration;
 use http::{HeaderValue, StatusCode};
 
 use crate::balancer::{Balancer, Target};
+use crate::consumers::Directory;
 use crate::config::{parse_target, Config, ConfigError, PluginConfig, Settings, UpstreamProtocol};
 use crate::pipeline::RouteChain;
 use crate::plugins::{PluginInstance, Registry, Staged};
@@ -36,6 +37,8 @@ pub struct Runtime {
     pub certs: CertStore,
     /// The plugin instances of this table (handed to the registry when it goes into service).
     pub plugins: Staged,
+    /// Consumers and credentials, indexed for the authentication plugins.
+    pub consumers: Arc<Directory>,
 }
 
 /// A route, ready for requests.
@@ -94,6 +97,7 @@ impl Runtime {
             settings: Settings::default(),
             certs: CertStore::default(),
             plugins: Staged::default(),
+            consumers: Arc::default(),
         }
     }
 
@@ -213,6 +217,8 @@ impl Runtime {
             })
             .collect();
 
+        let authenticates = instances.iter().any(|(_, i)| i.plugin.authenticates());
+        let consumers = Arc::new(Directory::new(&config.consumers, authenticates));
         let global = sorted(
             instances
                 .iter()
@@ -230,6 +236,7 @@ impl Runtime {
             global,
             certs,
             plugins: staged,
+            consumers,
         })
     }
 }

@@ -12,6 +12,7 @@ pub mod admin;
 pub mod balancer;
 pub mod compile;
 pub mod config;
+pub mod consumers;
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzzing;

@@ -67,6 +67,7 @@ pub(super) fn disabled_entry(route: &str, why: &str) -> PluginConfig {
         route: Some(route.to_string()),
         service: None,
         consumer: None,
+        namespace: None,
         enabled: true,
         priority: Some(i32::MAX),
     }

@@ -40,6 +40,7 @@ impl Resolved {
             route: route.map(str::to_string),
             service: service.map(str::to_string),
             consumer: None,
+            namespace: None,
             enabled: self.enabled,
             priority: self.priority,
         }

@@ -327,6 +327,10 @@ pub struct PluginConfig {
     /// Limit to one consumer.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub consumer: Option<String>,
+    /// The namespace of the resource the plugin came from: an authentication plugin finds only
+    /// consumers of the same namespace (or without one). Unset: every consumer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
     /// A disabled plugin is validated but never runs.
     #[serde(default = "yes")]
     pub enabled: bool,
@@ -355,6 +359,208 @@ pub struct Consumer {
     /// Human-readable name, sent upstream by authentication plugins.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub username: Option<String>,
+    /// An id from another system, sent upstream as `X-Consumer-Custom-ID`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub custom_id: Option<String>,
+    /// Visibility: only plugins of the same `namespace` (and plugins without one) find this
+    /// consumer. Unset: every plugin does.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    /// ACL groups.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub groups: Vec<String>,
+    /// How the consumer proves who it is.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub credentials: Vec<Credential>,
+}
+
+/// One credential of a consumer. `Debug` and `GET /config` never show the secret parts.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "kebab-case", deny_unknown_fields)]
+pub enum Credential {
+    /// An API key (`key-auth`), stored as the hex SHA-256 of the key.
+    KeyAuth {
+        /// Unique id among all credentials (sent upstream as `X-Credential-Identifier`).
+        id: String,
+        /// Lower-case hex SHA-256 of the key.
+        key_sha256: String,
+    },
+    /// A username and password (`basic-auth`), the password stored salted and hashed.
+    BasicAuth {
+        /// Unique id among all credentials.
+        id: String,
+        /// The user name the client sends.
+        username: String,
+        /// `sha256$<salt hex>$<hex SHA-256 of salt bytes followed by the password>`.
+        password_hash: String,
+    },
+    /// A JWT issuer's key (`jwt`).
+    Jwt {
+        /// Unique id among all credentials.
+        id: String,
+        /// The value of the token's `key_claim_name` claim (`iss` by default) that selects
+        /// this credential.
+        key: String,
+        /// The algorithm tokens must be signed with.
+        algorithm: JwtAlgorithm,
+        /// The HMAC secret (`HS*`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        secret: Option<String>,
+        /// The PEM public key (`RS*`, `ES*`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        rsa_public_key: Option<String>,
+    },
+}
+
+impl Credential {
+    /// The credential's id.
+    pub fn id(&self) -> &str {
+        match self {
+            Credential::KeyAuth { id, .. }
+            | Credential::BasicAuth { id, .. }
+            | Credential::Jwt { id, .. } => id,
+        }
+    }
+
+    /// The plugin that checks it (`key-auth`, `basic-auth`, `jwt`).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Credential::KeyAuth { .. } => "key-auth",
+            Credential::BasicAuth { .. } => "basic-auth",
+            Credential::Jwt { .. } => "jwt",
+        }
+    }
+
+    /// The same credential with its secret parts replaced by `<redacted>`.
+    pub fn redacted(&self) -> Credential {
+        let hidden = || secrets::REDACTED.to_string();
+        match self.clone() {
+            Credential::KeyAuth { id, .. } => Credential::KeyAuth {
+                id,
+                key_sha256: hidden(),
+            },
+            Credential::BasicAuth { id, username, .. } => Credential::BasicAuth {
+                id,
+                username,
+                password_hash: hidden(),
+            },
+            Credential::Jwt {
+                id,
+                key,
+                algorithm,
+                secret,
+                rsa_public_key,
+            } => Credential::Jwt {
+                id,
+                key,
+                algorithm,
+                secret: secret.map(|_| hidden()),
+                rsa_public_key,
+            },
+        }
+    }
+}
+
+/// Without the secrets: debug output ends up in logs.
+impl std::fmt::Debug for Credential {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.redacted() {
+            Credential::KeyAuth { id, key_sha256 } => f
+                .debug_struct("KeyAuth")
+                .field("id", &id)
+                .field("key_sha256", &key_sha256)
+                .finish(),
+            Credential::BasicAuth {
+                id,
+                username,
+                password_hash,
+            } => f
+                .debug_struct("BasicAuth")
+                .field("id", &id)
+                .field("username", &username)
+                .field("password_hash", &password_hash)
+                .finish(),
+            Credential::Jwt {
+                id,
+                key,
+                algorithm,
+                secret,
+                ..
+            } => f
+                .debug_struct("Jwt")
+                .field("id", &id)
+                .field("key", &key)
+                .field("algorithm", &algorithm)
+                .field("secret", &secret)
+                .finish_non_exhaustive(),
+        }
+    }
+}
+
+/// A JWT signature algorithm.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum JwtAlgorithm {
+    /// HMAC with SHA-256.
+    HS256,
+    /// HMAC with SHA-384.
+    HS384,
+    /// HMAC with SHA-512.
+    HS512,
+    /// RSASSA-PKCS1-v1_5 with SHA-256.
+    RS256,
+    /// RSASSA-PKCS1-v1_5 with SHA-384.
+    RS384,
+    /// RSASSA-PKCS1-v1_5 with SHA-512.
+    RS512,
+    /// ECDSA P-256 with SHA-256.
+    ES256,
+    /// ECDSA P-384 with SHA-384.
+    ES384,
+}
+
+impl JwtAlgorithm {
+    /// The name in a token's `alg` header.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            JwtAlgorithm::HS256 => "HS256",
+            JwtAlgorithm::HS384 => "HS384",
+            JwtAlgorithm::HS512 => "HS512",
+            JwtAlgorithm::RS256 => "RS256",
+            JwtAlgorithm::RS384 => "RS384",
+            JwtAlgorithm::RS512 => "RS512",
+            JwtAlgorithm::ES256 => "ES256",
+            JwtAlgorithm::ES384 => "ES384",
+        }
+    }
+
+    /// Whether the algorithm takes an HMAC secret (else a public key).
+    pub fn is_hmac(self) -> bool {
+        matches!(
+            self,
+            JwtAlgorithm::HS256 | JwtAlgorithm::HS384 | JwtAlgorithm::HS512
+        )
+    }
+}
+
+/// The `password_hash` of a basic-auth credential: `sha256$<salt hex>$<hex digest>`.
+pub fn hash_password(salt: &[u8], password: &str) -> String {
+    let mut h = Sha256::new();
+    h.update(salt);
+    h.update(password.as_bytes());
+    format!("sha256${}${}", hex(salt), hex(&h.finalize()))
+}
+
+/// The `key_sha256` of a key-auth credential.
+pub fn hash_key(key: &str) -> String {
+    hex(&Sha256::digest(key.as_bytes()))
+}
+
+fn hex(bytes: &[u8]) -> String {
+    use std::fmt::Write as _;
+    bytes.iter().fold(String::new(), |mut s, b| {
+        let _ = write!(s, "{b:02x}");
+        s
+    })
 }
 
 /// A TLS certificate and the server names it serves.
@@ -406,8 +612,7 @@ impl Config {
         let mut unhashed = self.clone();
         unhashed.hash = None;
         let bytes = serde_json::to_vec(&unhashed).expect("a Config always serialises");
-        let digest = Sha256::digest(&bytes);
-        digest.iter().map(|b| format!("{b:02x}")).collect()
+        hex(&Sha256::digest(&bytes))
     }
 
     /// Returns the table with `hash` set to [`Config::content_hash`].

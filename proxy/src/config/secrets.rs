@@ -66,6 +66,7 @@ impl fmt::Debug for PluginConfig {
             .field("route", &self.route)
             .field("service", &self.service)
             .field("consumer", &self.consumer)
+            .field("namespace", &self.namespace)
             .field("enabled", &self.enabled)
             .field("priority", &self.priority)
             .finish()

@@ -53,6 +53,49 @@ impl Errors {
     }
 }
 
+impl Config {
+    /// Credential ids unique, formats valid, and no two credentials a plugin could see at once
+    /// (same namespace, or one without a namespace) proving the same thing.
+    fn validate_credentials(&self, errs: &mut Errors) {
+        let mut cred_ids = HashSet::new();
+        // (kind, what identifies it) → the namespaces and consumers that have it.
+        type Owners<'a> = Vec<(Option<&'a str>, &'a str)>;
+        let mut claims: HashMap<(&str, &str), Owners<'_>> = HashMap::new();
+        for c in &self.consumers {
+            for (i, cred) in c.credentials.iter().enumerate() {
+                let field = |f: &str| format!("credentials[{i}].{f}");
+                if cred.id().is_empty() || !cred_ids.insert(cred.id()) {
+                    errs.push("consumer", &c.id, field("id"), "empty or duplicate credential id");
+                }
+                if let Err((f, m)) = crate::consumers::check_credential(cred) {
+                    errs.push("consumer", &c.id, field(f), m);
+                    continue;
+                }
+                let (what, claim) = match cred {
+                    super::Credential::KeyAuth { key_sha256, .. } => ("key_sha256", key_sha256),
+                    super::Credential::BasicAuth { username, .. } => ("username", username),
+                    super::Credential::Jwt { key, .. } => ("key", key),
+                };
+                let kind = cred.kind();
+                let ns = c.namespace.as_deref();
+                let owners = claims.entry((kind, claim.as_str())).or_default();
+                let clash = owners
+                    .iter()
+                    .find(|(n, _)| n.is_none() || ns.is_none() || *n == ns);
+                match clash {
+                    Some((_, owner)) => errs.push(
+                        "consumer",
+                        &c.id,
+                        field(what),
+                        format!("consumer {owner:?} already has this {kind} credential"),
+                    ),
+                    None => owners.push((ns, &c.id)),
+                }
+            }
+        }
+    }
+}
+
 /// Collects the ids of one entity kind, reporting empty and duplicate ones.
 fn ids<'a>(
     errs: &mut Errors,
@@ -404,6 +447,8 @@ impl Config {
                 );
             }
         }
+
+        self.validate_credentials(&mut errs);
 
         for c in &self.certificates {
             for (i, h) in c.snis.iter().enumerate() {

@@ -14,13 +14,14 @@ mod session;
 
 use std::collections::HashMap;
 use std::net::IpAddr;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 use http::{Extensions, Method};
 use http_body::Body;
 
+use crate::consumers::{ConsumerEntry, Directory, View};
 use crate::plugins::{BodyChunk, EarlyResponse, Flow, PluginInstance, RequestHead, ResponseHead};
 use guard::{call, finish, sync, Called};
 
@@ -55,6 +56,10 @@ pub struct RequestCtx {
     pub tries: Vec<Try>,
     /// The plugins collected in access, replayed by the later phases.
     pub(crate) plugins: Arc<[PluginInstance]>,
+    /// The table's consumers, when it has any or authenticates.
+    pub(crate) directory: Option<Arc<Directory>>,
+    /// The namespace of the plugin running now (what [`RequestCtx::consumers`] shows).
+    pub(crate) consumer_scope: Option<Arc<str>>,
 }
 
 /// Timing marks of one request.
@@ -100,12 +105,47 @@ impl RequestCtx {
             upstream_uri: None,
             tries: Vec::new(),
             plugins: global,
+            directory: None,
+            consumer_scope: None,
         }
     }
 
     /// The plugins that later phases run for this request.
     pub fn plugins(&self) -> &Arc<[PluginInstance]> {
         &self.plugins
+    }
+
+    /// The consumers the running plugin may see (those of its namespace).
+    pub fn consumers(&self) -> View<'_> {
+        static NONE: OnceLock<Directory> = OnceLock::new();
+        let dir = match &self.directory {
+            Some(d) => d,
+            None => NONE.get_or_init(Directory::default),
+        };
+        dir.view(self.consumer_scope.as_deref())
+    }
+
+    /// The consumer the request was authenticated as, if any.
+    pub fn consumer_entry(&self) -> Option<&ConsumerEntry> {
+        self.directory.as_ref()?.get(self.consumer.as_deref()?)
+    }
+
+    /// Makes `consumer` the request's consumer (identified by `credential`, or the anonymous
+    /// fallback when `None`) and tells the upstream with the identity headers.
+    pub fn authenticate(
+        &mut self,
+        req: &mut RequestHead,
+        consumer: &ConsumerEntry,
+        credential: Option<&Arc<str>>,
+    ) {
+        crate::consumers::set_identity_headers(
+            &mut req.headers,
+            consumer,
+            credential.map(|c| &**c),
+            credential.is_none(),
+        );
+        self.consumer = Some(consumer.id.clone());
+        self.credential = credential.cloned();
     }
 }
 
@@ -152,6 +192,9 @@ pub async fn access(
     let mut i = 0;
     while i < list.len() {
         let p = &list[i];
+        if p.namespace != ctx.consumer_scope {
+            ctx.consumer_scope = p.namespace.clone();
+        }
         let (c, r) = (&mut *ctx, &mut *req);
         let flow = match call(p, "access", || p.plugin.access(c, r)) {
             Called::Now(flow) => flow,

@@ -216,6 +216,12 @@ pub trait Plugin: Send + Sync + 'static {
         Ok(None)
     }
 
+    /// Whether the plugin identifies consumers (`key-auth`, `jwt`, …): a table with one strips
+    /// client-sent identity headers (`X-Consumer-ID`, …) from every request.
+    fn authenticates(&self) -> bool {
+        false
+    }
+
     /// Exactly once per request, when it ends for any reason: after the last byte was sent,
     /// after an error, or when the client went away (status 499 if no response had started).
     fn log(&self, _ctx: &RequestCtx, _record: &LogRecord) {}
@@ -236,6 +242,10 @@ pub struct PluginInstance {
     pub filters_body: bool,
     /// [`Plugin::reads_request_body`], asked once when the instance was built.
     pub reads_request_body: bool,
+    /// The namespace whose consumers the plugin may find ([`PluginConfig::namespace`]).
+    ///
+    /// [`PluginConfig::namespace`]: crate::config::PluginConfig::namespace
+    pub namespace: Option<Arc<str>>,
 }
 
 impl PluginInstance {
@@ -247,6 +257,7 @@ impl PluginInstance {
             priority,
             filters_body: plugin.filters_body(),
             reads_request_body: plugin.reads_request_body(),
+            namespace: None,
             plugin,
         }
     }

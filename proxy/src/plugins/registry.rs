@@ -133,12 +133,14 @@ impl Registry {
                 plugin
             }
         };
-        Ok(PluginInstance::new(
+        let mut instance = PluginInstance::new(
             factory.name(),
             &cfg.id,
             cfg.priority.unwrap_or(factory.priority()),
             plugin,
-        ))
+        );
+        instance.namespace = cfg.namespace.as_deref().map(Arc::from);
+        Ok(instance)
     }
 
     /// Makes `staged` the set in service (call after the table that uses it was swapped in)

@@ -134,7 +134,14 @@ pub async fn handle(
     // The client IP is read first: `Connection: x-forwarded-for` must not change it.
     let client_ip = headers::client_ip(conn.peer.ip(), &head.headers, &shared.opts.trusted_proxies);
     let accepts_trailers = headers::remove_hop_by_hop(&mut head.headers, upgrade);
-    let ctx = RequestCtx::new(client_ip, next_request_id(), rt.global.clone());
+    let mut ctx = RequestCtx::new(client_ip, next_request_id(), rt.global.clone());
+    if rt.consumers.strips_identity_headers {
+        // Only an authentication plugin of this table may say who the client is.
+        for name in &crate::consumers::IDENTITY_HEADERS {
+            head.headers.remove(name);
+        }
+        ctx.directory = Some(rt.consumers.clone());
+    }
     let record = LogRecord {
         request_id: ctx.request_id,
         client_ip,
