@@ -10,8 +10,8 @@ use std::time::Duration;
 use http::{HeaderValue, StatusCode};
 
 use crate::balancer::{Balancer, Target};
-use crate::consumers::Directory;
 use crate::config::{parse_target, Config, ConfigError, PluginConfig, Settings, UpstreamProtocol};
+use crate::consumers::Directory;
 use crate::pipeline::RouteChain;
 use crate::plugins::{PluginInstance, Registry, Staged};
 use crate::router::Router;

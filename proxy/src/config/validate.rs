@@ -65,7 +65,12 @@ impl Config {
             for (i, cred) in c.credentials.iter().enumerate() {
                 let field = |f: &str| format!("credentials[{i}].{f}");
                 if cred.id().is_empty() || !cred_ids.insert(cred.id()) {
-                    errs.push("consumer", &c.id, field("id"), "empty or duplicate credential id");
+                    errs.push(
+                        "consumer",
+                        &c.id,
+                        field("id"),
+                        "empty or duplicate credential id",
+                    );
                 }
                 if let Err((f, m)) = crate::consumers::check_credential(cred) {
                     errs.push("consumer", &c.id, field(f), m);

@@ -256,9 +256,7 @@ impl<'a> View<'a> {
     pub fn find(&self, name: &str) -> Option<&'a ConsumerEntry> {
         let dir = self.dir;
         let by_id = |id: &str| dir.by_id.get(id).map(|&i| &dir.consumers[i]);
-        let scoped = self
-            .namespace
-            .and_then(|ns| by_id(&format!("{ns}/{name}")));
+        let scoped = self.namespace.and_then(|ns| by_id(&format!("{ns}/{name}")));
         scoped
             .or_else(|| by_id(name))
             .or_else(|| {
@@ -386,7 +384,10 @@ fn jwt_key(
             .as_deref()
             .filter(|s| !s.is_empty())
             .ok_or(("secret", format!("{} needs a secret", alg.as_str())))?;
-        return Ok((alg, jsonwebtoken::DecodingKey::from_secret(secret.as_bytes())));
+        return Ok((
+            alg,
+            jsonwebtoken::DecodingKey::from_secret(secret.as_bytes()),
+        ));
     }
     let pem = rsa_public_key.as_deref().ok_or((
         "rsa_public_key",
@@ -441,9 +442,15 @@ mod tests {
         let found = d.view(Some("a")).by_key(b"s3cret").unwrap();
         assert_eq!(&*found.consumer.id, "a/alice");
         assert_eq!(&**found.credential, "a/k1");
-        assert_eq!(&*d.view(Some("b")).by_key(b"s3cret").unwrap().consumer.id, "b/bob");
+        assert_eq!(
+            &*d.view(Some("b")).by_key(b"s3cret").unwrap().consumer.id,
+            "b/bob"
+        );
         // A cluster-wide plugin sees all; the first in table order wins.
-        assert_eq!(&*d.view(None).by_key(b"s3cret").unwrap().consumer.id, "a/alice");
+        assert_eq!(
+            &*d.view(None).by_key(b"s3cret").unwrap().consumer.id,
+            "a/alice"
+        );
         assert!(d.view(Some("c")).by_key(b"s3cret").is_none());
         // A consumer without a namespace is visible to every plugin.
         assert!(d.view(Some("c")).by_key(b"other").is_some());
@@ -460,11 +467,17 @@ mod tests {
         check_credential(&cred).unwrap();
         let d = Directory::new(&[consumer("a/alice", Some("a"), vec![cred])], false);
         let v = d.view(Some("a"));
-        assert_eq!(&*v.by_password("alice", b"open sesame").unwrap().consumer.id, "a/alice");
+        assert_eq!(
+            &*v.by_password("alice", b"open sesame").unwrap().consumer.id,
+            "a/alice"
+        );
         assert!(v.by_password("alice", b"open sesame!").is_none());
         assert!(v.by_password("alice", b"").is_none());
         assert!(v.by_password("bob", b"open sesame").is_none());
-        assert!(d.view(Some("b")).by_password("alice", b"open sesame").is_none());
+        assert!(d
+            .view(Some("b"))
+            .by_password("alice", b"open sesame")
+            .is_none());
     }
 
     #[test]
@@ -517,7 +530,9 @@ mod tests {
                     key: "iss".into(),
                     algorithm: JwtAlgorithm::RS256,
                     secret: None,
-                    rsa_public_key: Some("-----BEGIN PUBLIC KEY-----\nnope\n-----END PUBLIC KEY-----\n".into()),
+                    rsa_public_key: Some(
+                        "-----BEGIN PUBLIC KEY-----\nnope\n-----END PUBLIC KEY-----\n".into(),
+                    ),
                 },
                 "rsa_public_key",
             ),

@@ -52,6 +52,10 @@ pub struct RequestCtx {
     pub timings: Timings,
     /// The path and query to send upstream, when a plugin rewrites it (Kong's `upstream_uri`).
     pub upstream_uri: Option<String>,
+    /// The whole request body, when it was read before `access` for a plugin that asked
+    /// ([`Plugin::body_before_access`](crate::plugins::Plugin::body_before_access)). A plugin
+    /// may replace it; it is what goes upstream (with its exact length).
+    pub request_body: Option<Bytes>,
     /// Balancer data: every connection attempt made for this request.
     pub tries: Vec<Try>,
     /// The plugins collected in access, replayed by the later phases.
@@ -103,6 +107,7 @@ impl RequestCtx {
                 end: None,
             },
             upstream_uri: None,
+            request_body: None,
             tries: Vec::new(),
             plugins: global,
             directory: None,
@@ -130,22 +135,25 @@ impl RequestCtx {
         self.directory.as_ref()?.get(self.consumer.as_deref()?)
     }
 
-    /// Makes `consumer` the request's consumer (identified by `credential`, or the anonymous
-    /// fallback when `None`) and tells the upstream with the identity headers.
+    /// Makes the consumer with id `consumer` (found through [`RequestCtx::consumers`]) the
+    /// request's consumer, identified by `credential` or, when `None`, the anonymous fallback,
+    /// and tells the upstream with the identity headers.
     pub fn authenticate(
         &mut self,
         req: &mut RequestHead,
-        consumer: &ConsumerEntry,
-        credential: Option<&Arc<str>>,
+        consumer: Arc<str>,
+        credential: Option<Arc<str>>,
     ) {
-        crate::consumers::set_identity_headers(
-            &mut req.headers,
-            consumer,
-            credential.map(|c| &**c),
-            credential.is_none(),
-        );
-        self.consumer = Some(consumer.id.clone());
-        self.credential = credential.cloned();
+        if let Some(entry) = self.directory.as_ref().and_then(|d| d.get(&consumer)) {
+            crate::consumers::set_identity_headers(
+                &mut req.headers,
+                entry,
+                credential.as_deref(),
+                credential.is_none(),
+            );
+        }
+        self.consumer = Some(consumer);
+        self.credential = credential;
     }
 }
 
@@ -250,7 +258,7 @@ pub enum BodyStop {
 /// so a plugin can refuse a request on its content.
 pub async fn request_body<B>(
     ctx: &mut RequestCtx,
-    mut body: B,
+    body: B,
     limit: u64,
     idle: Duration,
 ) -> Result<(Bytes, u64), BodyStop>
@@ -259,6 +267,44 @@ where
     B::Error: std::fmt::Display,
 {
     let chain = ctx.plugins.clone();
+    collect(ctx, body, limit, idle, &chain).await
+}
+
+/// Reads the whole request body before `access`, for a plugin that decides on it
+/// ([`Plugin::body_before_access`](crate::plugins::Plugin::body_before_access)); no plugin
+/// sees the chunks. Stops as [`request_body`] does.
+pub async fn read_body_before_access<B>(
+    ctx: &mut RequestCtx,
+    body: B,
+    limit: u64,
+    idle: Duration,
+) -> Result<(Bytes, u64), BodyStop>
+where
+    B: Body<Data = Bytes> + Unpin,
+    B::Error: std::fmt::Display,
+{
+    collect(ctx, body, limit, idle, &[]).await
+}
+
+/// Whether a plugin of the route's chain needs the body before `access`.
+pub fn body_before_access(chain: &RouteChain, req: &RequestHead) -> bool {
+    chain
+        .base
+        .iter()
+        .any(|p| p.body_before_access && p.plugin.body_before_access(req))
+}
+
+async fn collect<B>(
+    ctx: &mut RequestCtx,
+    mut body: B,
+    limit: u64,
+    idle: Duration,
+    chain: &[PluginInstance],
+) -> Result<(Bytes, u64), BodyStop>
+where
+    B: Body<Data = Bytes> + Unpin,
+    B::Error: std::fmt::Display,
+{
     let mut out = BytesMut::new();
     let mut received = 0u64;
     let mut eof = body.is_end_stream();

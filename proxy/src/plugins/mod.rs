@@ -8,6 +8,7 @@
 //! follow Kong's plugin schemas so a KongPlugin's `config` carries over unchanged.
 //! `docs/plugins/writing.md` is the guide for plugin authors.
 
+mod auth;
 mod context_path;
 mod correlation_id;
 mod cors;
@@ -16,6 +17,7 @@ pub mod example;
 mod factory;
 mod grpc_web;
 mod ip_restriction;
+mod params;
 mod rate_limiting;
 mod redirect;
 mod registry;
@@ -158,6 +160,18 @@ pub trait Plugin: Send + Sync + 'static {
         Flow::Continue.into()
     }
 
+    /// Whether [`Plugin::body_before_access`] can ever be true for this instance (asked once).
+    fn may_need_body_before_access(&self) -> bool {
+        false
+    }
+
+    /// Whether this request's whole body must be read before `access` (a plugin that decides
+    /// on it, as `key-auth` with `key_in_body`); `access` then finds it in
+    /// [`RequestCtx::request_body`], bounded by `--max-buffered-body`.
+    fn body_before_access(&self, _req: &RequestHead) -> bool {
+        false
+    }
+
     /// Whether `request_body` should be called (request bodies stream untouched otherwise).
     fn reads_request_body(&self) -> bool {
         false
@@ -242,6 +256,8 @@ pub struct PluginInstance {
     pub filters_body: bool,
     /// [`Plugin::reads_request_body`], asked once when the instance was built.
     pub reads_request_body: bool,
+    /// [`Plugin::may_need_body_before_access`], asked once when the instance was built.
+    pub body_before_access: bool,
     /// The namespace whose consumers the plugin may find ([`PluginConfig::namespace`]).
     ///
     /// [`PluginConfig::namespace`]: crate::config::PluginConfig::namespace
@@ -257,6 +273,7 @@ impl PluginInstance {
             priority,
             filters_body: plugin.filters_body(),
             reads_request_body: plugin.reads_request_body(),
+            body_before_access: plugin.may_need_body_before_access(),
             namespace: None,
             plugin,
         }
@@ -283,6 +300,29 @@ pub fn upstream_target<'a>(
         },
         None => (req.uri.path(), req.uri.query()),
     }
+}
+
+/// Sets the path and query the upstream gets: on [`RequestCtx::upstream_uri`] when an earlier
+/// plugin set one (the route's path handling is then already done), on the request's own URI
+/// otherwise (strip_path and the service path still apply).
+pub fn set_upstream_target(
+    ctx: &mut RequestCtx,
+    req: &mut RequestHead,
+    target: String,
+) -> Result<(), PluginError> {
+    if ctx.upstream_uri.is_some() {
+        ctx.upstream_uri = Some(target);
+        return Ok(());
+    }
+    let mut parts = req.uri.clone().into_parts();
+    parts.path_and_query = Some(
+        target
+            .parse()
+            .map_err(|_| PluginError(format!("upstream target {target:?} is invalid")))?,
+    );
+    req.uri = http::Uri::from_parts(parts)
+        .map_err(|e| PluginError(format!("upstream target {target:?}: {e}")))?;
+    Ok(())
 }
 
 /// Checks a path a plugin built for the upstream (`rewrite`, `context-path`): a leading `//`

@@ -56,6 +56,10 @@ impl Registry {
             Arc::new(super::rewrite::FACTORY),
             Arc::new(super::grpc_web::FACTORY),
             Arc::new(super::request_termination::FACTORY),
+            Arc::new(super::auth::JWT),
+            Arc::new(super::auth::KEY_AUTH),
+            Arc::new(super::auth::BASIC_AUTH),
+            Arc::new(super::auth::ACL),
         ];
         // The plugins Weir's own tests observe the pipeline with: compiled in only when the
         // tests ask for them (a dev-dependency feature), so no switch turns them on in a

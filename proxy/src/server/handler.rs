@@ -120,7 +120,7 @@ pub async fn handle(
     conn: Arc<ConnInfo>,
     activity: Arc<ConnActivity>,
     mut head: RequestHead,
-    body: Option<Incoming>,
+    mut body: Option<Incoming>,
 ) -> Response<ProxyBody> {
     let guard = InFlight::new(&activity);
     let rt = shared.runtime.load_full();
@@ -274,6 +274,24 @@ pub async fn handle(
                 head.uri = uri;
             }
         }
+        if pipeline::body_before_access(&route.chain, &head) {
+            let limit = buffered_limit(p.shared.opts.max_body_size, &p);
+            if content_length(&head).is_some_and(|n| n > limit) {
+                return p.too_large(limit);
+            }
+            let idle = p.shared.opts.header_read_timeout;
+            let read = match body.take() {
+                Some(b) => pipeline::read_body_before_access(&mut p.s.ctx, b, limit, idle).await,
+                None => Ok((bytes::Bytes::new(), 0)),
+            };
+            match read {
+                Ok((bytes, received)) => {
+                    p.s.record.request_bytes = received;
+                    p.s.ctx.request_body = Some(bytes);
+                }
+                Err(stop) => return body_stopped(p, stop, limit),
+            }
+        }
         if let Some(r) = pipeline::access(&mut p.s.ctx, &mut head, &route.chain).await {
             return p.respond(r);
         }
@@ -339,23 +357,33 @@ pub async fn handle(
         }
     }
 
+    // A body read before access (and perhaps edited there) is what goes upstream.
+    let early = p.s.ctx.request_body.take();
+    if early
+        .as_ref()
+        .is_some_and(|b| max_body > 0 && b.len() as u64 > max_body)
+    {
+        return p.too_large(max_body);
+    }
     let body = match body {
         // request_body: the plugins that read bodies see it (also an empty one: a plugin that
         // requires a body must see it missing) before anything goes upstream.
         body if pipeline::reads_request_body(&p.s.ctx) => {
-            let limit = match max_body {
-                0 => p.shared.opts.max_buffered_body,
-                n => n.min(p.shared.opts.max_buffered_body),
-            };
+            let limit = buffered_limit(max_body, &p);
             if content_length(&head).is_some_and(|n| n > limit) {
                 return p.too_large(limit);
             }
             let idle = p.shared.opts.header_read_timeout;
-            let read = match body {
-                Some(body) => pipeline::request_body(&mut p.s.ctx, body, limit, idle).await,
-                None => {
+            let ctx = &mut p.s.ctx;
+            let read = match (early, body) {
+                (Some(bytes), _) => {
+                    let whole = http_body_util::Full::new(bytes);
+                    pipeline::request_body(ctx, whole, limit, idle).await
+                }
+                (None, Some(body)) => pipeline::request_body(ctx, body, limit, idle).await,
+                (None, None) => {
                     let empty = http_body_util::Empty::<bytes::Bytes>::new();
-                    pipeline::request_body(&mut p.s.ctx, empty, limit, idle).await
+                    pipeline::request_body(ctx, empty, limit, idle).await
                 }
             };
             match read {
@@ -366,16 +394,13 @@ pub async fn handle(
                     head.headers.remove(header::TRANSFER_ENCODING);
                     UpstreamBody::full(bytes)
                 }
-                Err(BodyStop::Respond(r)) => return p.respond(r),
-                Err(BodyStop::TooLarge) => return p.too_large(limit),
-                Err(BodyStop::Timeout) => {
-                    return p.error(StatusCode::REQUEST_TIMEOUT, "request body timed out")
-                }
-                Err(BodyStop::Client(e)) => {
-                    tracing::debug!(error = %e, "client request body failed");
-                    return p.error(StatusCode::BAD_REQUEST, "malformed request body");
-                }
+                Err(stop) => return body_stopped(p, stop, limit),
             }
+        }
+        _ if early.is_some() => {
+            head.headers.remove(header::CONTENT_LENGTH);
+            head.headers.remove(header::TRANSFER_ENCODING);
+            UpstreamBody::full(early.unwrap_or_default())
         }
         Some(body) if !body.is_end_stream() => {
             let stats = BodyStats::new();
@@ -581,6 +606,28 @@ fn fail_try(ctx: &mut RequestCtx, error: &str) {
         error,
         "upstream try failed"
     );
+}
+
+/// How much of a request body may be held in memory: `--max-buffered-body`, or the body limit
+/// in force (`max_body`, 0 for none) when lower.
+fn buffered_limit(max_body: u64, p: &Pending) -> u64 {
+    match max_body {
+        0 => p.shared.opts.max_buffered_body,
+        n => n.min(p.shared.opts.max_buffered_body),
+    }
+}
+
+/// The answer when reading a request body in full stopped short.
+fn body_stopped(p: Pending, stop: BodyStop, limit: u64) -> Response<ProxyBody> {
+    match stop {
+        BodyStop::Respond(r) => p.respond(r),
+        BodyStop::TooLarge => p.too_large(limit),
+        BodyStop::Timeout => p.error(StatusCode::REQUEST_TIMEOUT, "request body timed out"),
+        BodyStop::Client(e) => {
+            tracing::debug!(error = %e, "client request body failed");
+            p.error(StatusCode::BAD_REQUEST, "malformed request body")
+        }
+    }
 }
 
 fn content_length(head: &RequestHead) -> Option<u64> {

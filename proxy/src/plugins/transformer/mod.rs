@@ -12,6 +12,7 @@ use bytes::BytesMut;
 use http::header::{self, Entry, HeaderMap, HeaderName, HeaderValue};
 use serde::{Deserialize, Deserializer};
 
+use super::params::{decode, encode_into};
 use super::Simple;
 
 /// `request-transformer`: edits the request's method, headers, query string, path and body.
@@ -425,50 +426,6 @@ fn param_ops(lists: [(&str, &[String]); 5]) -> Result<ParamOps, String> {
     })
 }
 
-/// Percent-decodes a query or form component (`+` is a space); malformed escapes stay as they
-/// are and invalid UTF-8 (raw or escaped) is replaced by U+FFFD: only names are decoded, to be
-/// compared.
-fn decode(b: &[u8]) -> String {
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        match b[i] {
-            b'+' => out.push(b' '),
-            b'%' if i + 2 < b.len() => match (hex(b[i + 1]), hex(b[i + 2])) {
-                (Some(h), Some(l)) => {
-                    out.push(h << 4 | l);
-                    i += 2;
-                }
-                _ => out.push(b'%'),
-            },
-            c => out.push(c),
-        }
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
-
-fn hex(c: u8) -> Option<u8> {
-    match c {
-        b'0'..=b'9' => Some(c - b'0'),
-        b'a'..=b'f' => Some(c - b'a' + 10),
-        b'A'..=b'F' => Some(c - b'A' + 10),
-        _ => None,
-    }
-}
-
-/// Percent-encodes everything but RFC 3986's unreserved characters (as `ngx.encode_args`).
-fn encode_into(out: &mut Vec<u8>, s: &str) {
-    const HEX: &[u8; 16] = b"0123456789ABCDEF";
-    for &c in s.as_bytes() {
-        if c.is_ascii_alphanumeric() || matches!(c, b'-' | b'.' | b'_' | b'~') {
-            out.push(c);
-        } else {
-            out.extend_from_slice(&[b'%', HEX[usize::from(c >> 4)], HEX[usize::from(c & 15)]]);
-        }
-    }
-}
-
 /// Whether a `Content-Type` is JSON, by Kong's test (it contains `application/json`).
 fn is_json(content_type: Option<&HeaderValue>) -> bool {
     content_type.is_some_and(|v| contains_ignore_case(v.as_bytes(), b"application/json"))
@@ -776,17 +733,6 @@ mod tests {
             ops(&[], &[], &[], &["k&=:v/é"], &[]).apply("").as_deref(),
             Some("k%26%3D=v%2F%C3%A9")
         );
-    }
-
-    #[test]
-    fn decoding_tolerates_malformed_escapes() {
-        assert_eq!(decode(b"a%20b+c"), "a b c");
-        assert_eq!(decode(b"%"), "%");
-        assert_eq!(decode(b"%2"), "%2");
-        assert_eq!(decode(b"%zz%41"), "%zzA");
-        assert_eq!(decode(b"%C3%A9"), "\u{e9}");
-        // Invalid UTF-8, raw or escaped, compares as U+FFFD.
-        assert_eq!(decode(b"a\xffb%FE"), "a\u{fffd}b\u{fffd}");
     }
 
     #[test]

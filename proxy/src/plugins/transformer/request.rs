@@ -236,19 +236,11 @@ impl RequestTransformer {
             target.push('?');
             target.push_str(q);
         }
-        if self.uri.is_some() || ctx.upstream_uri.is_some() {
+        if self.uri.is_some() {
             ctx.upstream_uri = Some(target);
             return Ok(());
         }
-        let mut parts = req.uri.clone().into_parts();
-        parts.path_and_query = Some(
-            target
-                .parse()
-                .map_err(|_| PluginError(format!("transformed target {target:?} is invalid")))?,
-        );
-        req.uri = http::Uri::from_parts(parts)
-            .map_err(|e| PluginError(format!("transformed target {target:?}: {e}")))?;
-        Ok(())
+        crate::plugins::set_upstream_target(ctx, req, target)
     }
 
     /// What to do with the body, judged on the headers as the upstream will get them.
