@@ -77,6 +77,10 @@ pub struct JwtCredential {
     pub algorithm: JwtAlgorithm,
     /// The HMAC secret or the parsed public key.
     pub key: jsonwebtoken::DecodingKey,
+    /// `HS*`: the secret read as base64, for a `jwt` plugin with `secret_is_base64` (Kong's
+    /// option); `None` when the secret is not base64 or the algorithm takes a public key.
+    /// Decoded here once per table: the plugin cannot read the secret back out of `key`.
+    pub base64_key: Option<jsonwebtoken::DecodingKey>,
 }
 
 impl std::fmt::Debug for JwtCredential {
@@ -147,15 +151,20 @@ impl Directory {
                             digest,
                         });
                     }
-                    Credential::Jwt { key, .. } => {
+                    Credential::Jwt { key, secret, .. } => {
                         let Ok((algorithm, decoding)) = jwt_key(cred) else {
                             continue;
                         };
+                        let base64_key = secret
+                            .as_deref()
+                            .filter(|_| algorithm.is_hmac())
+                            .and_then(base64_secret);
                         d.jwt.entry(key.clone()).or_default().push(JwtCredential {
                             consumer: i,
                             id: cred_id,
                             algorithm,
                             key: decoding,
+                            base64_key,
                         });
                     }
                 }
@@ -306,7 +315,7 @@ fn parse_digest(hex: &str) -> Option<[u8; 32]> {
 }
 
 fn parse_hex(hex: &str) -> Option<Vec<u8>> {
-    if hex.len() % 2 != 0 {
+    if !hex.len().is_multiple_of(2) {
         return None;
     }
     (0..hex.len())
@@ -363,6 +372,23 @@ pub fn check_credential(cred: &Credential) -> Result<(), (&'static str, String)>
             jwt_key(cred).map(drop)
         }
     }
+}
+
+/// An HMAC secret given in base64, as Kong decodes it: either alphabet (Kong 3 takes the URL
+/// one, older versions both), padding optional, trailing bits ignored. An empty result is no
+/// key (HMAC would accept it).
+fn base64_secret(secret: &str) -> Option<jsonwebtoken::DecodingKey> {
+    use base64::engine::{DecodePaddingMode, GeneralPurpose, GeneralPurposeConfig};
+    use base64::Engine as _;
+    const LENIENT: GeneralPurpose = GeneralPurpose::new(
+        &base64::alphabet::STANDARD,
+        GeneralPurposeConfig::new()
+            .with_decode_padding_mode(DecodePaddingMode::Indifferent)
+            .with_decode_allow_trailing_bits(true),
+    );
+    let standard = secret.replace('-', "+").replace('_', "/");
+    let bytes = LENIENT.decode(standard).ok()?;
+    (!bytes.is_empty()).then(|| jsonwebtoken::DecodingKey::from_secret(&bytes))
 }
 
 /// The verification key of a JWT credential.
