@@ -195,6 +195,61 @@ async fn the_controller_follows_the_cluster() {
     })
     .await;
 
+    // Consumers and their credential Secrets (watched by label): a good one reaches the proxy
+    // (redacted on GET /config), a bad one is reported on the Consumer without the Secret's
+    // contents.
+    cluster
+        .apply(
+            "apiVersion: v1\nkind: Secret\nmetadata: {name: alice-key, namespace: default, labels: {weir.dev/credential: key-auth}}\n\
+             stringData: {key: alice-key-value-0042}\n---\n\
+             apiVersion: v1\nkind: Secret\nmetadata: {name: bob-key, namespace: default, labels: {weir.dev/credential: key-auth}}\n\
+             stringData: {apikey: bob-key-value-0043}\n---\n\
+             apiVersion: weir.dev/v1alpha1\nkind: Consumer\nmetadata: {name: alice, namespace: default}\nspec: {credentials: [alice-key], groups: [staff]}\n---\n\
+             apiVersion: weir.dev/v1alpha1\nkind: Consumer\nmetadata: {name: bob, namespace: default}\nspec: {credentials: [bob-key]}\n",
+        )
+        .await;
+    let ns = cluster.namespace().to_string();
+    within(Duration::from_secs(2), "consumers pushed", || async {
+        let config = get(&c, &weir.admin_url("/config"), &[]).await.json();
+        let consumers = config["consumers"].as_array().cloned().unwrap_or_default();
+        let id = |c: &serde_json::Value| c["id"].as_str().unwrap_or("").to_string();
+        consumers.len() == 2
+            && id(&consumers[0]) == format!("{ns}/alice")
+            && consumers[0]["credentials"][0]["id"] == format!("{ns}/alice-key")
+            && consumers[1]["credentials"]
+                .as_array()
+                .is_none_or(|c| c.is_empty())
+    })
+    .await;
+    let condition = |name: &'static str| {
+        let cluster = &cluster;
+        async move {
+            cluster
+                .get("weir.dev/v1alpha1", "Consumer", name)
+                .await
+                .and_then(|p| p.pointer("/status/conditions/0").cloned())
+                .unwrap_or_default()
+        }
+    };
+    within(Duration::from_secs(2), "Consumer conditions", || async {
+        let (a, b) = (condition("alice").await, condition("bob").await);
+        a["status"] == "True" && b["status"] == "False" && b["reason"] == "InvalidSecret"
+    })
+    .await;
+    within(Duration::from_secs(2), "Consumer Event", || async {
+        regarding(&cluster.events().await, "bob", "InvalidSecret")
+    })
+    .await;
+    let events = serde_json::to_string(&cluster.events().await).unwrap();
+    let bob = condition("bob").await.to_string();
+    assert!(bob.contains("has no key \\\"key\\\""), "{bob}");
+    for text in [&events, &bob] {
+        assert!(
+            !text.contains("-value-004"),
+            "Secret contents leaked: {text}"
+        );
+    }
+
     // Deleting an Ingress removes its routes.
     cluster
         .delete("networking.k8s.io/v1", "Ingress", "second")

@@ -12,49 +12,6 @@ use std::time::Duration;
 use common::manifests::*;
 use common::*;
 
-/// A `Plugin` in namespace `demo`; `config` is JSON (a YAML flow mapping).
-fn plugin(name: &str, kind: &str, config: &str) -> String {
-    format!(
-        "apiVersion: weir.dev/v1alpha1
-kind: Plugin
-metadata: {{name: {name}, namespace: demo}}
-spec:
-  plugin: {kind}
-  config: {config}
-"
-    )
-}
-
-/// An Ingress in namespace `demo` sending the prefix `path` to `service`, with `plugins` (a
-/// comma-separated list, or empty for none).
-fn ingress(name: &str, path: &str, plugins: &str, service: &str) -> String {
-    let annotations = match plugins {
-        "" => String::new(),
-        p => format!("\n  annotations: {{weir.dev/plugins: \"{p}\"}}"),
-    };
-    format!(
-        "apiVersion: networking.k8s.io/v1
-kind: Ingress
-metadata:
-  name: {name}
-  namespace: demo{annotations}
-spec:
-  rules:
-  - http:
-      paths:
-      - path: {path}
-        pathType: Prefix
-        backend:
-          service: {{name: {service}, port: {{number: 80}}}}
-"
-    )
-}
-
-/// Joins manifests into one multi-document file.
-fn docs(parts: &[String]) -> String {
-    parts.join("---\n")
-}
-
 /// An upstream that records the head of every request it receives and answers `200 {}`,
 /// closing the connection: proof that a refused request never reached it.
 struct Sink {

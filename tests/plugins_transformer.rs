@@ -21,46 +21,6 @@ use serde_json::{json, Value};
 use common::manifests::*;
 use common::*;
 
-/// A `Plugin` in namespace `demo`; `config` is JSON (a YAML flow mapping).
-fn plugin(name: &str, kind: &str, config: Value) -> String {
-    format!(
-        "apiVersion: weir.dev/v1alpha1
-kind: Plugin
-metadata: {{name: {name}, namespace: demo}}
-spec:
-  plugin: {kind}
-  config: {config}
-"
-    )
-}
-
-/// An Ingress in namespace `demo` sending the prefix `path` to `service`, with `plugins` (a
-/// comma-separated list).
-fn ingress(name: &str, path: &str, plugins: &str, service: &str) -> String {
-    format!(
-        "apiVersion: networking.k8s.io/v1
-kind: Ingress
-metadata:
-  name: {name}
-  namespace: demo
-  annotations: {{weir.dev/plugins: \"{plugins}\"}}
-spec:
-  rules:
-  - http:
-      paths:
-      - path: {path}
-        pathType: Prefix
-        backend:
-          service: {{name: {service}, port: {{number: 80}}}}
-"
-    )
-}
-
-/// Joins manifests into one multi-document file.
-fn docs(parts: &[String]) -> String {
-    parts.join("---\n")
-}
-
 const T: Duration = Duration::from_secs(10);
 
 /// Waits (bounded) until `path` answers `status`: the listener opens before the first

@@ -24,7 +24,7 @@ pub enum Reason {
     InvalidPluginConfig,
     /// A referenced Plugin is itself broken.
     PluginNotAccepted,
-    /// A TLS Secret is missing or unusable.
+    /// A TLS, plugin-configuration or credential Secret is missing or unusable.
     InvalidSecret,
     /// Another Ingress already serves this host and path.
     Conflict,
@@ -34,6 +34,8 @@ pub enum Reason {
     InvalidPath,
     /// A host is not a DNS name.
     InvalidHost,
+    /// A Consumer's username, custom id or group cannot be sent upstream in a header.
+    InvalidConsumer,
     /// A valid setting this proxy version does not implement.
     Unsupported,
     /// The proxy's validation rejected what the translator produced (a translator gap).
@@ -57,6 +59,7 @@ impl Reason {
             Reason::InvalidUpstream => "InvalidUpstream",
             Reason::InvalidPath => "InvalidPath",
             Reason::InvalidHost => "InvalidHost",
+            Reason::InvalidConsumer => "InvalidConsumer",
             Reason::Unsupported => "Unsupported",
             Reason::RejectedByProxy => "RejectedByProxy",
         }

@@ -8,7 +8,7 @@ use k8s_openapi::api::core::v1::{Secret, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::networking::v1::{Ingress, IngressClass};
 use kube::ResourceExt;
-use weir_crds::{ClusterPlugin, Plugin, Upstream};
+use weir_crds::{ClusterPlugin, Consumer, Plugin, Upstream};
 
 /// Namespace and name of a namespaced object.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -62,6 +62,8 @@ pub enum Object {
     ClusterPlugin(ClusterPlugin),
     /// weir.dev/v1alpha1 Upstream.
     Upstream(Upstream),
+    /// weir.dev/v1alpha1 Consumer.
+    Consumer(Consumer),
 }
 
 /// The kinds of [`Object`].
@@ -83,6 +85,8 @@ pub enum Kind {
     ClusterPlugin,
     /// Upstream.
     Upstream,
+    /// Consumer.
+    Consumer,
 }
 
 impl Kind {
@@ -97,6 +101,7 @@ impl Kind {
             Kind::Plugin => "Plugin",
             Kind::ClusterPlugin => "ClusterPlugin",
             Kind::Upstream => "Upstream",
+            Kind::Consumer => "Consumer",
         }
     }
 }
@@ -126,6 +131,7 @@ impl Object {
             ("weir.dev/v1alpha1", "Plugin") => Object::Plugin(de(v)?),
             ("weir.dev/v1alpha1", "ClusterPlugin") => Object::ClusterPlugin(de(v)?),
             ("weir.dev/v1alpha1", "Upstream") => Object::Upstream(de(v)?),
+            ("weir.dev/v1alpha1", "Consumer") => Object::Consumer(de(v)?),
             ("", _) | (_, "") => return Err("missing apiVersion or kind".into()),
             _ => return Ok(None),
         };
@@ -143,6 +149,7 @@ impl Object {
             Object::Plugin(_) => Kind::Plugin,
             Object::ClusterPlugin(_) => Kind::ClusterPlugin,
             Object::Upstream(_) => Kind::Upstream,
+            Object::Consumer(_) => Kind::Consumer,
         }
     }
 }
@@ -158,7 +165,7 @@ pub struct Store {
     pub services: BTreeMap<Key, Service>,
     /// EndpointSlices.
     pub endpoint_slices: BTreeMap<Key, EndpointSlice>,
-    /// Secrets (TLS and Weir credentials only).
+    /// Secrets (in a cluster: TLS Secrets and those labelled `weir.dev/credential` only).
     pub secrets: BTreeMap<Key, Secret>,
     /// Plugins.
     pub plugins: BTreeMap<Key, Plugin>,
@@ -166,6 +173,8 @@ pub struct Store {
     pub cluster_plugins: BTreeMap<String, ClusterPlugin>,
     /// Upstreams.
     pub upstreams: BTreeMap<Key, Upstream>,
+    /// Consumers.
+    pub consumers: BTreeMap<Key, Consumer>,
 }
 
 impl Store {
@@ -196,6 +205,9 @@ impl Store {
             Object::Upstream(o) => {
                 self.upstreams.insert(Key::of(&o), o);
             }
+            Object::Consumer(o) => {
+                self.consumers.insert(Key::of(&o), o);
+            }
         }
     }
 
@@ -210,11 +222,12 @@ impl Store {
             Kind::Plugin => drop(self.plugins.remove(key)),
             Kind::ClusterPlugin => drop(self.cluster_plugins.remove(&key.name)),
             Kind::Upstream => drop(self.upstreams.remove(key)),
+            Kind::Consumer => drop(self.consumers.remove(key)),
         }
     }
 
     /// Number of objects per kind (for metrics and logs).
-    pub fn counts(&self) -> [(Kind, usize); 8] {
+    pub fn counts(&self) -> [(Kind, usize); 9] {
         [
             (Kind::Ingress, self.ingresses.len()),
             (Kind::IngressClass, self.ingress_classes.len()),
@@ -224,6 +237,7 @@ impl Store {
             (Kind::Plugin, self.plugins.len()),
             (Kind::ClusterPlugin, self.cluster_plugins.len()),
             (Kind::Upstream, self.upstreams.len()),
+            (Kind::Consumer, self.consumers.len()),
         ]
     }
 
@@ -269,13 +283,17 @@ mod tests {
     fn parses_multi_document_yaml_and_lists() {
         let text = "apiVersion: v1\nkind: Service\nmetadata: {name: a}\nspec: {ports: [{port: 80}]}\n---\n\
                     apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: ignored}\n---\n\
-                    apiVersion: v1\nkind: List\nitems:\n- {apiVersion: v1, kind: Service, metadata: {name: b, namespace: x}}\n---\n";
+                    apiVersion: v1\nkind: List\nitems:\n- {apiVersion: v1, kind: Service, metadata: {name: b, namespace: x}}\n---\n\
+                    apiVersion: weir.dev/v1alpha1\nkind: Consumer\nmetadata: {name: alice, namespace: x}\nspec: {credentials: [k]}\n";
         let objs = Store::parse_manifests(text).unwrap();
-        assert_eq!(objs.len(), 2);
+        assert_eq!(objs.len(), 3);
         let mut s = Store::default();
         objs.into_iter().for_each(|o| s.insert(o));
         assert!(s.services.contains_key(&Key::new("default", "a")));
         assert!(s.services.contains_key(&Key::new("x", "b")));
+        assert_eq!(s.consumers[&Key::new("x", "alice")].spec.credentials, ["k"]);
+        s.remove(Kind::Consumer, &Key::new("x", "alice"));
+        assert!(s.consumers.is_empty());
     }
 
     #[test]

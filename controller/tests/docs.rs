@@ -1,5 +1,6 @@
-//! Every ```yaml example in docs/annotations.md, docs/crds.md and docs/plugins/*.md translates
-//! without problems.
+//! Every ```yaml example in docs/annotations.md, docs/crds.md, docs/consumers.md and
+//! docs/plugins/*.md translates without problems (and into something: routes, plugins or
+//! consumers).
 
 use std::path::Path;
 
@@ -33,7 +34,11 @@ fn documented_examples_translate_cleanly() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs");
     let registry = Registry::builtin();
     let mut checked = 0;
-    let mut files = vec!["annotations.md".to_string(), "crds.md".to_string()];
+    let mut files = vec![
+        "annotations.md".to_string(),
+        "crds.md".to_string(),
+        "consumers.md".to_string(),
+    ];
     let mut plugin_docs: Vec<String> = std::fs::read_dir(root.join("plugins"))
         .expect("docs/plugins")
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
@@ -66,7 +71,9 @@ fn documented_examples_translate_cleanly() {
                 i + 1
             );
             assert!(
-                !t.config.routes.is_empty() || !t.config.plugins.is_empty(),
+                !t.config.routes.is_empty()
+                    || !t.config.plugins.is_empty()
+                    || !t.config.consumers.is_empty(),
                 "docs/{file} example {} produces nothing:\n{block}",
                 i + 1
             );
@@ -89,4 +96,53 @@ fn the_quickstart_translates_cleanly() {
     assert_eq!(t.config.routes.len(), 3);
     assert_eq!(t.config.certificates.len(), 1);
     assert_eq!(t.config.certificates[0].snis, ["a.example.test"]);
+}
+
+/// The Consumer examples of docs/crds.md do what the page says.
+#[test]
+fn the_consumer_examples_do_what_crds_md_says() {
+    let doc =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/crds.md"))
+            .unwrap();
+    let registry = Registry::builtin();
+    let translate_block = |needle: &str| {
+        let block = yaml_blocks(&doc)
+            .into_iter()
+            .find(|b| b.contains(needle))
+            .unwrap_or_else(|| panic!("no example with {needle:?}"));
+        let mut store = Store::default();
+        for text in [block.as_str(), DEFAULT_CLASS] {
+            Store::parse_manifests(text)
+                .unwrap()
+                .into_iter()
+                .for_each(|o| store.insert(o));
+        }
+        translate(&store, &Options::default(), &registry)
+    };
+
+    let t = translate_block("name: alice-jwt");
+    let alice = &t.config.consumers[0];
+    assert_eq!(alice.id, "demo/alice");
+    assert_eq!(alice.namespace.as_deref(), Some("demo"));
+    assert_eq!(alice.groups, ["staff", "beta"]);
+    let kinds: Vec<&str> = alice.credentials.iter().map(|c| c.kind()).collect();
+    assert_eq!(kinds, ["key-auth", "basic-auth", "jwt"]);
+
+    let t = translate_block("name: partner-limit");
+    let scopes: Vec<_> = t
+        .config
+        .plugins
+        .iter()
+        .map(|p| (p.consumer.as_deref(), p.route.as_deref()))
+        .collect();
+    assert_eq!(scopes, [(Some("demo/partner"), None)]);
+
+    let t = translate_block("name: reports-limit");
+    let scopes: Vec<_> = t
+        .config
+        .plugins
+        .iter()
+        .map(|p| (p.consumer.as_deref(), p.route.as_deref()))
+        .collect();
+    assert_eq!(scopes, [(Some("demo/partner"), Some("demo/reports/r0/p0"))]);
 }

@@ -3,7 +3,7 @@
 /// Prefix of every Weir annotation.
 pub const PREFIX: &str = "weir.dev/";
 
-/// Ingress and Service: comma-separated Plugin (same namespace) or ClusterPlugin names.
+/// Ingress, Service and Consumer: comma-separated Plugin (same namespace) or ClusterPlugin names.
 pub const PLUGINS: &str = "weir.dev/plugins";
 /// Ingress: `"true"` removes the matched path prefix before forwarding.
 pub const STRIP_PATH: &str = "weir.dev/strip-path";

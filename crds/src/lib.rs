@@ -1,5 +1,6 @@
 //! Weir's Kubernetes API: the `weir.dev/v1alpha1` custom resources (`Plugin`, `ClusterPlugin`,
-//! `Upstream`) and the annotation keys users put on Ingresses and Services.
+//! `Upstream`, `Consumer`) and the annotation keys users put on Ingresses, Services and
+//! Consumers.
 //!
 //! Types and constants only; `weir crds` prints [`crds_yaml`], and the committed copy in
 //! `crds/weir.dev.yaml` is checked against it by a test.
@@ -19,8 +20,11 @@ use serde::{Deserialize, Serialize};
 pub const GROUP: &str = "weir.dev";
 /// The controller name an IngressClass's `spec.controller` must carry.
 pub const CONTROLLER_NAME: &str = "weir.dev/ingress-controller";
-/// Label that marks a Secret as holding Weir credentials or plugin configuration.
+/// Label that marks a Secret as Weir's: `"true"` on a Plugin's `configFrom` Secret, or the
+/// credential kind (`key-auth`, `basic-auth`, `jwt`) on a Consumer's credential Secret.
 pub const CREDENTIAL_LABEL: &str = "weir.dev/credential";
+/// The [`CREDENTIAL_LABEL`] value of a Plugin `configFrom` Secret.
+pub const CONFIG_SECRET_LABEL_VALUE: &str = "true";
 
 /// A free-form object the API server keeps as is (validated by the proxy's plugin registry).
 fn free_form(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
@@ -352,6 +356,50 @@ pub struct UpstreamTls {
     pub verify: Option<bool>,
 }
 
+/// A consumer of the API: who a request is, once an authentication plugin (`key-auth`,
+/// `basic-auth`, `jwt`) has checked one of its credentials. Consumer-scoped plugins are named in
+/// its `weir.dev/plugins` annotation.
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema, Default)]
+#[kube(
+    group = "weir.dev",
+    version = "v1alpha1",
+    kind = "Consumer",
+    namespaced,
+    status = "ResourceStatus",
+    shortname = "wconsumer",
+    category = "weir",
+    printcolumn(name = "Username", type_ = "string", json_path = ".spec.username"),
+    printcolumn(name = "Custom ID", type_ = "string", json_path = ".spec.customId"),
+    printcolumn(
+        name = "Accepted",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Accepted\")].status"
+    ),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
+)]
+#[serde(rename_all = "camelCase")]
+pub struct ConsumerSpec {
+    /// The name sent upstream as `X-Consumer-Username` (default: the resource's name).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 256))]
+    pub username: Option<String>,
+    /// An id from another system, sent upstream as `X-Consumer-Custom-ID`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 256))]
+    pub custom_id: Option<String>,
+    /// Names of Secrets in the Consumer's namespace, each one credential, labelled
+    /// `weir.dev/credential` with its kind (`key-auth`, `basic-auth` or `jwt`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub credentials: Vec<String>,
+    /// ACL groups (for the `acl` plugin).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub groups: Vec<String>,
+}
+
 /// Status of every Weir resource: `Accepted` and `Programmed` conditions.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema, Default)]
 #[serde(rename_all = "camelCase")]
@@ -364,7 +412,12 @@ pub struct ResourceStatus {
 
 /// The CustomResourceDefinitions of every Weir resource.
 pub fn crds() -> Vec<CustomResourceDefinition> {
-    vec![Plugin::crd(), ClusterPlugin::crd(), Upstream::crd()]
+    vec![
+        Plugin::crd(),
+        ClusterPlugin::crd(),
+        Upstream::crd(),
+        Consumer::crd(),
+    ]
 }
 
 /// The CRDs as one multi-document YAML file (what `weir crds` prints).
@@ -551,5 +604,35 @@ mod tests {
         )
         .unwrap();
         assert_eq!(p.spec.config.unwrap()["minute"], 5);
+        let c: Consumer = serde_yaml::from_str(
+            "apiVersion: weir.dev/v1alpha1\nkind: Consumer\nmetadata: {name: alice, namespace: shop}\n\
+             spec: {customId: u-1, credentials: [alice-key], groups: [staff]}\n",
+        )
+        .unwrap();
+        assert_eq!(c.spec.username, None);
+        assert_eq!(c.spec.custom_id.as_deref(), Some("u-1"));
+        assert_eq!(c.spec.credentials, ["alice-key"]);
+        assert_eq!(c.spec.groups, ["staff"]);
+    }
+
+    #[test]
+    fn consumer_crd_names_and_columns() {
+        let crd = Consumer::crd();
+        assert_eq!(crd.spec.scope, "Namespaced");
+        assert_eq!(crd.spec.names.short_names, Some(vec!["wconsumer".into()]));
+        assert_eq!(crd.spec.names.categories, Some(vec!["weir".into()]));
+        let v = &crd.spec.versions[0];
+        let columns: Vec<&str> = v
+            .additional_printer_columns
+            .iter()
+            .flatten()
+            .map(|c| c.name.as_str())
+            .collect();
+        assert_eq!(columns, ["Username", "Custom ID", "Accepted", "Age"]);
+        let schema = serde_json::to_value(v.schema.as_ref().unwrap()).unwrap();
+        let spec = &schema["openAPIV3Schema"]["properties"]["spec"]["properties"];
+        assert_eq!(spec["credentials"]["items"]["type"], "string");
+        assert_eq!(spec["groups"]["items"]["type"], "string");
+        assert!(crds_yaml().contains("kind: Consumer"));
     }
 }

@@ -89,6 +89,7 @@ const KINDS: &[(&str, &str, bool)] = &[
     ("Plugin", "plugins", true),
     ("ClusterPlugin", "clusterplugins", false),
     ("Upstream", "upstreams", true),
+    ("Consumer", "consumers", true),
     ("Event", "events", true),
     ("Lease", "leases", true),
     ("Namespace", "namespaces", false),

@@ -72,6 +72,50 @@ endpoints:
     )
 }
 
+/// A `Plugin` in namespace `demo`; `config` is JSON (a YAML flow mapping): a `&str` or a
+/// `serde_json::Value`.
+pub fn plugin(name: &str, kind: &str, config: impl std::fmt::Display) -> String {
+    format!(
+        "apiVersion: weir.dev/v1alpha1
+kind: Plugin
+metadata: {{name: {name}, namespace: demo}}
+spec:
+  plugin: {kind}
+  config: {config}
+"
+    )
+}
+
+/// An Ingress in namespace `demo` sending the prefix `path` to `service`, with `plugins` (a
+/// comma-separated list, or empty for none).
+pub fn ingress(name: &str, path: &str, plugins: &str, service: &str) -> String {
+    let annotations = match plugins {
+        "" => String::new(),
+        p => format!("\n  annotations: {{weir.dev/plugins: \"{p}\"}}"),
+    };
+    format!(
+        "apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata:
+  name: {name}
+  namespace: demo{annotations}
+spec:
+  rules:
+  - http:
+      paths:
+      - path: {path}
+        pathType: Prefix
+        backend:
+          service: {{name: {service}, port: {{number: 80}}}}
+"
+    )
+}
+
+/// Joins manifests into one multi-document file.
+pub fn docs(parts: &[String]) -> String {
+    parts.join("---\n")
+}
+
 /// A running `weir standalone` on a temporary folder of manifests.
 pub struct Manifests {
     pub proc: Proc,

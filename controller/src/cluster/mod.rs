@@ -170,6 +170,7 @@ pub async fn run(
         changed: tokio::sync::Notify::new(),
         synced: Default::default(),
         watchers: Default::default(),
+        holders: Default::default(),
     });
     let namespaces = opts
         .translate

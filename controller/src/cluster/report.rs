@@ -11,7 +11,7 @@ use k8s_openapi::jiff::Timestamp;
 use kube::api::{Patch, PatchParams};
 use kube::runtime::events::{Event as KubeEvent, EventType, Recorder};
 use kube::{Api, Client, Resource};
-use weir_crds::{ClusterPlugin, Plugin, ResourceStatus, Upstream};
+use weir_crds::{ClusterPlugin, Consumer, Plugin, ResourceStatus, Upstream};
 
 use crate::problem::ObjectRef;
 use crate::store::{Key, Kind, Store};
@@ -47,6 +47,7 @@ fn api_version_kind(kind: Kind) -> (&'static str, &'static str) {
         Kind::Plugin => ("weir.dev/v1alpha1", "Plugin"),
         Kind::ClusterPlugin => ("weir.dev/v1alpha1", "ClusterPlugin"),
         Kind::Upstream => ("weir.dev/v1alpha1", "Upstream"),
+        Kind::Consumer => ("weir.dev/v1alpha1", "Consumer"),
     }
 }
 
@@ -60,6 +61,7 @@ fn uid(store: &Store, o: &ObjectRef) -> Option<String> {
         Kind::Plugin => store.plugins.get(&key).map(|x| x.meta()),
         Kind::ClusterPlugin => store.cluster_plugins.get(&o.name).map(|x| x.meta()),
         Kind::Upstream => store.upstreams.get(&key).map(|x| x.meta()),
+        Kind::Consumer => store.consumers.get(&key).map(|x| x.meta()),
         Kind::IngressClass => store.ingress_classes.get(&o.name).map(|x| &x.metadata),
         Kind::EndpointSlice => store.endpoint_slices.get(&key).map(|x| &x.metadata),
     };
@@ -206,6 +208,10 @@ impl Reporter {
                     .upstreams
                     .get(&key)
                     .map(|x| (x.metadata.generation, x.status.clone())),
+                Kind::Consumer => store
+                    .consumers
+                    .get(&key)
+                    .map(|x| (x.metadata.generation, x.status.clone())),
                 _ => None,
             }
             .unwrap_or_default();
@@ -227,6 +233,10 @@ impl Reporter {
                     .await
                     .map(drop),
                 Kind::Upstream => Api::<Upstream>::namespaced(self.client.clone(), &ns)
+                    .patch_status(&o.name, &pp, &Patch::Merge(&patch))
+                    .await
+                    .map(drop),
+                Kind::Consumer => Api::<Consumer>::namespaced(self.client.clone(), &ns)
                     .patch_status(&o.name, &pp, &Patch::Merge(&patch))
                     .await
                     .map(drop),

@@ -2,9 +2,11 @@
 //!
 //! kube-runtime's watcher lists, then watches from the list's resourceVersion, and relists on
 //! `410 Gone`; errors back off. Each watcher remembers the keys it contributed so a relist can
-//! drop objects deleted while it was away without touching what other watchers provided.
+//! drop objects deleted while it was away without touching what other watchers provided. Two
+//! watchers can provide the same object (a TLS Secret that is also labelled
+//! `weir.dev/credential`): it leaves the store only when neither holds it any more.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::fmt::Debug;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -18,7 +20,7 @@ use kube::runtime::WatchStreamExt;
 use kube::{Api, Client, Resource};
 use serde::de::DeserializeOwned;
 use tokio::sync::Notify;
-use weir_crds::{ClusterPlugin, Plugin, Upstream};
+use weir_crds::{ClusterPlugin, Consumer, Plugin, Upstream};
 
 use crate::store::{Key, Kind, Object, Store};
 
@@ -32,12 +34,74 @@ pub struct Shared {
     pub synced: AtomicUsize,
     /// Watchers started.
     pub watchers: AtomicUsize,
+    /// How many watchers currently hold each object (always locked after `store`).
+    pub holders: Mutex<HashMap<(Kind, Key), usize>>,
 }
 
 impl Shared {
     /// Whether every watcher has listed once (translating earlier would serve a partial view).
     pub fn all_synced(&self) -> bool {
         self.synced.load(Ordering::Acquire) >= self.watchers.load(Ordering::Acquire)
+    }
+}
+
+impl Shared {
+    /// A watcher (whose keys are `mine`) saw an object added or changed.
+    fn applied(&self, mine: &mut BTreeSet<Key>, kind: Kind, key: Key, obj: Object) {
+        let mut store = self.store.lock().unwrap_or_else(|e| e.into_inner());
+        let mut holders = self.holders.lock().unwrap_or_else(|e| e.into_inner());
+        if mine.insert(key.clone()) {
+            *holders.entry((kind, key)).or_default() += 1;
+        }
+        store.insert(obj);
+    }
+
+    /// A watcher saw an object go (deleted, or no longer matching its selector): it leaves
+    /// the store unless another watcher still holds it.
+    fn deleted(&self, mine: &mut BTreeSet<Key>, kind: Kind, key: Key) {
+        let mut store = self.store.lock().unwrap_or_else(|e| e.into_inner());
+        let mut holders = self.holders.lock().unwrap_or_else(|e| e.into_inner());
+        if mine.remove(&key) {
+            release(&mut holders, kind, &key);
+        }
+        if !holders.contains_key(&(kind, key.clone())) {
+            store.remove(kind, &key);
+        }
+    }
+
+    /// A watcher listed its objects (at start and after `410 Gone`): what it held and no
+    /// longer lists goes, unless another watcher holds it.
+    fn listed(&self, mine: &mut BTreeSet<Key>, kind: Kind, listing: Vec<(Key, Object)>) {
+        let fresh: BTreeSet<Key> = listing.iter().map(|(k, _)| k.clone()).collect();
+        let mut store = self.store.lock().unwrap_or_else(|e| e.into_inner());
+        let mut holders = self.holders.lock().unwrap_or_else(|e| e.into_inner());
+        for gone in mine.difference(&fresh) {
+            if release(&mut holders, kind, gone) {
+                store.remove(kind, gone);
+            }
+        }
+        for new in fresh.difference(mine) {
+            *holders.entry((kind, new.clone())).or_default() += 1;
+        }
+        for (_, o) in listing {
+            store.insert(o);
+        }
+        *mine = fresh;
+    }
+}
+
+/// One watcher less holds the object; returns whether none is left.
+fn release(holders: &mut HashMap<(Kind, Key), usize>, kind: Kind, key: &Key) -> bool {
+    let k = (kind, key.clone());
+    match holders.get_mut(&k) {
+        Some(n) if *n > 1 => {
+            *n -= 1;
+            false
+        }
+        _ => {
+            holders.remove(&k);
+            true
+        }
     }
 }
 
@@ -61,44 +125,23 @@ async fn run<K>(
     K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
 {
     let mut mine: BTreeSet<Key> = BTreeSet::new();
-    let mut listing: Vec<K> = Vec::new();
+    let mut listing: Vec<(Key, Object)> = Vec::new();
     let mut first_sync = true;
     let mut stream = watcher(api, config).default_backoff().boxed();
     while let Some(event) = stream.next().await {
         match event {
             Ok(Event::Apply(o)) => {
-                mine.insert(key_of(kind, &o));
-                shared
-                    .store
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .insert(wrap(o));
+                shared.applied(&mut mine, kind, key_of(kind, &o), wrap(o));
                 shared.changed.notify_one();
             }
             Ok(Event::Delete(o)) => {
-                let key = key_of(kind, &o);
-                mine.remove(&key);
-                shared
-                    .store
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .remove(kind, &key);
+                shared.deleted(&mut mine, kind, key_of(kind, &o));
                 shared.changed.notify_one();
             }
             Ok(Event::Init) => listing.clear(),
-            Ok(Event::InitApply(o)) => listing.push(o),
+            Ok(Event::InitApply(o)) => listing.push((key_of(kind, &o), wrap(o))),
             Ok(Event::InitDone) => {
-                let fresh: BTreeSet<Key> = listing.iter().map(|o| key_of(kind, o)).collect();
-                {
-                    let mut store = shared.store.lock().unwrap_or_else(|e| e.into_inner());
-                    for gone in mine.difference(&fresh) {
-                        store.remove(kind, gone);
-                    }
-                    for o in listing.drain(..) {
-                        store.insert(wrap(o));
-                    }
-                }
-                mine = fresh;
+                shared.listed(&mut mine, kind, std::mem::take(&mut listing));
                 if first_sync {
                     first_sync = false;
                     shared.synced.fetch_add(1, Ordering::AcqRel);
@@ -207,7 +250,8 @@ pub fn start(client: &Client, namespaces: &Option<Vec<String>>, shared: &Arc<Sha
         Object::EndpointSlice,
         shared,
     );
-    // Only TLS Secrets and Secrets labelled as Weir credentials are read.
+    // Only TLS Secrets and Secrets labelled `weir.dev/credential` (with any value: `"true"` for
+    // Plugin configurations, the credential kind for Consumers' credentials) are read.
     let tls = all.clone().fields("type=kubernetes.io/tls");
     spawn::<Secret>(
         client,
@@ -217,9 +261,7 @@ pub fn start(client: &Client, namespaces: &Option<Vec<String>>, shared: &Arc<Sha
         Object::Secret,
         shared,
     );
-    let creds = all
-        .clone()
-        .labels(&format!("{}=true", weir_crds::CREDENTIAL_LABEL));
+    let creds = all.clone().labels(weir_crds::CREDENTIAL_LABEL);
     spawn::<Secret>(
         client,
         namespaces,
@@ -246,9 +288,73 @@ pub fn start(client: &Client, namespaces: &Option<Vec<String>>, shared: &Arc<Sha
     spawn::<Upstream>(
         client,
         namespaces,
-        all,
+        all.clone(),
         Kind::Upstream,
         Object::Upstream,
         shared,
     );
+    spawn::<Consumer>(
+        client,
+        namespaces,
+        all,
+        Kind::Consumer,
+        Object::Consumer,
+        shared,
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::Secret;
+
+    fn secret(name: &str) -> (Key, Object) {
+        let mut s = Secret::default();
+        s.metadata.name = Some(name.into());
+        s.metadata.namespace = Some("ns".into());
+        (Key::new("ns", name), Object::Secret(s))
+    }
+
+    /// A labelled TLS Secret comes from both Secret watchers: losing the label (a delete for
+    /// the label watcher) must not drop it while the TLS watcher still has it.
+    #[test]
+    fn an_object_two_watchers_hold_stays_until_both_let_go() {
+        let shared = Shared {
+            store: Mutex::new(Store::default()),
+            changed: Notify::new(),
+            synced: AtomicUsize::new(0),
+            watchers: AtomicUsize::new(2),
+            holders: Mutex::new(HashMap::new()),
+        };
+        let (mut tls, mut labelled) = (BTreeSet::new(), BTreeSet::new());
+        let has = |name: &str| {
+            shared
+                .store
+                .lock()
+                .unwrap()
+                .secrets
+                .contains_key(&Key::new("ns", name))
+        };
+        let (k, o) = secret("both");
+        shared.listed(&mut tls, Kind::Secret, vec![(k.clone(), o.clone())]);
+        shared.applied(&mut labelled, Kind::Secret, k.clone(), o.clone());
+        shared.applied(&mut labelled, Kind::Secret, k.clone(), o);
+        shared.deleted(&mut labelled, Kind::Secret, k.clone());
+        assert!(has("both"), "the TLS watcher still holds it");
+        // A relist of the TLS watcher without it: now nobody holds it.
+        let (k2, o2) = secret("other");
+        shared.listed(&mut tls, Kind::Secret, vec![(k2, o2)]);
+        assert!(!has("both"));
+        assert!(has("other"));
+        // One watcher alone: a delete removes at once.
+        let (k3, o3) = secret("alone");
+        shared.applied(&mut labelled, Kind::Secret, k3.clone(), o3);
+        shared.deleted(&mut labelled, Kind::Secret, k3);
+        assert!(!has("alone"));
+        assert_eq!(
+            shared.holders.lock().unwrap().len(),
+            1,
+            "only \"other\" is held"
+        );
+    }
 }

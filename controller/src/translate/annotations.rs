@@ -56,6 +56,13 @@ pub struct ServiceAnnotations {
     pub path: Option<String>,
 }
 
+/// What a Consumer's annotations ask for.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct ConsumerAnnotations {
+    /// Plugin names: consumer-scoped plugins.
+    pub plugins: Vec<String>,
+}
+
 fn list(v: &str) -> Vec<String> {
     v.split(',')
         .map(str::trim)
@@ -113,6 +120,15 @@ fn path(key: &str, v: &str) -> Result<String, AnnotationError> {
             format!("{v:?} must be a path starting with \"/\""),
         ))
     }
+}
+
+/// The names in an object's `weir.dev/plugins` annotation, read leniently whatever its other
+/// annotations say: what it asks for, which decides how plugins that Consumers name are scoped.
+pub fn plugin_names_of(annotations: Option<&BTreeMap<String, String>>) -> Vec<String> {
+    annotations
+        .and_then(|m| m.get(a::PLUGINS))
+        .map(|v| list(v))
+        .unwrap_or_default()
 }
 
 /// Parsed annotations (or every malformed one), and the unknown `weir.dev/` keys.
@@ -278,6 +294,17 @@ pub fn service(annotations: &BTreeMap<String, String>) -> Parsed<ServiceAnnotati
     })
 }
 
+/// Parses a Consumer's annotations (only `weir.dev/plugins` applies to Consumers).
+pub fn consumer(annotations: &BTreeMap<String, String>) -> Parsed<ConsumerAnnotations> {
+    parse_all(annotations, |out: &mut ConsumerAnnotations, key, v| {
+        match key {
+            a::PLUGINS => out.plugins = plugin_names(key, v)?,
+            _ => return Ok(false),
+        }
+        Ok(true)
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -349,5 +376,17 @@ mod tests {
             ("weir.dev/protocol", "ftp"),
         ]));
         assert_eq!(r.unwrap_err().len(), 2);
+    }
+
+    #[test]
+    fn consumer_annotations() {
+        let (r, unknown) = consumer(&map(&[
+            ("weir.dev/plugins", "gold-limit, ban"),
+            ("weir.dev/strip-path", "true"),
+        ]));
+        assert_eq!(r.unwrap().plugins, ["gold-limit", "ban"]);
+        assert_eq!(unknown, ["weir.dev/strip-path"]);
+        let (r, _) = consumer(&map(&[("weir.dev/plugins", "Bad_Name")]));
+        assert_eq!(r.unwrap_err()[0].0, "weir.dev/plugins");
     }
 }

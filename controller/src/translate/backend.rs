@@ -212,8 +212,9 @@ impl Translator<'_> {
             algorithm: config::Algorithm::RoundRobin,
             targets,
         });
-        for p in plugins {
-            self.config.plugins.push(p.entry(None, Some(&id)));
+        for p in &plugins {
+            let entries = self.scoped_entries(p, None, Some(&id));
+            self.config.plugins.extend(entries);
         }
         Ok(id)
     }

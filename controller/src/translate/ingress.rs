@@ -111,10 +111,9 @@ fn kind_name(k: PathKind) -> &'static str {
 }
 
 impl Translator<'_> {
-    /// Whether this controller serves the Ingress.
     /// Whether this controller serves the Ingress: its class is `--ingress-class`, and the
     /// IngressClass of that name (if there is one) names this controller.
-    fn owns(&self, ing: &Ingress) -> bool {
+    pub(super) fn owns(&self, ing: &Ingress) -> bool {
         let ours = self.store.ingress_classes.get(&self.opts.ingress_class);
         let ours_ok = ours.is_none_or(|ic| {
             ic.spec.as_ref().and_then(|s| s.controller.as_deref())
@@ -375,7 +374,8 @@ impl Translator<'_> {
             self.config.plugins.push(disabled_entry(&id, why));
         }
         for p in plugins {
-            self.config.plugins.push(p.entry(Some(&id), None));
+            let entries = self.scoped_entries(p, Some(&id), None);
+            self.config.plugins.extend(entries);
         }
         self.config.routes.push(Route {
             id,

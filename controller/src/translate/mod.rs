@@ -4,6 +4,7 @@
 
 pub mod annotations;
 mod backend;
+mod consumers;
 mod ingress;
 mod plugins;
 mod tls;
@@ -79,6 +80,9 @@ struct Translator<'a> {
     backends: BTreeMap<(String, String, i32), Result<String, backend::BackendError>>,
     /// Plugin resources already checked: reference → resolved plugin or why not.
     plugin_cache: BTreeMap<plugins::PluginRef, Result<plugins::Resolved, String>>,
+    /// Plugins that Consumers name, by plugin id: the resource and the ids of the consumers in
+    /// the table that name it (possibly none).
+    consumer_scopes: BTreeMap<String, (plugins::PluginRef, Vec<String>)>,
     /// (host, path kind, path) → the Ingress serving it.
     claimed: HashMap<(String, &'static str, String), Key>,
     owned: Vec<Key>,
@@ -106,6 +110,7 @@ impl<'a> Translator<'a> {
             slices,
             backends: BTreeMap::new(),
             plugin_cache: BTreeMap::new(),
+            consumer_scopes: BTreeMap::new(),
             claimed: HashMap::new(),
             owned: Vec::new(),
             checked: BTreeSet::new(),
@@ -137,6 +142,8 @@ impl<'a> Translator<'a> {
     fn run(&mut self) {
         self.check_all_plugins();
         self.global_plugins();
+        // Before the routes: they need to know which plugins are consumer-scoped.
+        self.consumers();
         self.ingresses();
         self.controller_default_backend();
         self.check_upstreams();
@@ -202,14 +209,25 @@ impl Translator<'_> {
                             .retain(|p| !p.service.as_ref().is_some_and(|s| services.contains(s)));
                     }
                     "plugin" => {
+                        let mut consumer = None;
                         if let Some(p) = c.plugins.iter().find(|p| p.id == id) {
                             match (&p.route, &p.service) {
                                 (Some(r), _) => disable.push(r.clone()),
                                 (None, Some(s)) => disable = routes_of_service(c, s),
-                                (None, None) => {}
+                                // A consumer is not served without its own plugin.
+                                (None, None) => consumer = p.consumer.clone(),
                             }
                         }
                         c.plugins.retain(|p| p.id != id);
+                        if let Some(consumer) = consumer {
+                            c.consumers.retain(|x| x.id != consumer);
+                            c.plugins
+                                .retain(|p| p.consumer.as_deref() != Some(consumer.as_str()));
+                        }
+                    }
+                    "consumer" => {
+                        c.consumers.retain(|x| x.id != id);
+                        c.plugins.retain(|p| p.consumer.as_deref() != Some(&id));
                     }
                     "certificate" => c.certificates.retain(|x| x.id != id),
                     _ => {}
@@ -239,7 +257,8 @@ impl Translator<'_> {
 
 /// The object a routing-table entity came from, from the translator's id conventions:
 /// routes `ns/ingress/…`, services and upstreams `ns/service:port`, plugins `ns/plugin@scope`
-/// or `cluster/plugin[@scope]`, certificates `ns/secret[#default]`.
+/// or `cluster/plugin[@scope]` (a scope may end in `~ns/consumer`), consumers `ns/consumer`,
+/// certificates `ns/secret[#default]`.
 fn source_of(entity: &str, id: &str) -> ObjectRef {
     let (first, rest) = id.split_once('/').unwrap_or(("", id));
     let second = rest
@@ -249,12 +268,16 @@ fn source_of(entity: &str, id: &str) -> ObjectRef {
         .to_string();
     let (kind, namespace) = match entity {
         "route" => (Kind::Ingress, Some(first.to_string())),
-        "plugin" if id.ends_with("/disabled") => (Kind::Ingress, Some(first.to_string())),
+        // (A scoped entry has an `@`; its consumer may well be called `disabled`.)
+        "plugin" if id.ends_with("/disabled") && !id.contains('@') => {
+            (Kind::Ingress, Some(first.to_string()))
+        }
         // Global ClusterPlugin entries carry no scope.
         "plugin" if first == "cluster" => (Kind::ClusterPlugin, None),
         "plugin" if !id.contains('@') => (Kind::Ingress, Some(first.to_string())),
         "plugin" => (Kind::Plugin, Some(first.to_string())),
         "certificate" => (Kind::Secret, Some(first.to_string())),
+        "consumer" => (Kind::Consumer, Some(first.to_string())),
         _ => (Kind::Service, Some(first.to_string())),
     };
     ObjectRef {
@@ -335,6 +358,34 @@ mod tests {
             ),
             ("certificate", "shop/tls", Kind::Secret, Some("shop"), "tls"),
             (
+                "plugin",
+                "shop/gold@~shop/alice",
+                Kind::Plugin,
+                Some("shop"),
+                "gold",
+            ),
+            (
+                "plugin",
+                "cluster/gold@shop/web/r0/p0~shop/alice",
+                Kind::ClusterPlugin,
+                None,
+                "gold",
+            ),
+            (
+                "plugin",
+                "shop/tag@~shop/disabled",
+                Kind::Plugin,
+                Some("shop"),
+                "tag",
+            ),
+            (
+                "consumer",
+                "shop/alice",
+                Kind::Consumer,
+                Some("shop"),
+                "alice",
+            ),
+            (
                 "certificate",
                 "shop/tls#default",
                 Kind::Secret,
@@ -402,5 +453,28 @@ mod tests {
             .find(|p| p.reason == Reason::RejectedByProxy)
             .expect("reported");
         assert_eq!(p.object.to_string(), "Plugin default/auth");
+    }
+
+    #[test]
+    fn a_consumer_is_not_served_without_a_plugin_the_proxy_rejects() {
+        let yaml = "apiVersion: weir.dev/v1alpha1\nkind: Plugin\nmetadata: {name: tag, namespace: default}\nspec: {plugin: correlation-id}\n---\n\
+            apiVersion: weir.dev/v1alpha1\nkind: Consumer\nmetadata: {name: alice, namespace: default, annotations: {weir.dev/plugins: tag}}\nspec: {}\n---\n\
+            apiVersion: weir.dev/v1alpha1\nkind: Consumer\nmetadata: {name: bob, namespace: default}\nspec: {}\n";
+        let mut store = Store::default();
+        Store::parse_manifests(yaml)
+            .unwrap()
+            .into_iter()
+            .for_each(|o| store.insert(o));
+        let t = translate(&store, &Options::default(), &Fickle(Cell::new(0)));
+        let ids: Vec<&str> = t.config.consumers.iter().map(|c| c.id.as_str()).collect();
+        assert_eq!(ids, ["default/bob"], "alice is left out with her plugin");
+        assert!(t.config.plugins.is_empty());
+        let p = t
+            .problems
+            .iter()
+            .find(|p| p.reason == Reason::RejectedByProxy)
+            .expect("reported");
+        assert_eq!(p.object.to_string(), "Plugin default/tag");
+        assert_eq!(p.field, "plugin default/tag@~default/alice: config");
     }
 }

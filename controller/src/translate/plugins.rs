@@ -4,6 +4,10 @@
 //! proxy's plugin registry). A route or service that names a missing or rejected plugin is
 //! left out rather than served without it: a broken authentication plugin must not open a
 //! route.
+//!
+//! A plugin that Consumers name (their `weir.dev/plugins` annotation) is consumer-scoped: on
+//! its own when no Ingress or Service names it, else paired with each route or service that
+//! names it (route+consumer, service+consumer), as Kong's ingress controller does.
 
 use weir_proxy::config::PluginConfig;
 
@@ -18,6 +22,16 @@ pub(super) enum PluginRef {
     Cluster(String),
 }
 
+impl PluginRef {
+    /// `namespace/name` or `cluster/name`: the prefix of its entries' ids.
+    pub(super) fn id(&self) -> String {
+        match self {
+            PluginRef::Namespaced(key) => key.to_string(),
+            PluginRef::Cluster(name) => format!("cluster/{name}"),
+        }
+    }
+}
+
 /// A checked plugin resource, ready to be attached to scopes.
 #[derive(Debug, Clone)]
 pub(super) struct Resolved {
@@ -27,20 +41,35 @@ pub(super) struct Resolved {
     config: serde_json::Value,
     enabled: bool,
     priority: Option<i32>,
+    /// The Plugin's namespace (`None` for a ClusterPlugin): whose consumers it may see.
+    namespace: Option<String>,
 }
 
 impl Resolved {
-    /// The routing-table entry for one scope.
-    pub(super) fn entry(&self, route: Option<&str>, service: Option<&str>) -> PluginConfig {
-        let scope = route.or(service).map_or(String::new(), |s| format!("@{s}"));
+    /// The routing-table entry for one scope. Ids: `<plugin>[@<route or service>][~<consumer>]`,
+    /// `<plugin>@~<consumer>` for a consumer alone.
+    pub(super) fn entry(
+        &self,
+        route: Option<&str>,
+        service: Option<&str>,
+        consumer: Option<&str>,
+    ) -> PluginConfig {
+        let mut scope = route.or(service).map_or(String::new(), |s| format!("@{s}"));
+        if let Some(c) = consumer {
+            if scope.is_empty() {
+                scope.push('@');
+            }
+            scope.push('~');
+            scope.push_str(c);
+        }
         PluginConfig {
             id: format!("{}{scope}", self.id),
             name: self.plugin.clone(),
             config: self.config.clone(),
             route: route.map(str::to_string),
             service: service.map(str::to_string),
-            consumer: None,
-            namespace: None,
+            consumer: consumer.map(str::to_string),
+            namespace: self.namespace.clone(),
             enabled: self.enabled,
             priority: self.priority,
         }
@@ -63,18 +92,26 @@ impl Translator<'_> {
         })?;
         // In a cluster only labelled Secrets are watched; requiring the label here too keeps
         // standalone mode and the cluster in agreement.
-        let labelled = secret
+        let label = secret
             .metadata
             .labels
             .as_ref()
             .and_then(|l| l.get(weir_crds::CREDENTIAL_LABEL))
-            .map(String::as_str)
-            == Some("true");
-        if !labelled {
-            return Err(format!(
-                "Secret {ns}/{name} lacks the label {}=\"true\"",
-                weir_crds::CREDENTIAL_LABEL
-            ));
+            .map(String::as_str);
+        match label {
+            Some(weir_crds::CONFIG_SECRET_LABEL_VALUE) => {}
+            None => {
+                return Err(format!(
+                    "Secret {ns}/{name} lacks the label {}=\"true\"",
+                    weir_crds::CREDENTIAL_LABEL
+                ))
+            }
+            Some(other) => {
+                return Err(format!(
+                    "Secret {ns}/{name} has the label {}={other:?}, which marks a Consumer's credential; a plugin configuration needs \"true\"",
+                    weir_crds::CREDENTIAL_LABEL
+                ))
+            }
         }
         let text = super::secret_text(secret, key)
             .ok_or_else(|| format!("Secret {ns}/{name} has no key {key:?}"))?;
@@ -83,11 +120,12 @@ impl Translator<'_> {
             .map_err(|_| format!("Secret {ns}/{name} key {key:?} is not JSON or YAML"))
     }
 
-    fn check(&mut self, r: &PluginRef) -> Result<Resolved, String> {
+    pub(super) fn check(&mut self, r: &PluginRef) -> Result<Resolved, String> {
         if let Some(done) = self.plugin_cache.get(r) {
             return done.clone();
         }
-        let (object, id, plugin, config, from, enabled, priority) = match r {
+        let id = r.id();
+        let (object, namespace, plugin, config, from, enabled, priority) = match r {
             PluginRef::Namespaced(key) => {
                 let p = &self.store.plugins[key];
                 let from = p.spec.config_from.as_ref().map(|f| {
@@ -99,7 +137,7 @@ impl Translator<'_> {
                 });
                 (
                     obj(Kind::Plugin, key),
-                    key.to_string(),
+                    Some(key.namespace.clone()),
                     p.spec.plugin.clone(),
                     p.spec.config.clone(),
                     from,
@@ -120,7 +158,7 @@ impl Translator<'_> {
                 };
                 (
                     object,
-                    format!("cluster/{name}"),
+                    None,
                     p.spec.plugin.clone(),
                     p.spec.config.clone(),
                     f,
@@ -157,6 +195,7 @@ impl Translator<'_> {
                 config,
                 enabled,
                 priority,
+                namespace,
             }),
             Err((field, message)) => {
                 let reason = if field == "spec.configFrom" {
@@ -213,8 +252,39 @@ impl Translator<'_> {
                     continue;
                 }
                 seen.insert(r.plugin.clone(), name);
-                self.config.plugins.push(r.entry(None, None));
+                self.config.plugins.push(r.entry(None, None, None));
             }
+        }
+    }
+
+    /// The resource a plugin name means for an object in `namespace`: a Plugin in the same
+    /// namespace, else a ClusterPlugin.
+    pub(super) fn plugin_ref(&self, namespace: &str, name: &str) -> Option<PluginRef> {
+        let key = Key::new(namespace, name);
+        if self.store.plugins.contains_key(&key) {
+            Some(PluginRef::Namespaced(key))
+        } else if self.store.cluster_plugins.contains_key(name) {
+            Some(PluginRef::Cluster(name.to_string()))
+        } else {
+            None
+        }
+    }
+
+    /// The entries of a plugin named by a route or a service (one of the two set). A plugin
+    /// that Consumers name too applies to those consumers only on that route or service: one
+    /// entry per consumer, and none without a consumer.
+    pub(super) fn scoped_entries(
+        &self,
+        p: &Resolved,
+        route: Option<&str>,
+        service: Option<&str>,
+    ) -> Vec<PluginConfig> {
+        match self.consumer_scopes.get(&p.id) {
+            None => vec![p.entry(route, service, None)],
+            Some((_, consumers)) => consumers
+                .iter()
+                .map(|c| p.entry(route, service, Some(c)))
+                .collect(),
         }
     }
 
@@ -227,12 +297,7 @@ impl Translator<'_> {
     ) -> Result<Vec<Resolved>, (Reason, String)> {
         let mut out = Vec::new();
         for name in names {
-            let key = Key::new(namespace, name.as_str());
-            let r = if self.store.plugins.contains_key(&key) {
-                PluginRef::Namespaced(key)
-            } else if self.store.cluster_plugins.contains_key(name) {
-                PluginRef::Cluster(name.clone())
-            } else {
+            let Some(r) = self.plugin_ref(namespace, name) else {
                 return Err((
                     Reason::PluginNotFound,
                     format!("no Plugin {namespace}/{name} and no ClusterPlugin {name}"),
