@@ -17,6 +17,7 @@ file for `callgrind_annotate`. `--scenario plugins` enables the plugins scenario
 """
 
 import argparse
+import hashlib
 import http.client
 import json
 import re
@@ -32,7 +33,11 @@ import weirbench  # bench/ is this script's folder, so first on sys.path
 
 HOST = weirbench.HOST
 WEIR = weirbench.WEIR_BIN
-SCENARIO_PLUGINS = {"small": [], "plugins": [{"name": "correlation-id", "config": {}}]}
+SCENARIO_PLUGINS = {"small": [], "plugins": [{"name": "correlation-id", "config": {}}],
+                    "key-auth": [{"name": "key-auth", "config": {}}]}
+# `--scenario key-auth` (Weir only): 1,000 consumers with a key each; every request sends the
+# last one's.
+KEY_AUTH_CONSUMERS = 1000
 NGINX = shutil.which("nginx") or "/usr/sbin/nginx"
 
 
@@ -62,7 +67,13 @@ def proxy_command(contender: str, tmp: Path, routes: int, up_port: int, port: in
         spec = {"port": port, "upstream_port": up_port, "plugins": plugins}
         (tmp / "nginx.conf").write_text(weirbench.nginx_proxy_conf(tmp, scn, spec))
         return [NGINX, "-c", tmp / "nginx.conf", "-g", "master_process off;"]
-    (tmp / "table.json").write_text(json.dumps(weirbench.weir_table(scn, plugins, up_port)))
+    table = weirbench.weir_table(scn, plugins, up_port)
+    if any(p["name"] == "key-auth" for p in plugins):
+        table["consumers"] = [
+            {"id": f"c{i}", "credentials": [{"type": "key-auth", "id": f"c{i}-key",
+             "key_sha256": hashlib.sha256(f"key-{i}".encode()).hexdigest()}]}
+            for i in range(KEY_AUTH_CONSUMERS)]
+    (tmp / "table.json").write_text(json.dumps(table))
     return [weir, "proxy", "--worker-threads", "1", "--access-log", "false",
             "--listen", f"{HOST}:{port}", "--admin-listen", f"{HOST}:{free_port()}",
             "--config", tmp / "table.json"]
@@ -88,9 +99,11 @@ def run(contender: str, routes: int, requests: int, warmup: int, keep: bool,
         wait_port(port, 120)
         conn = http.client.HTTPConnection(HOST, port, timeout=30)
 
+        headers = {"apikey": f"key-{KEY_AUTH_CONSUMERS - 1}"} if scenario == "key-auth" else {}
+
         def send(n: int) -> None:
             for i in range(n):
-                conn.request("GET", f"/r/{i % routes}/x")
+                conn.request("GET", f"/r/{i % routes}/x", headers=headers)
                 resp = conn.getresponse()
                 resp.read()
                 if resp.status != 200:
@@ -143,7 +156,8 @@ def main() -> None:
     ap.add_argument("--cache-sim", action="store_true", help="also count simulated cache misses")
     ap.add_argument("--no-nginx", action="store_true", help="skip the nginx reference run")
     ap.add_argument("--scenario", choices=sorted(SCENARIO_PLUGINS), default="small",
-                    help="small (no plugins) or plugins (the plugins scenario's, global)")
+                    help="small (no plugins), plugins (the plugins scenario's, global) or "
+                    "key-auth (global key-auth, 1,000 consumers; use with --no-nginx)")
     ap.add_argument("--weir", type=Path, default=WEIR, help="the weir binary to measure")
     args = ap.parse_args()
     if not args.weir.exists():

@@ -66,9 +66,11 @@ def table(up_port: int, redis_port: int) -> dict:
     }
 
 
-def wrk(url: str, seconds: int, connections: int) -> float:
+def wrk(url: str, seconds: int, connections: int, headers: tuple = ()) -> float:
+    extra = [a for h in headers for a in ("-H", h)]
     out = subprocess.run(["taskset", "-c", "1", "wrk", "-t1", f"-c{connections}",
-                          f"-d{seconds}s", url], capture_output=True, text=True, check=True).stdout
+                          f"-d{seconds}s", *extra, url], capture_output=True, text=True,
+                         check=True).stdout
     non2xx = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
     if non2xx:
         raise RuntimeError(f"{url}: {non2xx.group(1)} failed responses\n{out}")

@@ -227,6 +227,8 @@ spec: {credentials: [eve-key]}
             ("x-consumer-username", "admin"),
             ("x-consumer-groups", "admins"),
             ("x-credential-identifier", "x"),
+            // What CGI-style servers read as X-Consumer-ID.
+            ("x_consumer_id", "demo/root"),
         ],
     )
     .await;
@@ -236,6 +238,7 @@ spec: {credentials: [eve-key]}
         "x-consumer-username",
         "x-consumer-groups",
         "x-credential-identifier",
+        "x_consumer_id",
     ] {
         assert!(h.get(name).is_none(), "{name} reached the upstream: {h}");
     }

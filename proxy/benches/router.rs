@@ -34,6 +34,7 @@ fn routes(n: usize) -> Vec<Route> {
             host_header: None,
             rewrite: None,
             upgrade_protocols: Vec::new(),
+            namespace: None,
             service: None,
         })
         .collect()

@@ -175,6 +175,7 @@ impl Runtime {
                     route: &r.id,
                     service: r.service.as_deref(),
                     consumer: None,
+                    namespace: r.namespace.as_deref(),
                 };
                 let base = resolve_chain(&instances, &scope);
                 let by_consumer = consumers_with_plugins
@@ -261,6 +262,8 @@ struct Scope<'a> {
     route: &'a str,
     service: Option<&'a str>,
     consumer: Option<&'a str>,
+    /// The route's namespace.
+    namespace: Option<&'a str>,
 }
 
 /// How specific a plugin's scope is for a request in `scope`, or `None` if it does not apply.
@@ -279,6 +282,15 @@ fn specificity(p: &PluginConfig, scope: &Scope<'_>) -> Option<u8> {
         None => false,
     };
     let consumer = match &p.consumer {
+        // A consumer's plugins from one namespace never override another namespace's routes.
+        Some(_)
+            if p.namespace.is_some()
+                && scope
+                    .namespace
+                    .is_some_and(|n| Some(n) != p.namespace.as_deref()) =>
+        {
+            return None
+        }
         Some(c) if Some(c.as_str()) == scope.consumer => true,
         Some(_) => return None,
         None => false,
@@ -356,6 +368,31 @@ mod tests {
             ["cons", "term"]
         );
         assert_eq!(ids(&rt.global), ["g"]);
+    }
+
+    #[test]
+    fn consumer_plugins_stay_in_their_namespace_and_auth_plugins_are_never_consumer_scoped() {
+        let rt = runtime(
+            "routes: [{id: a1, namespace: a}, {id: b1, namespace: b}, {id: any}]\n\
+             consumers: [{id: b/bob, namespace: b}]\n\
+             plugins:\n\
+             - {id: rt, name: correlation-id, route: a1, namespace: a}\n\
+             - {id: bob, name: correlation-id, consumer: b/bob, namespace: b}\n",
+        );
+        // Bob's plugin never replaces namespace a's on a's route (a cluster-wide
+        // authentication plugin could let him in there); on b's route, and a route without a
+        // namespace, it applies.
+        assert_eq!(ids(&rt.routes[0].chain.by_consumer["b/bob"]), ["rt"]);
+        assert_eq!(ids(&rt.routes[1].chain.by_consumer["b/bob"]), ["bob"]);
+        assert_eq!(ids(&rt.routes[2].chain.by_consumer["b/bob"]), ["bob"]);
+
+        let cfg = Config::parse(
+            b"consumers: [{id: c}]\nplugins: [{id: k, name: key-auth, consumer: c}, {id: l, name: acl, consumer: c, config: {allow: [x]}}]",
+        )
+        .unwrap();
+        let errs = Runtime::compile(cfg, &Registry::builtin()).err().unwrap();
+        assert_eq!(errs.len(), 2, "{errs:?}");
+        assert!(errs.iter().all(|e| e.field == "consumer"), "{errs:?}");
     }
 
     #[test]

@@ -382,6 +382,7 @@ impl Translator<'_> {
                 host_header: None,
                 rewrite: None,
                 upgrade_protocols: Vec::new(),
+                namespace: None,
                 service: Some(service),
             }),
             Err((reason, m)) => {

@@ -391,6 +391,7 @@ impl Translator<'_> {
             host_header: ann.host_header.clone(),
             rewrite: ann.rewrite.clone(),
             upgrade_protocols: ann.upgrade_protocols.clone(),
+            namespace: None,
             service,
         });
     }

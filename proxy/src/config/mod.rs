@@ -146,6 +146,10 @@ pub struct Route {
     /// Protocols a client may switch to with `Upgrade` besides `websocket` (`h2c` never).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub upgrade_protocols: Vec<String>,
+    /// The namespace the route belongs to: plugins scoped to a consumer of another namespace
+    /// never run on it. Unset: consumer-scoped plugins of every namespace may.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
 }
 
 fn default_https_redirect() -> u16 {
@@ -349,6 +353,10 @@ impl PluginConfig {
         self.route.is_none() && self.service.is_none() && self.consumer.is_none()
     }
 }
+
+/// Plugins that cannot be scoped to a consumer (Kong's `no_consumer`): they decide who the
+/// consumer is, or whether it may pass, so a consumer-scoped copy could replace a route's.
+pub const NOT_CONSUMER_SCOPED: [&str; 4] = ["key-auth", "basic-auth", "jwt", "acl"];
 
 /// A consumer of the API, identified by an authentication plugin.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -423,6 +423,17 @@ impl Config {
                 ),
                 Err(Some(m)) => errs.push("plugin", &p.id, "config", m),
             }
+            if p.consumer.is_some() && super::NOT_CONSUMER_SCOPED.contains(&p.name.as_str()) {
+                errs.push(
+                    "plugin",
+                    &p.id,
+                    "consumer",
+                    format!(
+                        "{:?} cannot be scoped to a consumer: it decides who the consumer is or whether it may pass",
+                        p.name
+                    ),
+                );
+            }
             for (field, target, known) in [
                 ("route", &p.route, &route_ids),
                 ("service", &p.service, &service_ids),

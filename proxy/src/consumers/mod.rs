@@ -42,6 +42,32 @@ pub const IDENTITY_HEADERS: [HeaderName; 6] = [
     CONSUMER_GROUPS,
 ];
 
+/// Removes every [`IDENTITY_HEADERS`] header a client sent.
+pub fn remove_identity_headers(headers: &mut HeaderMap) {
+    // One pass of cheap name comparisons instead of six hashed removals: most requests carry
+    // none of them.
+    // `_` counts as `-`: CGI-style servers (WSGI, Rack, PHP) read `X_Consumer_ID` as
+    // `X-Consumer-ID`.
+    let forged = |k: &HeaderName| {
+        let k = k.as_str().as_bytes();
+        k.len() > 2
+            && (k[1] == b'-' || k[1] == b'_')
+            && IDENTITY_HEADERS.iter().any(|n| {
+                n.as_str().len() == k.len()
+                    && n.as_str()
+                        .bytes()
+                        .zip(k)
+                        .all(|(a, &b)| a == b || (a == b'-' && b == b'_'))
+            })
+    };
+    if headers.keys().any(forged) {
+        let names: Vec<HeaderName> = headers.keys().filter(|k| forged(k)).cloned().collect();
+        for name in names {
+            headers.remove(name);
+        }
+    }
+}
+
 /// A consumer as authentication and ACL plugins need it.
 #[derive(Debug)]
 pub struct ConsumerEntry {
@@ -57,8 +83,7 @@ pub struct ConsumerEntry {
     pub groups: Vec<String>,
 }
 
-/// A key-auth or basic-auth credential in the index.
-#[derive(Debug)]
+/// A key-auth or basic-auth credential in the index (no `Debug`: it holds digests and salts).
 struct Secret {
     consumer: usize,
     id: Arc<str>,
@@ -93,7 +118,7 @@ impl std::fmt::Debug for JwtCredential {
 }
 
 /// Every consumer of a routing table, indexed for lookups.
-#[derive(Debug, Default)]
+#[derive(Default)]
 pub struct Directory {
     consumers: Vec<ConsumerEntry>,
     by_id: HashMap<Arc<str>, usize>,
@@ -102,6 +127,18 @@ pub struct Directory {
     jwt: HashMap<String, Vec<JwtCredential>>,
     /// Whether client-sent identity headers are removed (the table authenticates someone).
     pub strips_identity_headers: bool,
+}
+
+/// Counts only: the index holds digests and keys.
+impl std::fmt::Debug for Directory {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Directory")
+            .field("consumers", &self.consumers.len())
+            .field("keys", &self.keys.len())
+            .field("basic", &self.basic.len())
+            .field("jwt", &self.jwt.len())
+            .finish_non_exhaustive()
+    }
 }
 
 impl Directory {
@@ -251,29 +288,42 @@ impl<'a> View<'a> {
         })
     }
 
-    /// The JWT credential whose key is `key`, and its consumer.
-    pub fn jwt(&self, key: &str) -> Option<(&'a JwtCredential, &'a ConsumerEntry)> {
+    /// The JWT credentials whose key is `key` that the plugin may see, with their consumers, in
+    /// table order. Several namespaces may register one issuer: a plugin that sees them all
+    /// tries each, so another namespace's credential cannot shadow the right one.
+    pub fn jwt(
+        &self,
+        key: &str,
+    ) -> impl Iterator<Item = (&'a JwtCredential, &'a ConsumerEntry)> + '_ {
         let dir = self.dir;
-        dir.jwt.get(key)?.iter().find_map(|j| {
+        dir.jwt.get(key).into_iter().flatten().filter_map(move |j| {
             let consumer = &dir.consumers[j.consumer];
             self.visible(consumer).then_some((j, consumer))
         })
     }
 
-    /// A consumer by id, by `<namespace>/<name>` when the plugin has a namespace, or by
-    /// username (Kong's `anonymous` takes an id or a username).
+    /// A consumer by id; for a plugin with a namespace also by `<namespace>/<name>` or by
+    /// username (Kong's `anonymous` takes an id or a username). A plugin without a namespace
+    /// sees every namespace, where a username is anyone's to choose: it finds by id only.
     pub fn find(&self, name: &str) -> Option<&'a ConsumerEntry> {
         let dir = self.dir;
         let by_id = |id: &str| dir.by_id.get(id).map(|&i| &dir.consumers[i]);
-        let scoped = self.namespace.and_then(|ns| by_id(&format!("{ns}/{name}")));
-        scoped
-            .or_else(|| by_id(name))
-            .or_else(|| {
-                dir.consumers
-                    .iter()
-                    .find(|c| c.username.as_deref() == Some(name) && self.visible(c))
-            })
-            .filter(|c| self.visible(c))
+        let found = match self.namespace {
+            None => by_id(name),
+            Some(ns) => by_id(&format!("{ns}/{name}"))
+                .or_else(|| by_id(name))
+                .or_else(|| {
+                    dir.consumers.iter().find(|c| {
+                        c.username.as_deref() == Some(name) && c.namespace.as_deref() == Some(ns)
+                    })
+                }),
+        };
+        found.filter(|c| self.visible(c))
+    }
+
+    /// Whether the plugin may see `consumer` (its namespace's, or one without a namespace).
+    pub fn can_see(&self, consumer: &ConsumerEntry) -> bool {
+        self.visible(consumer)
     }
 }
 
@@ -284,24 +334,18 @@ pub fn set_identity_headers(
     credential: Option<&str>,
     anonymous: bool,
 ) {
-    let mut set = |name: HeaderName, value: &str| {
-        if let Ok(v) = HeaderValue::from_str(value) {
-            headers.insert(name, v);
-        }
+    // A value is replaced or removed, never left over from a consumer set earlier in the
+    // request (two authentication plugins).
+    let mut set = |name: HeaderName, value: Option<&str>| {
+        match value.and_then(|v| HeaderValue::from_str(v).ok()) {
+            Some(v) => headers.insert(name, v),
+            None => headers.remove(name),
+        };
     };
-    set(CONSUMER_ID, &consumer.id);
-    if let Some(u) = &consumer.username {
-        set(CONSUMER_USERNAME, u);
-    }
-    if let Some(c) = &consumer.custom_id {
-        set(CONSUMER_CUSTOM_ID, c);
-    }
-    match credential {
-        Some(c) => set(CREDENTIAL_IDENTIFIER, c),
-        None => {
-            headers.remove(CREDENTIAL_IDENTIFIER);
-        }
-    }
+    set(CONSUMER_ID, Some(&consumer.id));
+    set(CONSUMER_USERNAME, consumer.username.as_deref());
+    set(CONSUMER_CUSTOM_ID, consumer.custom_id.as_deref());
+    set(CREDENTIAL_IDENTIFIER, credential);
     if anonymous {
         headers.insert(ANONYMOUS_CONSUMER, HeaderValue::from_static("true"));
     } else {
@@ -520,6 +564,8 @@ mod tests {
         assert!(d.view(Some("a")).find("b/guest").is_none());
         assert!(d.view(Some("c")).find("guest").is_none());
         assert_eq!(&*d.view(None).find("b/guest").unwrap().id, "b/guest");
+        // Without a namespace, a username could be anyone's: only ids count.
+        assert!(d.view(None).find("guest").is_none());
     }
 
     #[test]
@@ -568,6 +614,23 @@ mod tests {
             assert_eq!(f, field, "{m}");
             assert!(!m.contains("nope"), "{m}");
         }
+    }
+
+    #[test]
+    fn every_forged_identity_header_is_removed() {
+        let mut h = HeaderMap::new();
+        h.insert("x-other", HeaderValue::from_static("kept"));
+        h.append(CONSUMER_USERNAME, HeaderValue::from_static("admin"));
+        h.append(CONSUMER_USERNAME, HeaderValue::from_static("root"));
+        h.insert(CONSUMER_GROUPS, HeaderValue::from_static("admins"));
+        h.insert(ANONYMOUS_CONSUMER, HeaderValue::from_static("false"));
+        h.insert("x_consumer_id", HeaderValue::from_static("demo/root"));
+        h.insert("x-consumer_custom-id", HeaderValue::from_static("1"));
+        h.insert("x_other", HeaderValue::from_static("kept"));
+        remove_identity_headers(&mut h);
+        assert_eq!(h.len(), 2, "{h:?}");
+        assert_eq!(h["x_other"], "kept");
+        assert_eq!(h["x-other"], "kept");
     }
 
     #[test]

@@ -197,9 +197,16 @@ pub async fn access(
     let mut list = &chain.base;
     ctx.plugins = list.clone();
     let mut consumer = ctx.consumer.clone();
+    // Names whose access handler already ran: filled only when the list changes, so a chain
+    // that never switches allocates nothing.
+    let mut ran: Vec<&'static str> = Vec::new();
     let mut i = 0;
     while i < list.len() {
         let p = &list[i];
+        i += 1;
+        if !ran.is_empty() && ran.contains(&p.name) {
+            continue;
+        }
         if p.namespace != ctx.consumer_scope {
             ctx.consumer_scope = p.namespace.clone();
         }
@@ -211,21 +218,22 @@ pub async fn access(
         if let Flow::Respond(answer) = flow {
             return Some(answer);
         }
-        let (done_prio, done_name) = (p.priority, p.name);
-        i += 1;
         if ctx.consumer != consumer {
             consumer = ctx.consumer.clone();
-            if let Some(next) = consumer.as_ref().and_then(|c| chain.by_consumer.get(c)) {
+            // A consumer without a list of its own (or none, after a plugin cleared it) gets
+            // the route's.
+            let next = consumer
+                .as_ref()
+                .and_then(|c| chain.by_consumer.get(c))
+                .unwrap_or(&chain.base);
+            if !Arc::ptr_eq(next, list) {
+                // Everything before `i` ran (or had run); the new list's other plugins all run
+                // next, in its order, whatever their priority: a consumer's own plugin may rank
+                // above the one that identified the consumer, and must still run.
+                ran.extend(list[..i].iter().map(|q| q.name));
                 list = next;
                 ctx.plugins = list.clone();
-                // Resume after the plugin that just ran, in the new list's order.
-                i = list
-                    .iter()
-                    .position(|q| {
-                        (q.priority, std::cmp::Reverse(q.name))
-                            < (done_prio, std::cmp::Reverse(done_name))
-                    })
-                    .unwrap_or(list.len());
+                i = 0;
             }
         }
     }
@@ -713,6 +721,38 @@ mod tests {
             ["auth:access", "limit-alice:access", "extra:access"]
         );
         assert_eq!(ctx.plugins().len(), 3);
+    }
+
+    #[test]
+    fn after_a_switch_every_plugin_not_yet_run_runs_whatever_its_priority() {
+        let j = Arc::new(Mutex::new(Vec::new()));
+        let auth = inst(
+            "auth",
+            1000,
+            Arc::new(Probe {
+                name: "auth",
+                stop: false,
+                journal: j.clone(),
+                set_consumer: Some("alice"),
+            }),
+        );
+        let pre = probe(&j, "pre", 2000, false);
+        let limit = probe(&j, "limit", 900, false);
+        let base: Arc<[PluginInstance]> = vec![pre.clone(), auth.clone(), limit.clone()].into();
+        // Alice's own plugin ranks above the plugin that identified her: it runs right after.
+        let alice: Arc<[PluginInstance]> =
+            vec![probe(&j, "ban", 5000, false), pre, auth, limit].into();
+        let chain = RouteChain {
+            base,
+            by_consumer: HashMap::from([(Arc::from("alice"), alice)]),
+        };
+        let mut ctx = fresh();
+        assert!(block_on(access(&mut ctx, &mut head(), &chain)).is_none());
+        assert_eq!(
+            *j.lock().unwrap(),
+            ["pre:access", "auth:access", "ban:access", "limit:access"]
+        );
+        assert_eq!(ctx.plugins().len(), 4);
     }
 
     #[test]

@@ -137,9 +137,7 @@ pub async fn handle(
     let mut ctx = RequestCtx::new(client_ip, next_request_id(), rt.global.clone());
     if rt.consumers.strips_identity_headers {
         // Only an authentication plugin of this table may say who the client is.
-        for name in &crate::consumers::IDENTITY_HEADERS {
-            head.headers.remove(name);
-        }
+        crate::consumers::remove_identity_headers(&mut head.headers);
         ctx.directory = Some(rt.consumers.clone());
     }
     let record = LogRecord {
@@ -334,7 +332,7 @@ pub async fn handle(
     let stripped = (route.strip_path && matched_len > 0).then(|| &path[..matched_len]);
     // hyper answers `Expect: 100-continue` itself when the body is first read (the fast path,
     // which passes no body, never takes a request that has one).
-    if body.is_some() {
+    if body.is_some() || p.s.ctx.request_body.is_some() {
         head.headers.remove(header::EXPECT);
     }
     let mut added = Added::default();

@@ -83,7 +83,9 @@ impl Plugin for Acl {
             ))
             .into();
         };
-        if !self.allows(&consumer.groups) {
+        // Groups are what the consumer's namespace wrote: an acl trusts only those of consumers
+        // it may see (a cluster-wide authentication plugin may have let in another namespace's).
+        if !ctx.consumers().can_see(consumer) || !self.allows(&consumer.groups) {
             return Flow::Respond(EarlyResponse::message(
                 StatusCode::FORBIDDEN,
                 "You cannot consume this service",

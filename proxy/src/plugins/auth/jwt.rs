@@ -461,9 +461,31 @@ impl Jwt {
             Some(Value::String(k)) if !k.is_empty() => k,
             Some(_) => return Err(Refusal::Token(format!("Invalid '{name}' in claims"))),
         };
-        let (credential, consumer) = consumers
-            .jwt(key)
-            .ok_or_else(|| Refusal::Token(format!("No credentials found for given '{name}'")))?;
+        // Every credential with this key the plugin may see is tried (namespaces may share an
+        // issuer); the first one's refusal is the answer when none verifies.
+        let mut refusal = None;
+        for (credential, consumer) in consumers.jwt(key) {
+            match self.check_signature(&jwt, credential) {
+                Ok(()) => {
+                    self.check_claims(&jwt.claims, now)
+                        .map_err(Refusal::Claim)?;
+                    return Ok((consumer.id.clone(), credential.id.clone()));
+                }
+                Err(r) => {
+                    refusal.get_or_insert(r);
+                }
+            }
+        }
+        Err(refusal
+            .unwrap_or_else(|| Refusal::Token(format!("No credentials found for given '{name}'"))))
+    }
+
+    /// Whether the token is signed with `credential`'s algorithm and key.
+    fn check_signature(
+        &self,
+        jwt: &Decoded<'_>,
+        credential: &crate::consumers::JwtCredential,
+    ) -> Result<(), Refusal> {
         // The credential's algorithm decides how the signature is checked; a token claiming
         // another one is refused before its signature is looked at (alg confusion).
         if jwt.alg != credential.algorithm {
@@ -483,12 +505,10 @@ impl Jwt {
             decoding_key,
             verification_algorithm(credential.algorithm),
         );
-        if !matches!(valid, Ok(true)) {
-            return Err(Refusal::Token("Invalid signature".into()));
+        match valid {
+            Ok(true) => Ok(()),
+            _ => Err(Refusal::Token("Invalid signature".into())),
         }
-        self.check_claims(&jwt.claims, now)
-            .map_err(Refusal::Claim)?;
-        Ok((consumer.id.clone(), credential.id.clone()))
     }
 
     /// `claims_to_verify` and `maximum_expiration` at time `now` (seconds since the epoch).

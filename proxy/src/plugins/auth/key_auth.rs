@@ -112,7 +112,7 @@ enum Presented {
     /// The same key name more than once: ambiguous, refused (a front proxy and the upstream
     /// could each read another one).
     Duplicate,
-    Key(Vec<u8>, Source),
+    Key(Vec<u8>, Vec<Source>),
 }
 
 impl KeyAuth {
@@ -120,7 +120,10 @@ impl KeyAuth {
         !self.run_on_preflight && req.method == Method::OPTIONS
     }
 
-    /// Kong's order: for each key name, the header, then the query, then the body.
+    /// Every place a key can be (for each key name: the header, the query, the body) is
+    /// looked at: one key, possibly in several places, is the key; two different ones (or one
+    /// name given twice) are refused, so the upstream cannot read another key than the one
+    /// checked, and `hide_credentials` removes every copy.
     fn find(&self, ctx: &RequestCtx, req: &RequestHead) -> Presented {
         let body = if self.in_body {
             ctx.request_body
@@ -129,43 +132,47 @@ impl KeyAuth {
         } else {
             None
         };
+        let query = crate::plugins::upstream_target(ctx, req).1.unwrap_or("");
+        let mut key: Option<Vec<u8>> = None;
+        let mut sources = Vec::new();
+        let mut found = |value: &[u8], source: Source| -> bool {
+            if key.as_deref().is_some_and(|k| k != value) {
+                return false;
+            }
+            key = Some(value.to_vec());
+            sources.push(source);
+            true
+        };
         for (name, header_name) in &self.names {
             if self.in_header {
                 let mut all = req.headers.get_all(header_name).iter();
                 if let Some(v) = all.next() {
-                    if all.next().is_some() {
+                    if all.next().is_some()
+                        || !found(v.as_bytes(), Source::Header(header_name.clone()))
+                    {
                         return Presented::Duplicate;
                     }
-                    return Presented::Key(
-                        v.as_bytes().to_vec(),
-                        Source::Header(header_name.clone()),
-                    );
                 }
             }
             if self.in_query {
-                let query = crate::plugins::upstream_target(ctx, req).1.unwrap_or("");
                 match params::values(query.as_bytes(), name).as_slice() {
                     [] => {}
-                    [one] => {
-                        return Presented::Key(one.as_bytes().to_vec(), Source::Query(name.clone()))
-                    }
+                    [one] if found(one.as_bytes(), Source::Query(name.clone())) => {}
                     _ => return Presented::Duplicate,
                 }
             }
             if let Some((bytes, kind)) = body {
                 match body_values(bytes, kind, name).as_slice() {
                     [] => {}
-                    [one] => {
-                        return Presented::Key(
-                            one.as_bytes().to_vec(),
-                            Source::Body(name.clone(), kind),
-                        )
-                    }
+                    [one] if found(one.as_bytes(), Source::Body(name.clone(), kind)) => {}
                     _ => return Presented::Duplicate,
                 }
             }
         }
-        Presented::None
+        match key {
+            Some(k) => Presented::Key(k, sources),
+            None => Presented::None,
+        }
     }
 
     /// `hide_credentials`: the key does not go upstream.
@@ -264,7 +271,7 @@ impl Plugin for KeyAuth {
         let refusal = match self.find(ctx, req) {
             Presented::None => unauthorized("No API key found in request", Some(&self.challenge)),
             Presented::Duplicate => unauthorized("Duplicate API key found", Some(&self.challenge)),
-            Presented::Key(key, source) => {
+            Presented::Key(key, sources) => {
                 let found = ctx
                     .consumers()
                     .by_key(&key)
@@ -272,7 +279,9 @@ impl Plugin for KeyAuth {
                 match found {
                     Some((consumer, credential)) => {
                         if self.hide {
-                            self.hide(ctx, req, source);
+                            for source in sources {
+                                self.hide(ctx, req, source);
+                            }
                         }
                         ctx.authenticate(req, consumer, Some(credential));
                         return Flow::Continue.into();
@@ -402,6 +411,25 @@ mod tests {
         let p = plugin(json!({"key_in_query": false}));
         let (mut c, mut r) = (ctx(), head("/x?apikey=s3cret", &[]));
         assert_eq!(run(&*p, &mut c, &mut r).unwrap().status, 401);
+    }
+
+    #[test]
+    fn a_key_in_several_places_must_be_one_key_and_is_hidden_everywhere() {
+        let p = plugin(json!({"key_names": ["apikey", "x-key"], "hide_credentials": true}));
+        // Two different keys: the upstream could read the one that was not checked.
+        for (uri, headers) in [
+            ("/x?apikey=other", vec![("apikey", "s3cret")]),
+            ("/x", vec![("apikey", "s3cret"), ("x-key", "other")]),
+        ] {
+            let (mut c, mut r) = (ctx(), head(uri, &headers));
+            let e = run(&*p, &mut c, &mut r).expect("refused");
+            assert_eq!(message(&e), "Duplicate API key found", "{uri} {headers:?}");
+        }
+        // The same key twice: accepted, and no copy goes upstream.
+        let (mut c, mut r) = (ctx(), head("/x?apikey=s3cret&a=1", &[("x-key", "s3cret")]));
+        assert!(run(&*p, &mut c, &mut r).is_none());
+        assert!(r.headers.get("x-key").is_none());
+        assert_eq!(r.uri.path_and_query().unwrap().as_str(), "/x?a=1");
     }
 
     #[test]
