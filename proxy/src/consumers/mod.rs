@@ -269,19 +269,26 @@ impl<'a> View<'a> {
     }
 
     /// The consumer with the basic-auth credential `username`/`password`; the password's hash
-    /// is compared in constant time.
+    /// is compared in constant time. An unknown user name costs a hash too, so answer times do
+    /// not tell which user names exist.
     pub fn by_password(&self, username: &str, password: &[u8]) -> Option<Found<'a>> {
         let dir = self.dir;
-        dir.basic.get(username)?.iter().find_map(|s| {
+        let digest = |salt: &[u8]| -> [u8; 32] {
+            let mut h = Sha256::new();
+            h.update(salt);
+            h.update(password);
+            h.finalize().into()
+        };
+        let Some(candidates) = dir.basic.get(username) else {
+            std::hint::black_box(digest(b"weir: no such user"));
+            return None;
+        };
+        candidates.iter().find_map(|s| {
             let consumer = &dir.consumers[s.consumer];
             if !self.visible(consumer) {
                 return None;
             }
-            let mut h = Sha256::new();
-            h.update(&s.salt);
-            h.update(password);
-            let digest: [u8; 32] = h.finalize().into();
-            constant_time_eq(&digest, &s.digest).then_some(Found {
+            constant_time_eq(&digest(&s.salt), &s.digest).then_some(Found {
                 consumer,
                 credential: &s.id,
             })

@@ -426,8 +426,10 @@ impl Jwt {
         }
         if !self.cookies.is_empty() {
             for value in req.headers.get_all(header::COOKIE) {
-                let Ok(value) = value.to_str() else { continue };
-                for (name, value) in cookie_pairs(value) {
+                // A header with bytes that are not ASCII is still searched (lossily): skipping
+                // it would let a second token through to the upstream unseen.
+                let value = String::from_utf8_lossy(value.as_bytes());
+                for (name, value) in cookie_pairs(&value) {
                     if self.cookies.iter().any(|c| c == name) {
                         found.add(value, Place::Cookie(name.to_string()));
                     }
@@ -588,25 +590,23 @@ impl Jwt {
     }
 }
 
-/// Removes the cookies named `name` from the `Cookie` headers, and a header left empty. A
-/// value that is not text is kept as it was: no token was read from it.
+/// Removes the cookies named `name` from the `Cookie` headers (whatever bytes they hold), and
+/// a header left empty.
 fn remove_cookie(headers: &mut HeaderMap, name: &str) {
     let mut kept = Vec::new();
     for value in headers.get_all(header::COOKIE) {
-        let Ok(text) = value.to_str() else {
-            kept.push(value.clone());
-            continue;
-        };
-        let rest: Vec<&str> = text
-            .split(';')
-            .map(str::trim)
+        let rest: Vec<&[u8]> = value
+            .as_bytes()
+            .split(|&b| b == b';')
+            .map(<[u8]>::trim_ascii)
             .filter(|pair| {
-                !pair.is_empty() && pair.split_once('=').map_or(*pair, |(n, _)| n).trim() != name
+                let n = pair.split(|&b| b == b'=').next().unwrap_or(pair);
+                !pair.is_empty() && n.trim_ascii() != name.as_bytes()
             })
             .collect();
         if !rest.is_empty() {
             // Made of parts of a valid value.
-            if let Ok(v) = HeaderValue::from_str(&rest.join("; ")) {
+            if let Ok(v) = HeaderValue::from_bytes(&rest.join(&b"; "[..])) {
                 kept.push(v);
             }
         }
@@ -1158,6 +1158,13 @@ QV/AXUGnX0ilqFn94K4wGbD5bo6qItmP
         assert!(run(&*p, &mut c, &mut r).is_none());
         assert_eq!(r.headers.get_all("cookie").iter().count(), 1);
         assert_eq!(r.headers["cookie"], "a=1");
+        // And one holding bytes that are not ASCII loses the token, keeping the rest as it was.
+        let (mut c, mut r) = (
+            ctx(),
+            head("/x", &[("cookie", &format!("session={t}; x=\u{ff}"))]),
+        );
+        assert!(run(&*p, &mut c, &mut r).is_none());
+        assert_eq!(r.headers["cookie"].as_bytes(), "x=\u{ff}".as_bytes());
         // The same token in two places counts once, and is hidden from both.
         let (mut c, mut r) = (
             ctx(),
@@ -1189,6 +1196,14 @@ QV/AXUGnX0ilqFn94K4wGbD5bo6qItmP
             (
                 "/x".into(),
                 vec![("authorization", bearer(&t)), ("authorization", bearer(&u))],
+            ),
+            // A Cookie header with bytes that are not ASCII is searched all the same.
+            (
+                "/x".into(),
+                vec![
+                    ("authorization", bearer(&t)),
+                    ("cookie", format!("jwt={u}; x=\u{ff}")),
+                ],
             ),
         ] {
             let headers: Vec<(&str, &str)> =
