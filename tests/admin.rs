@@ -208,3 +208,78 @@ fn sigterm_drains_in_flight_requests_then_exits_zero() {
     // The listener is gone.
     assert!(std::net::TcpStream::connect(("127.0.0.1", port)).is_err());
 }
+
+#[test]
+fn the_status_listener_serves_probes_and_metrics_only_and_reports_draining() {
+    let up = echo("up");
+    let status_port = free_port();
+    let status = format!("127.0.0.1:{status_port}");
+    let mut weir = Weir::start(
+        &table(up.port, "/"),
+        &["--status-listen", &status, "--shutdown-grace", "10s"],
+    );
+    wait_for_port(status_port);
+    let ask = |request: &str| raw(status_port, request.as_bytes(), Duration::from_secs(5));
+    let get = |path: &str| {
+        ask(&format!(
+            "GET {path} HTTP/1.1\r\nHost: s\r\nConnection: close\r\n\r\n"
+        ))
+    };
+    assert!(
+        get("/healthz").starts_with("HTTP/1.1 200"),
+        "{}",
+        get("/healthz")
+    );
+    assert!(get("/readyz").starts_with("HTTP/1.1 200"));
+    let metrics = get("/metrics");
+    assert!(metrics.starts_with("HTTP/1.1 200") && metrics.contains("weir_connections_active"));
+    // Nothing that reads or changes the routing table.
+    for path in ["/config", "/status"] {
+        assert!(
+            get(path).starts_with("HTTP/1.1 404"),
+            "{path}: {}",
+            get(path)
+        );
+    }
+    let push =
+        ask("POST /config HTTP/1.1\r\nHost: s\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}");
+    assert!(push.starts_with("HTTP/1.1 404"), "{push}");
+    let post_probe =
+        ask("POST /readyz HTTP/1.1\r\nHost: s\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
+    assert!(post_probe.starts_with("HTTP/1.1 405"), "{post_probe}");
+
+    // While a request drains after SIGTERM, /readyz says so (a load balancer stops sending).
+    let port = weir.proc.port;
+    let slow = std::thread::spawn(move || {
+        raw(
+            port,
+            b"GET /?delay_ms=1500 HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n",
+            Duration::from_secs(10),
+        )
+    });
+    std::thread::sleep(Duration::from_millis(400));
+    weir.proc.terminate();
+    assert!(
+        eventually(Duration::from_secs(1), || get("/readyz")
+            .starts_with("HTTP/1.1 503")),
+        "readyz while draining: {}",
+        get("/readyz")
+    );
+    assert!(get("/healthz").starts_with("HTTP/1.1 200"));
+    assert!(slow.join().unwrap().starts_with("HTTP/1.1 200"));
+    assert!(weir.proc.wait_exit(Duration::from_secs(10)).success());
+}
+
+#[test]
+fn a_busy_address_is_named_in_the_error() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    let out = Command::new(WEIR)
+        .args(["proxy", "--listen", "127.0.0.1:0", "--admin-listen", &addr])
+        .stdout(Stdio::null())
+        .output()
+        .expect("run weir");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains(&format!("--admin-listen {addr}")), "{err}");
+}

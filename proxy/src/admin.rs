@@ -8,6 +8,9 @@
 //! | `GET` | `/healthz` | 200 while the process runs |
 //! | `GET` | `/readyz` | 200 once a first table was applied, 503 before |
 //! | `GET` | `/metrics` | Prometheus text |
+//!
+//! The status listener (`--status-listen`, for probes and scraping on a pod's address) answers
+//! only `GET /healthz`, `/readyz` (503 also while shutting down) and `/metrics`.
 
 use std::convert::Infallible;
 use std::sync::atomic::Ordering;
@@ -23,8 +26,14 @@ use crate::config::Config;
 use crate::pipeline::ProxyBody;
 use crate::server::Proxy;
 
-/// Accepts admin connections until the task is aborted.
-pub(crate) async fn serve(proxy: Proxy, listener: tokio::net::TcpListener) -> std::io::Result<()> {
+/// Accepts admin connections until the task is aborted. With `read_only` (the status
+/// listener, `--status-listen`) only `GET /healthz`, `/readyz` and `/metrics` are answered,
+/// and `/readyz` is 503 once the proxy is shutting down.
+pub(crate) async fn serve(
+    proxy: Proxy,
+    listener: tokio::net::TcpListener,
+    read_only: bool,
+) -> std::io::Result<()> {
     loop {
         let (stream, _) = match listener.accept().await {
             Ok(s) => s,
@@ -38,7 +47,14 @@ pub(crate) async fn serve(proxy: Proxy, listener: tokio::net::TcpListener) -> st
         tokio::spawn(async move {
             let svc = hyper::service::service_fn(move |req| {
                 let proxy = proxy.clone();
-                async move { Ok::<_, Infallible>(route(&proxy, req).await) }
+                async move {
+                    let resp = if read_only {
+                        status_route(&proxy, req)
+                    } else {
+                        route(&proxy, req).await
+                    };
+                    Ok::<_, Infallible>(resp)
+                }
             });
             let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
                 .serve_connection(TokioIo::new(stream), svc)
@@ -146,33 +162,60 @@ async fn route(proxy: &Proxy, req: Request<Incoming>) -> Response<ProxyBody> {
             )
         }
         (&Method::GET, "/healthz") => json_response(StatusCode::OK, json!({ "status": "ok" })),
-        (&Method::GET, "/readyz") => {
-            if shared.ready.load(Ordering::Acquire) {
-                json_response(
-                    StatusCode::OK,
-                    json!({ "status": "ready", "hash": &*shared.runtime.load().hash }),
-                )
-            } else {
-                json_response(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    json!({ "status": "no routing table yet" }),
-                )
-            }
-        }
-        (&Method::GET, "/metrics") => {
-            let gauges = [(
-                "weir_connections_active",
-                "Client connections open now.",
-                shared.connections.load(Ordering::Relaxed) as f64,
-            )];
-            let mut text = shared.metrics.render(&gauges);
-            shared.registry.metrics(&mut text);
-            Response::builder()
-                .header(header::CONTENT_TYPE, "text/plain; version=0.0.4")
-                .body(ProxyBody::bytes(text))
-                .expect("static parts are valid")
-        }
+        (&Method::GET, "/readyz") => readyz(proxy),
+        (&Method::GET, "/metrics") => metrics(proxy),
         (_, "/config" | "/status" | "/healthz" | "/readyz" | "/metrics") => json_response(
+            StatusCode::METHOD_NOT_ALLOWED,
+            json!({ "message": "method not allowed" }),
+        ),
+        _ => json_response(StatusCode::NOT_FOUND, json!({ "message": "not found" })),
+    }
+}
+
+/// 200 once a first table was applied, 503 before.
+fn readyz(proxy: &Proxy) -> Response<ProxyBody> {
+    let shared = proxy.shared();
+    if shared.ready.load(Ordering::Acquire) {
+        json_response(
+            StatusCode::OK,
+            json!({ "status": "ready", "hash": &*shared.runtime.load().hash }),
+        )
+    } else {
+        json_response(
+            StatusCode::SERVICE_UNAVAILABLE,
+            json!({ "status": "no routing table yet" }),
+        )
+    }
+}
+
+/// The Prometheus text of the proxy and its plugins.
+fn metrics(proxy: &Proxy) -> Response<ProxyBody> {
+    let shared = proxy.shared();
+    let gauges = [(
+        "weir_connections_active",
+        "Client connections open now.",
+        shared.connections.load(Ordering::Relaxed) as f64,
+    )];
+    let mut text = shared.metrics.render(&gauges);
+    shared.registry.metrics(&mut text);
+    Response::builder()
+        .header(header::CONTENT_TYPE, "text/plain; version=0.0.4")
+        .body(ProxyBody::bytes(text))
+        .expect("static parts are valid")
+}
+
+/// The status listener: probes and metrics, nothing that reads or changes the table.
+fn status_route(proxy: &Proxy, req: Request<Incoming>) -> Response<ProxyBody> {
+    let shared = proxy.shared();
+    match (req.method(), req.uri().path()) {
+        (&Method::GET, "/healthz") => json_response(StatusCode::OK, json!({ "status": "ok" })),
+        (&Method::GET, "/readyz") if shared.stopping.load(Ordering::Relaxed) => json_response(
+            StatusCode::SERVICE_UNAVAILABLE,
+            json!({ "status": "shutting down" }),
+        ),
+        (&Method::GET, "/readyz") => readyz(proxy),
+        (&Method::GET, "/metrics") => metrics(proxy),
+        (_, "/healthz" | "/readyz" | "/metrics") => json_response(
             StatusCode::METHOD_NOT_ALLOWED,
             json!({ "message": "method not allowed" }),
         ),

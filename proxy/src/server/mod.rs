@@ -39,6 +39,9 @@ pub struct ProxyOptions {
     pub tls_listen: Option<SocketAddr>,
     /// Where the admin API listens.
     pub admin_listen: SocketAddr,
+    /// Where the read-only status listener serves `/healthz`, `/readyz` and `/metrics` (for
+    /// probes and scraping on the pod's address; the admin API stays on loopback).
+    pub status_listen: Option<SocketAddr>,
     /// Worker threads (one runtime and listener each).
     pub worker_threads: usize,
     /// Print a JSON access-log line per request on stdout.
@@ -176,6 +179,7 @@ impl Default for ProxyOptions {
             listen: ([0, 0, 0, 0], 8080).into(),
             tls_listen: None,
             admin_listen: ([127, 0, 0, 1], 8100).into(),
+            status_listen: None,
             worker_threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
             access_log: true,
             trusted_proxies: Vec::new(),
@@ -319,12 +323,16 @@ impl Proxy {
                 Ok((plain, tls))
             })
             .collect::<io::Result<Vec<_>>>()?;
-        let admin = std::net::TcpListener::bind(opts.admin_listen)?;
-        admin.set_nonblocking(true)?;
+        let admin = bind_plain(opts.admin_listen, "--admin-listen")?;
+        let status = opts
+            .status_listen
+            .map(|a| bind_plain(a, "--status-listen"))
+            .transpose()?;
         tracing::info!(
             listen = %opts.listen,
             tls_listen = ?opts.tls_listen,
             admin = %opts.admin_listen,
+            status = ?opts.status_listen,
             workers,
             "weir proxy started"
         );
@@ -346,7 +354,25 @@ impl Proxy {
             .build()?;
         main_rt.block_on(async {
             let admin = tokio::net::TcpListener::from_std(admin)?;
-            let admin_task = tokio::spawn(crate::admin::serve(self.clone(), admin));
+            let admin_task = tokio::spawn(crate::admin::serve(self.clone(), admin, false));
+            // The status listener outlives the signal: while connections drain, `/readyz`
+            // answers 503 there, so a load balancer stops sending before the listeners close.
+            if let Some(status) = status {
+                let status = tokio::net::TcpListener::from_std(status)?;
+                std::thread::Builder::new()
+                    .name("weir-status".into())
+                    .spawn({
+                        let proxy = self.clone();
+                        move || {
+                            let rt = tokio::runtime::Builder::new_current_thread()
+                                .enable_all()
+                                .build();
+                            if let Ok(rt) = rt {
+                                let _ = rt.block_on(crate::admin::serve(proxy, status, true));
+                            }
+                        }
+                    })?;
+            }
             wait_for_signal().await;
             tracing::info!(
                 grace_s = opts.shutdown_grace.as_secs_f64(),
@@ -406,13 +432,28 @@ async fn wait_for_signal() {
     }
 }
 
+/// A non-blocking listener on `addr`; the error names the address and the flag.
+fn bind_plain(addr: SocketAddr, flag: &str) -> io::Result<std::net::TcpListener> {
+    let l = std::net::TcpListener::bind(addr).map_err(|e| naming(e, addr, flag))?;
+    l.set_nonblocking(true)?;
+    Ok(l)
+}
+
+/// `e` with the address (and the flag that set it) in front: "Address already in use" alone
+/// does not say which of the proxy's listeners failed.
+fn naming(e: io::Error, addr: SocketAddr, flag: &str) -> io::Error {
+    io::Error::new(e.kind(), format!("{flag} {addr}: {e}"))
+}
+
 fn bind_reuseport(addr: SocketAddr) -> io::Result<std::net::TcpListener> {
     use socket2::{Domain, Protocol, Socket, Type};
     let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
     socket.set_reuse_address(true)?;
     socket.set_reuse_port(true)?;
     socket.set_tcp_nodelay(true)?;
-    socket.bind(&addr.into())?;
+    socket
+        .bind(&addr.into())
+        .map_err(|e| naming(e, addr, "listener"))?;
     socket.listen(4096)?;
     socket.set_nonblocking(true)?;
     Ok(socket.into())
