@@ -49,7 +49,7 @@ fn assert_all_calls(got: &std::collections::BTreeMap<String, Value>) {
         "trailers reach the client"
     );
     assert_eq!(
-        unary["value"]["metadata"]["via"], "1.1 weir",
+        unary["value"]["metadata"]["via"], "2 weir",
         "it went through Weir"
     );
     assert_eq!(

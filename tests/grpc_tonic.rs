@@ -390,10 +390,7 @@ fn assert_tonic_calls(got: &BTreeMap<&str, Outcome>) {
     assert_eq!(unary.code, Code::Ok, "{unary:?}");
     let echoed: Value = serde_json::from_str(&unary.values[0]).unwrap();
     assert_eq!(echoed["echo"], "hello", "{echoed}");
-    assert_eq!(
-        echoed["metadata"]["via"], "1.1 weir",
-        "it went through Weir"
-    );
+    assert_eq!(echoed["metadata"]["via"], "2 weir", "it went through Weir");
     assert!(
         echoed["metadata"]["user-agent"]
             .as_str()
@@ -498,7 +495,7 @@ async fn grpcio_client_to_tonic_server() {
     assert_eq!(unary["code"], "OK", "{unary}");
     assert_eq!(unary["value"]["echo"], "hello");
     assert_eq!(
-        unary["value"]["metadata"]["via"], "1.1 weir",
+        unary["value"]["metadata"]["via"], "2 weir",
         "it went through Weir"
     );
     assert!(

@@ -591,3 +591,43 @@ fn request_body_plugins_see_every_chunk_and_the_upstream_gets_what_they_left() {
         "nothing more reached the upstream"
     );
 }
+
+#[test]
+fn the_access_log_carries_the_correlation_id_clients_see() {
+    let echo = echo("e");
+    let dir = temp_dir("cid-log");
+    let access_log = dir.join("access.log");
+    let table = format!(
+        "routes: [{{id: r, paths: [{{path: /}}], service: s}}]\n\
+         services: [{{id: s, host: 127.0.0.1, port: {}}}]\n\
+         plugins: [{{id: c, name: correlation-id, config: {{header_name: x-request-id, echo_downstream: true}}}}]\n",
+        echo.port
+    );
+    let out = std::fs::File::create(&access_log).unwrap();
+    let w = Weir::start_with(&table, &[], Stdio::from(out));
+    let answer = raw(
+        w.proc.port,
+        b"GET /generated HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n",
+        Duration::from_secs(5),
+    );
+    let generated = answer
+        .lines()
+        .find_map(|l| l.strip_prefix("x-request-id: "))
+        .expect("the id is echoed")
+        .trim()
+        .to_string();
+    raw(
+        w.proc.port,
+        b"GET /given HTTP/1.1\r\nHost: a\r\nx-request-id: client-42\r\nConnection: close\r\n\r\n",
+        Duration::from_secs(5),
+    );
+    let id_of = |path: &str| {
+        access_lines(&access_log)
+            .into_iter()
+            .find(|l| l["path"] == path)
+            .map(|l| l["correlation_id"].clone())
+    };
+    assert!(eventually(Duration::from_secs(5), || id_of("/given").is_some()));
+    assert_eq!(id_of("/generated").unwrap(), generated.as_str());
+    assert_eq!(id_of("/given").unwrap(), "client-42");
+}

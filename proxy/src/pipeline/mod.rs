@@ -42,6 +42,8 @@ pub struct RequestCtx {
     pub consumer: Option<Arc<str>>,
     /// The credential an authentication plugin identified (its id), for per-credential limits.
     pub credential: Option<Arc<str>>,
+    /// The request's correlation id (`correlation-id`'s header value), for the access log.
+    pub correlation_id: Option<http::HeaderValue>,
     /// A request body limit in bytes a plugin set for this request (`request-size-limiting`):
     /// the lower of it and `--max-body-size` applies, to a declared length and to a streamed
     /// body as it arrives.
@@ -98,6 +100,7 @@ impl RequestCtx {
             service: None,
             consumer: None,
             credential: None,
+            correlation_id: None,
             body_limit: None,
             slots: Extensions::new(),
             timings: Timings {
@@ -456,6 +459,13 @@ pub struct LogRecord {
     /// A gRPC call's status (from the upstream's trailers, or Weir's own answer).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub grpc_status: Option<u16>,
+    /// The correlation id the `correlation-id` plugin found or made (what the client and the
+    /// upstream see in its header), so a request can be found by the id a client reports.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub correlation_id: Option<String>,
+    /// The consumer an authentication plugin identified.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub consumer: Option<Arc<str>>,
 }
 
 fn ser_request_id<S: serde::Serializer>(id: &u64, s: S) -> Result<S::Ok, S::Error> {
@@ -639,6 +649,8 @@ mod tests {
     fn record() -> LogRecord {
         LogRecord {
             grpc_status: None,
+            correlation_id: None,
+            consumer: None,
             request_id: 0,
             client_ip: [127, 0, 0, 1].into(),
             method: Method::GET,

@@ -97,6 +97,7 @@ impl Plugin for CorrelationId {
                 v
             }
         };
+        ctx.correlation_id = Some(id.clone());
         if self.echo {
             ctx.slots.insert(Id(id));
         }

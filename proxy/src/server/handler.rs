@@ -157,6 +157,8 @@ pub async fn handle(
         aborted: false,
         upstream_reused: None,
         grpc_status: None,
+        correlation_id: None,
+        consumer: None,
     };
     // gRPC calls are POSTs: other methods skip the header lookup.
     let grpc = (head.method == http::Method::POST && grpc::is_grpc(&head.headers))
@@ -584,7 +586,9 @@ pub async fn handle(
             .insert(UPSTREAM_LATENCY, millis_value(upstream_ms));
     }
     pipeline::header_filter(&mut p.s.ctx, &mut parts);
-    parts.headers.append(header::VIA, headers::VIA);
+    parts
+        .headers
+        .append(header::VIA, headers::via(parts.version));
     p.s.record.status = parts.status.as_u16();
     if p.s.grpc.is_some() {
         // A trailers-only answer carries its status in the head; others in the trailers.
@@ -788,7 +792,7 @@ fn prepare_request_headers(
             head.headers.insert(header::HOST, h);
         }
     }
-    added.push(header::VIA, headers::VIA);
+    added.push(header::VIA, headers::via(head.version));
 }
 
 /// A latency in milliseconds as a header value; the common single digits need no allocation.

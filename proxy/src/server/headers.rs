@@ -106,8 +106,17 @@ const KEEP_ALIVE: HeaderName = HeaderName::from_static("keep-alive");
 const PROXY_CONNECTION: HeaderName = HeaderName::from_static("proxy-connection");
 const HTTP2_SETTINGS: HeaderName = HeaderName::from_static("http2-settings");
 
-/// The `Via` value Weir adds to requests and responses.
-pub const VIA: HeaderValue = HeaderValue::from_static("1.1 weir");
+/// The `Via` value Weir adds to a message it received over `version` (RFC 9110 §7.6.3: the
+/// received protocol's version, `2 weir` for HTTP/2).
+pub fn via(version: http::Version) -> HeaderValue {
+    HeaderValue::from_static(match version {
+        http::Version::HTTP_09 => "0.9 weir",
+        http::Version::HTTP_10 => "1.0 weir",
+        http::Version::HTTP_2 => "2 weir",
+        http::Version::HTTP_3 => "3 weir",
+        _ => "1.1 weir",
+    })
+}
 
 /// Hop-by-hop headers besides `Connection` and `Upgrade` (which a protocol switch keeps).
 /// `HTTP2-Settings` belongs to the `h2c` upgrade, which is never forwarded.
