@@ -318,8 +318,11 @@ impl Proxy {
         let workers = opts.worker_threads.max(1);
         let listeners = (0..workers)
             .map(|_| {
-                let plain = bind_reuseport(opts.listen)?;
-                let tls = opts.tls_listen.map(bind_reuseport).transpose()?;
+                let plain = bind_reuseport(opts.listen, "--listen")?;
+                let tls = opts
+                    .tls_listen
+                    .map(|a| bind_reuseport(a, "--tls-listen"))
+                    .transpose()?;
                 Ok((plain, tls))
             })
             .collect::<io::Result<Vec<_>>>()?;
@@ -445,7 +448,7 @@ fn naming(e: io::Error, addr: SocketAddr, flag: &str) -> io::Error {
     io::Error::new(e.kind(), format!("{flag} {addr}: {e}"))
 }
 
-fn bind_reuseport(addr: SocketAddr) -> io::Result<std::net::TcpListener> {
+fn bind_reuseport(addr: SocketAddr, flag: &str) -> io::Result<std::net::TcpListener> {
     use socket2::{Domain, Protocol, Socket, Type};
     let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
     socket.set_reuse_address(true)?;
@@ -453,7 +456,7 @@ fn bind_reuseport(addr: SocketAddr) -> io::Result<std::net::TcpListener> {
     socket.set_tcp_nodelay(true)?;
     socket
         .bind(&addr.into())
-        .map_err(|e| naming(e, addr, "listener"))?;
+        .map_err(|e| naming(e, addr, flag))?;
     socket.listen(4096)?;
     socket.set_nonblocking(true)?;
     Ok(socket.into())
