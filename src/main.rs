@@ -405,7 +405,9 @@ fn run_controller(args: ControllerCommand) -> anyhow::Result<()> {
         .enable_all()
         .build()?;
     rt.block_on(async move {
-        let client = kube::Client::try_default().await.context("connecting to the Kubernetes API")?;
+        let client = kube::Client::try_default()
+            .await
+            .map_err(|e| anyhow::anyhow!("connecting to the Kubernetes API: {}", distinct_causes(&e)))?;
         tracing::info!(proxies = ?opts.proxies, class = %opts.translate.ingress_class, "weir controller started");
         let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
             .context("installing the SIGTERM handler")?;
@@ -453,6 +455,22 @@ impl ProxyArgs {
     }
 }
 
+/// An error and its causes on one line, each cause shown only when the message before it does
+/// not already contain it (kube's errors repeat their source in their own text).
+fn distinct_causes(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut out = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        let text = s.to_string();
+        if !out.contains(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+        source = s.source();
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -489,5 +507,38 @@ mod tests {
         assert!(parse_h2_window("1MiB").is_err());
         assert!(parse_positive_duration("0s").is_err());
         assert_eq!(parse_positive_duration("5s"), Ok(Duration::from_secs(5)));
+    }
+
+    #[derive(Debug)]
+    struct E(&'static str, Option<Box<E>>);
+
+    impl std::fmt::Display for E {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str(self.0)
+        }
+    }
+
+    impl std::error::Error for E {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            self.1.as_deref().map(|e| e as _)
+        }
+    }
+
+    #[test]
+    fn causes_already_in_the_message_are_not_repeated() {
+        let e = E(
+            "failed to infer config: no kubeconfig (No such file)",
+            Some(Box::new(E(
+                "no kubeconfig (No such file)",
+                Some(Box::new(E(
+                    "No such file",
+                    Some(Box::new(E("os error 2", None))),
+                ))),
+            ))),
+        );
+        assert_eq!(
+            distinct_causes(&e),
+            "failed to infer config: no kubeconfig (No such file): os error 2"
+        );
     }
 }
