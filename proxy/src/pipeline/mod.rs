@@ -42,7 +42,8 @@ pub struct RequestCtx {
     pub consumer: Option<Arc<str>>,
     /// The credential an authentication plugin identified (its id), for per-credential limits.
     pub credential: Option<Arc<str>>,
-    /// The request's correlation id (`correlation-id`'s header value), for the access log.
+    /// The request's correlation id (`correlation-id`'s header value); moved into
+    /// [`LogRecord::correlation_id`] before the log phase.
     pub correlation_id: Option<http::HeaderValue>,
     /// A request body limit in bytes a plugin set for this request (`request-size-limiting`):
     /// the lower of it and `--max-body-size` applies, to a declared length and to a streamed
@@ -461,8 +462,11 @@ pub struct LogRecord {
     pub grpc_status: Option<u16>,
     /// The correlation id the `correlation-id` plugin found or made (what the client and the
     /// upstream see in its header), so a request can be found by the id a client reports.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub correlation_id: Option<String>,
+    #[serde(
+        skip_serializing_if = "Option::is_none",
+        serialize_with = "ser_header_value"
+    )]
+    pub correlation_id: Option<http::HeaderValue>,
     /// The consumer an authentication plugin identified.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub consumer: Option<Arc<str>>,
@@ -470,6 +474,16 @@ pub struct LogRecord {
 
 fn ser_request_id<S: serde::Serializer>(id: &u64, s: S) -> Result<S::Ok, S::Error> {
     s.collect_str(&format_args!("{id:016x}"))
+}
+
+fn ser_header_value<S: serde::Serializer>(
+    v: &Option<http::HeaderValue>,
+    s: S,
+) -> Result<S::Ok, S::Error> {
+    match v {
+        Some(v) => s.serialize_str(&String::from_utf8_lossy(v.as_bytes())),
+        None => s.serialize_none(),
+    }
 }
 
 fn ser_method<S: serde::Serializer>(m: &Method, s: S) -> Result<S::Ok, S::Error> {

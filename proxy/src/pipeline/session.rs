@@ -41,10 +41,10 @@ impl Drop for Session {
         }
         ctx.timings.end.get_or_insert_with(Instant::now);
         record.latencies = ctx.timings.latencies();
-        if let Some(id) = &ctx.correlation_id {
-            record.correlation_id = Some(String::from_utf8_lossy(id.as_bytes()).into_owned());
+        record.correlation_id = ctx.correlation_id.take();
+        if ctx.consumer.is_some() {
+            record.consumer = ctx.consumer.clone();
         }
-        record.consumer = ctx.consumer.clone();
         super::log(ctx, record);
         self.sink.log(ctx, record);
     }

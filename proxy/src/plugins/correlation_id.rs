@@ -47,10 +47,6 @@ struct CorrelationId {
     echo: bool,
 }
 
-/// The id of this request, kept for the response when `echo_downstream` is on.
-#[derive(Clone)]
-struct Id(HeaderValue);
-
 fn build(config: &serde_json::Value) -> Result<Arc<dyn Plugin>, String> {
     let conf: Conf = parse_config(config)?;
     let header = HeaderName::from_bytes(conf.header_name.as_bytes()).map_err(|_| {
@@ -97,10 +93,8 @@ impl Plugin for CorrelationId {
                 v
             }
         };
-        ctx.correlation_id = Some(id.clone());
-        if self.echo {
-            ctx.slots.insert(Id(id));
-        }
+        // Kept once, for the echo and the access log.
+        ctx.correlation_id = Some(id);
         Flow::Continue.into()
     }
 
@@ -109,8 +103,10 @@ impl Plugin for CorrelationId {
         ctx: &mut RequestCtx,
         resp: &mut ResponseHead,
     ) -> Result<(), PluginError> {
-        if let Some(Id(v)) = ctx.slots.get::<Id>() {
-            resp.headers.insert(self.header.clone(), v.clone());
+        if self.echo {
+            if let Some(v) = &ctx.correlation_id {
+                resp.headers.insert(self.header.clone(), v.clone());
+            }
         }
         Ok(())
     }
