@@ -213,7 +213,7 @@ impl Translator<'_> {
             targets,
         });
         for p in &plugins {
-            let entries = self.scoped_entries(p, None, Some(&id));
+            let entries = self.scoped_entries(p, &key.namespace, None, Some(&id));
             self.config.plugins.extend(entries);
         }
         Ok(id)
@@ -382,7 +382,7 @@ impl Translator<'_> {
                 host_header: None,
                 rewrite: None,
                 upgrade_protocols: Vec::new(),
-                namespace: None,
+                namespace: Some(key.namespace.clone()),
                 service: Some(service),
             }),
             Err((reason, m)) => {

@@ -19,7 +19,11 @@
 //!
 //! The Consumer's `weir.dev/plugins` annotation names consumer-scoped plugins. A Consumer whose
 //! annotations or plugins are broken is left out altogether: serving it without a plugin meant
-//! for it (a stricter rate limit, a ban) would fail open.
+//! for it (a stricter rate limit, a ban) would fail open. So is a Consumer naming a plugin that
+//! cannot be consumer-scoped (`key-auth`, `basic-auth`, `jwt`, `acl`: a consumer's copy could
+//! replace the route's). What a Consumer names never changes a route's plugins unless it is
+//! served and names a Plugin of its own namespace that an Ingress or Service of that namespace
+//! names too (pairing, see `plugins.rs`).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
@@ -27,7 +31,9 @@ use k8s_openapi::api::core::v1::Secret;
 use sha2::{Digest, Sha256};
 use weir_crds::annotations as a;
 use weir_crds::CREDENTIAL_LABEL;
-use weir_proxy::config::{self, hash_key, hash_password, Credential, JwtAlgorithm};
+use weir_proxy::config::{
+    self, hash_key, hash_password, Credential, JwtAlgorithm, NOT_CONSUMER_SCOPED,
+};
 
 use super::annotations;
 use super::plugins::PluginRef;
@@ -240,8 +246,9 @@ fn header_problem(value: &str, in_list: bool) -> Option<&'static str> {
 }
 
 impl Translator<'_> {
-    /// Every Consumer of the watched namespaces, then the entries of the plugins only Consumers
-    /// name.
+    /// Every Consumer of the watched namespaces, then the consumer-only entries: of the Plugins
+    /// no Ingress or Service of their namespace names (those are paired with the routes and
+    /// services instead), and of every ClusterPlugin a Consumer names.
     pub(super) fn consumers(&mut self) {
         let store = self.store;
         let named_by_routes = self.plugins_named_by_routes();
@@ -251,26 +258,30 @@ impl Translator<'_> {
                 self.consumer(key, c, &mut claims);
             }
         }
-        let alone: Vec<(PluginRef, Vec<String>)> = self
+        let alone: Vec<(PluginRef, Vec<Key>)> = self
             .consumer_scopes
             .iter()
-            .filter(|(id, _)| !named_by_routes.contains(*id))
+            .filter(|(id, (r, _))| {
+                matches!(r, PluginRef::Cluster(_)) || !named_by_routes.contains(*id)
+            })
             .map(|(_, scope)| scope.clone())
             .collect();
         for (r, consumers) in alone {
-            // A rejected plugin has no consumer left: whoever names it is left out.
+            // Only served Consumers are in the scopes, and they named accepted plugins only.
             if let Ok(p) = self.check(&r) {
                 for c in &consumers {
-                    self.config.plugins.push(p.entry(None, None, Some(c)));
+                    let entry = p.entry(Some(&c.namespace), None, None, Some(&c.to_string()));
+                    self.config.plugins.push(entry);
                 }
             }
         }
     }
 
-    /// The ids of the plugins that Ingresses of this class or Services name: a plugin that
-    /// Consumers name too is paired with those routes and services instead of applying to the
-    /// consumers everywhere. Read from the annotations as written, so a broken Ingress does not
-    /// turn a route+consumer plugin into a consumer-wide one.
+    /// The ids of the Plugins that Ingresses of this class or Services of their own namespace
+    /// name: a Plugin that Consumers name too is paired with those routes and services instead
+    /// of applying to the consumers everywhere. Read from the annotations as written, so a
+    /// broken Ingress does not turn a route+consumer plugin into a consumer-wide one.
+    /// ClusterPlugins are never paired, so they are not listed.
     fn plugins_named_by_routes(&self) -> BTreeSet<String> {
         let store = self.store;
         let ingresses = store
@@ -286,8 +297,10 @@ impl Translator<'_> {
         let mut out = BTreeSet::new();
         for (key, ann) in ingresses.chain(services) {
             for name in annotations::plugin_names_of(ann) {
-                if let Some(r) = self.plugin_ref(&key.namespace, &name) {
-                    out.insert(r.id());
+                if let Some(PluginRef::Namespaced(p)) = self.plugin_ref(&key.namespace, &name) {
+                    if p.namespace == key.namespace {
+                        out.insert(PluginRef::Namespaced(p).id());
+                    }
                 }
             }
         }
@@ -326,15 +339,38 @@ impl Translator<'_> {
                 Default::default()
             }
         };
-        // What the annotation names, accepted or not, decides how those plugins are scoped.
         let named: Vec<PluginRef> = ann
             .plugins
             .iter()
             .filter_map(|n| self.plugin_ref(&key.namespace, n))
             .collect();
         if let Err((reason, m)) = self.resolve_names(&key.namespace, &ann.plugins) {
-            self.problem(me.clone(), reason, plugins_field, format!("{m}{LEFT_OUT}"));
+            self.problem(
+                me.clone(),
+                reason,
+                plugins_field.clone(),
+                format!("{m}{LEFT_OUT}"),
+            );
             serve = false;
+        }
+        // Kong's `no_consumer`: a consumer's own authentication or acl would replace the
+        // route's (the proxy refuses such entries).
+        for r in &named {
+            let Ok(p) = self.check(r) else { continue };
+            if NOT_CONSUMER_SCOPED.contains(&p.kind()) {
+                let m = format!(
+                    "{} runs {:?}, which cannot be scoped to a consumer (it decides who the consumer is or whether it may pass); name it on an Ingress or a Service instead{LEFT_OUT}",
+                    r.object(),
+                    p.kind()
+                );
+                self.problem(
+                    me.clone(),
+                    Reason::PluginNotAccepted,
+                    plugins_field.clone(),
+                    m,
+                );
+                serve = false;
+            }
         }
 
         let username = c.spec.username.clone().unwrap_or_else(|| key.name.clone());
@@ -360,16 +396,18 @@ impl Translator<'_> {
 
         let credentials = self.credentials(key, c, claims, serve);
         let id = key.to_string();
-        for r in named {
-            let (_, consumers) = self
-                .consumer_scopes
-                .entry(r.id())
-                .or_insert_with(|| (r.clone(), Vec::new()));
-            if serve && !consumers.contains(&id) {
-                consumers.push(id.clone());
-            }
-        }
         if serve {
+            // Only a served Consumer scopes plugins: one that is left out must not take a
+            // plugin off a route.
+            for r in named {
+                let (_, consumers) = self
+                    .consumer_scopes
+                    .entry(r.id())
+                    .or_insert_with(|| (r.clone(), Vec::new()));
+                if !consumers.contains(key) {
+                    consumers.push(key.clone());
+                }
+            }
             self.config.consumers.push(config::Consumer {
                 id,
                 username: Some(username),
@@ -640,5 +678,221 @@ mod tests {
         );
         // Neither claimed the key: nothing conflicts, and both are checked for their conditions.
         assert_eq!(t.checked.len(), 2);
+    }
+
+    // Consumer-scoped plugins: what a Consumer names never takes a plugin off a route for
+    // everyone else, except by pairing with a Plugin of its own namespace.
+
+    fn plugin(ns: &str, name: &str, spec: &str) -> String {
+        format!("apiVersion: weir.dev/v1alpha1\nkind: Plugin\nmetadata: {{name: {name}, namespace: {ns}}}\nspec: {spec}\n---\n")
+    }
+
+    fn cluster_plugin(name: &str, spec: &str) -> String {
+        format!("apiVersion: weir.dev/v1alpha1\nkind: ClusterPlugin\nmetadata: {{name: {name}}}\nspec: {spec}\n---\n")
+    }
+
+    fn consumer(ns: &str, name: &str, plugins: &str, spec: &str) -> String {
+        format!("apiVersion: weir.dev/v1alpha1\nkind: Consumer\nmetadata: {{name: {name}, namespace: {ns}, annotations: {{weir.dev/plugins: \"{plugins}\"}}}}\nspec: {spec}\n---\n")
+    }
+
+    /// An Ingress `ns/web` (host `ns.example.com`) naming `plugins`, with one path to Service
+    /// `ns/web`, which names `service_plugins`.
+    fn web(ns: &str, plugins: &str, service_plugins: &str) -> String {
+        format!(
+            "apiVersion: networking.k8s.io/v1\nkind: Ingress\nmetadata: {{name: web, namespace: {ns}, annotations: {{weir.dev/plugins: \"{plugins}\"}}}}\n\
+             spec:\n  ingressClassName: weir\n  rules:\n  - host: {ns}.example.com\n    http:\n      paths:\n      - {{path: /, pathType: Prefix, backend: {{service: {{name: web, port: {{number: 80}}}}}}}}\n---\n\
+             apiVersion: v1\nkind: Service\nmetadata: {{name: web, namespace: {ns}, annotations: {{weir.dev/plugins: \"{service_plugins}\"}}}}\nspec: {{ports: [{{port: 80}}]}}\n---\n"
+        )
+    }
+
+    /// The plugin entries as `(id, namespace)`, sorted; the table must compile.
+    fn entries(t: &Translation) -> Vec<(String, Option<String>)> {
+        weir_proxy::compile::Runtime::compile(t.config.clone(), &weir_proxy::Registry::builtin())
+            .expect("the proxy accepts the table");
+        let mut v: Vec<_> = t
+            .config
+            .plugins
+            .iter()
+            .map(|p| (p.id.clone(), p.namespace.clone()))
+            .collect();
+        v.sort();
+        v
+    }
+
+    fn e(id: &str, ns: Option<&str>) -> (String, Option<String>) {
+        (id.to_string(), ns.map(str::to_string))
+    }
+
+    fn served(t: &Translation) -> Vec<&str> {
+        t.config.consumers.iter().map(|c| c.id.as_str()).collect()
+    }
+
+    const LIMIT: &str = "{plugin: rate-limiting, config: {minute: 10, policy: local}}";
+
+    #[test]
+    fn a_consumer_pairs_with_the_routes_of_its_plugins_namespace() {
+        let yaml = [
+            plugin("shop", "vip", LIMIT),
+            plugin("other", "vip", LIMIT),
+            consumer("shop", "alice", "vip", "{}"),
+            web("shop", "vip", ""),
+            web("other", "vip", ""),
+        ]
+        .concat();
+        let t = run(&yaml);
+        assert!(t.problems.is_empty(), "{:#?}", t.problems);
+        // shop's route: alice's route+consumer entry replaces the plain one (Kong's pairing);
+        // other's Plugin of the same name is another resource, untouched.
+        assert_eq!(
+            entries(&t),
+            [
+                e("other/vip@other/web/r0/p0", Some("other")),
+                e("shop/vip@shop/web/r0/p0~shop/alice", Some("shop")),
+            ]
+        );
+        let namespaces: Vec<_> = t
+            .config
+            .routes
+            .iter()
+            .map(|r| (r.id.as_str(), r.namespace.as_deref()))
+            .collect();
+        assert_eq!(
+            namespaces,
+            [
+                ("other/web/r0/p0", Some("other")),
+                ("shop/web/r0/p0", Some("shop"))
+            ]
+        );
+    }
+
+    #[test]
+    fn a_consumer_may_not_name_an_authentication_or_acl_plugin() {
+        for kind in NOT_CONSUMER_SCOPED {
+            let spec = if kind == "acl" {
+                "{plugin: acl, config: {allow: [staff]}}".to_string()
+            } else {
+                format!("{{plugin: {kind}}}")
+            };
+            for cluster in [false, true] {
+                let resource = if cluster {
+                    cluster_plugin("guard", &spec)
+                } else {
+                    plugin("shop", "guard", &spec)
+                };
+                let yaml = [
+                    resource,
+                    consumer("shop", "alice", "guard", "{groups: [staff]}"),
+                    consumer("shop", "bob", "", "{groups: [staff]}"),
+                    web("shop", "guard", ""),
+                ]
+                .concat();
+                let t = run(&yaml);
+                let what = format!("{kind} (cluster: {cluster})");
+                assert_eq!(served(&t), ["shop/bob"], "{what}: alice is left out");
+                let problems: Vec<String> = t.problems.iter().map(|p| p.to_string()).collect();
+                assert_eq!(problems.len(), 1, "{what}: {problems:#?}");
+                let p = &t.problems[0];
+                assert_eq!(
+                    (p.object.to_string().as_str(), p.reason, p.field.as_str()),
+                    (
+                        "Consumer shop/alice",
+                        Reason::PluginNotAccepted,
+                        "metadata.annotations[\"weir.dev/plugins\"]"
+                    ),
+                    "{what}"
+                );
+                assert!(
+                    p.message.contains(&format!(
+                        "runs {kind:?}, which cannot be scoped to a consumer"
+                    )) && p.message.ends_with(LEFT_OUT),
+                    "{what}: {p}"
+                );
+                // The route keeps its plugin, for everyone.
+                let prefix = if cluster {
+                    "cluster/guard"
+                } else {
+                    "shop/guard"
+                };
+                assert_eq!(
+                    entries(&t),
+                    [e(&format!("{prefix}@shop/web/r0/p0"), Some("shop"))],
+                    "{what}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn a_left_out_consumer_never_takes_a_plugin_off_a_route_or_a_service() {
+        let yaml = [
+            plugin("shop", "vip", LIMIT),
+            plugin(
+                "shop",
+                "tag",
+                "{plugin: correlation-id, config: {header_name: X-Tag}}",
+            ),
+            // Left out: a group that cannot be sent upstream, and a missing plugin.
+            consumer("shop", "zed", "vip, tag", "{groups: ['a,b']}"),
+            consumer("shop", "zoe", "vip, nosuch", "{}"),
+            web("shop", "vip", "tag"),
+        ]
+        .concat();
+        let t = run(&yaml);
+        assert!(served(&t).is_empty());
+        assert_eq!(t.problems.len(), 2, "{:#?}", t.problems);
+        assert_eq!(
+            entries(&t),
+            [
+                e("shop/tag@shop/web:80", Some("shop")),
+                e("shop/vip@shop/web/r0/p0", Some("shop")),
+            ]
+        );
+
+        // With a served Consumer too, only that one is paired.
+        let t = run(&format!("{yaml}{}", consumer("shop", "alice", "vip", "{}")));
+        assert_eq!(served(&t), ["shop/alice"]);
+        assert_eq!(
+            entries(&t),
+            [
+                e("shop/tag@shop/web:80", Some("shop")),
+                e("shop/vip@shop/web/r0/p0~shop/alice", Some("shop")),
+            ]
+        );
+    }
+
+    /// Also: a ClusterPlugin's entries carry the namespace of the Ingress or Service attaching
+    /// it; only its global entry has none.
+    #[test]
+    fn a_consumer_naming_a_cluster_plugin_gets_its_own_entry_and_no_route_loses_it() {
+        let yaml = [
+            cluster_plugin(
+                "tag",
+                "{plugin: correlation-id, config: {header_name: X-Tag}}",
+            ),
+            cluster_plugin(
+                "limits",
+                "{plugin: rate-limiting, global: true, config: {minute: 5, policy: local}}",
+            ),
+            consumer("team-a", "alice", "tag, limits", "{}"),
+            web("team-a", "tag", ""),
+            web("team-b", "tag", "limits"),
+        ]
+        .concat();
+        let t = run(&yaml);
+        assert!(t.problems.is_empty(), "{:#?}", t.problems);
+        assert_eq!(
+            entries(&t),
+            [
+                // The global entry alone has no namespace (every namespace's consumers).
+                e("cluster/limits", None),
+                // Attached by a Service or an Ingress: that object's namespace.
+                e("cluster/limits@team-b/web:80", Some("team-b")),
+                // Alice's own entries, applied on team-a's routes only.
+                e("cluster/limits@~team-a/alice", Some("team-a")),
+                e("cluster/tag@team-a/web/r0/p0", Some("team-a")),
+                e("cluster/tag@team-b/web/r0/p0", Some("team-b")),
+                e("cluster/tag@~team-a/alice", Some("team-a")),
+            ]
+        );
     }
 }

@@ -374,7 +374,7 @@ impl Translator<'_> {
             self.config.plugins.push(disabled_entry(&id, why));
         }
         for p in plugins {
-            let entries = self.scoped_entries(p, Some(&id), None);
+            let entries = self.scoped_entries(p, &key.namespace, Some(&id), None);
             self.config.plugins.extend(entries);
         }
         self.config.routes.push(Route {
@@ -391,7 +391,7 @@ impl Translator<'_> {
             host_header: ann.host_header.clone(),
             rewrite: ann.rewrite.clone(),
             upgrade_protocols: ann.upgrade_protocols.clone(),
-            namespace: None,
+            namespace: Some(key.namespace.clone()),
             service,
         });
     }

@@ -13,7 +13,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::networking::v1::ServiceBackendPort;
-use weir_proxy::config::{Config, PluginValidator};
+use weir_proxy::config::{Config, PluginConfig, PluginValidator};
 
 use crate::problem::{ObjectRef, Problem, Reason};
 use crate::store::{Key, Kind, Store};
@@ -80,9 +80,9 @@ struct Translator<'a> {
     backends: BTreeMap<(String, String, i32), Result<String, backend::BackendError>>,
     /// Plugin resources already checked: reference → resolved plugin or why not.
     plugin_cache: BTreeMap<plugins::PluginRef, Result<plugins::Resolved, String>>,
-    /// Plugins that Consumers name, by plugin id: the resource and the ids of the consumers in
-    /// the table that name it (possibly none).
-    consumer_scopes: BTreeMap<String, (plugins::PluginRef, Vec<String>)>,
+    /// Plugins that served Consumers name, by plugin id: the resource and those consumers (at
+    /// least one; a Consumer that is left out names nothing here).
+    consumer_scopes: BTreeMap<String, (plugins::PluginRef, Vec<Key>)>,
     /// (host, path kind, path) → the Ingress serving it.
     claimed: HashMap<(String, &'static str, String), Key>,
     owned: Vec<Key>,
@@ -220,15 +220,10 @@ impl Translator<'_> {
                         }
                         c.plugins.retain(|p| p.id != id);
                         if let Some(consumer) = consumer {
-                            c.consumers.retain(|x| x.id != consumer);
-                            c.plugins
-                                .retain(|p| p.consumer.as_deref() != Some(consumer.as_str()));
+                            remove_consumer(c, &consumer);
                         }
                     }
-                    "consumer" => {
-                        c.consumers.retain(|x| x.id != id);
-                        c.plugins.retain(|p| p.consumer.as_deref() != Some(&id));
-                    }
+                    "consumer" => remove_consumer(c, &id),
                     "certificate" => c.certificates.retain(|x| x.id != id),
                     _ => {}
                 }
@@ -252,6 +247,40 @@ impl Translator<'_> {
                 );
             }
         }
+    }
+}
+
+/// Takes a consumer out of the table with its plugin entries. Its route+consumer and
+/// service+consumer entries replaced the route's or service's plain entry (pairing): when the
+/// last consumer paired on a route or service goes, the plain entry comes back, so taking a
+/// consumer out never takes a plugin off a route for everyone else.
+fn remove_consumer(c: &mut Config, consumer: &str) {
+    c.consumers.retain(|x| x.id != consumer);
+    let (gone, kept): (Vec<PluginConfig>, Vec<PluginConfig>) = std::mem::take(&mut c.plugins)
+        .into_iter()
+        .partition(|p| p.consumer.as_deref() == Some(consumer));
+    c.plugins = kept;
+    let suffix = format!("~{consumer}");
+    for p in gone {
+        if p.route.is_none() && p.service.is_none() {
+            continue;
+        }
+        // `<plugin>@<route or service>~<consumer>` replaced `<plugin>@<route or service>`.
+        let Some(plain) = p.id.strip_suffix(&suffix) else {
+            continue;
+        };
+        let others = format!("{plain}~");
+        if c.plugins
+            .iter()
+            .any(|q| q.id == plain || q.id.starts_with(&others))
+        {
+            continue;
+        }
+        c.plugins.push(PluginConfig {
+            id: plain.to_string(),
+            consumer: None,
+            ..p
+        });
     }
 }
 
@@ -476,5 +505,95 @@ mod tests {
             .expect("reported");
         assert_eq!(p.object.to_string(), "Plugin default/tag");
         assert_eq!(p.field, "plugin default/tag@~default/alice: config");
+    }
+
+    /// Rejects every `name` entry after the translator's own check of the resource.
+    struct RejectsLater {
+        name: &'static str,
+        seen: Cell<u32>,
+        registry: weir_proxy::Registry,
+    }
+    impl PluginValidator for RejectsLater {
+        fn check(&self, name: &str, config: &serde_json::Value) -> Result<(), Option<String>> {
+            if name == self.name {
+                self.seen.set(self.seen.get() + 1);
+                if self.seen.get() > 1 {
+                    return Err(Some("changed its mind".into()));
+                }
+            }
+            self.registry.check(name, config)
+        }
+    }
+
+    #[test]
+    fn a_consumer_the_proxy_rejects_gives_the_routes_their_plugin_back() {
+        let base = "apiVersion: weir.dev/v1alpha1\nkind: Plugin\nmetadata: {name: vip, namespace: shop}\nspec: {plugin: rate-limiting, config: {minute: 10, policy: local}}\n---\n\
+            apiVersion: weir.dev/v1alpha1\nkind: Plugin\nmetadata: {name: tag, namespace: shop}\nspec: {plugin: correlation-id}\n---\n\
+            apiVersion: weir.dev/v1alpha1\nkind: Plugin\nmetadata: {name: svc-vip, namespace: shop}\nspec: {plugin: request-size-limiting, config: {allowed_payload_size: 1}}\n---\n\
+            apiVersion: weir.dev/v1alpha1\nkind: Consumer\nmetadata: {name: alice, namespace: shop, annotations: {weir.dev/plugins: 'vip, tag, svc-vip'}}\nspec: {}\n---\n\
+            apiVersion: networking.k8s.io/v1\nkind: Ingress\nmetadata: {name: web, namespace: shop, annotations: {weir.dev/plugins: vip}}\n\
+            spec:\n  ingressClassName: weir\n  rules:\n  - http:\n      paths:\n      - {path: /, pathType: Prefix, backend: {service: {name: web, port: {number: 80}}}}\n---\n\
+            apiVersion: v1\nkind: Service\nmetadata: {name: web, namespace: shop, annotations: {weir.dev/plugins: svc-vip}}\nspec: {ports: [{port: 80}]}\n---\n";
+        let bob = "apiVersion: weir.dev/v1alpha1\nkind: Consumer\nmetadata: {name: bob, namespace: shop, annotations: {weir.dev/plugins: vip}}\nspec: {}\n";
+        let run = |yaml: &str| {
+            let mut store = Store::default();
+            Store::parse_manifests(yaml)
+                .unwrap()
+                .into_iter()
+                .for_each(|o| store.insert(o));
+            let v = RejectsLater {
+                name: "correlation-id",
+                seen: Cell::new(0),
+                registry: weir_proxy::Registry::builtin(),
+            };
+            let t = translate(&store, &Options::default(), &v);
+            let mut ids: Vec<String> = t.config.plugins.iter().map(|p| p.id.clone()).collect();
+            ids.sort();
+            let consumers: Vec<String> = t.config.consumers.iter().map(|c| c.id.clone()).collect();
+            (t, ids, consumers)
+        };
+
+        // Alice's own "tag" is rejected: she goes, with her route+consumer and
+        // service+consumer entries, and the route and the Service get their plain entries back.
+        let (t, ids, consumers) = run(base);
+        assert!(consumers.is_empty());
+        assert_eq!(ids, ["shop/svc-vip@shop/web:80", "shop/vip@shop/web/r0/p0"]);
+        let route = &t.config.routes[0];
+        assert_eq!(
+            route.service.as_deref(),
+            Some("shop/web:80"),
+            "still served"
+        );
+        let p = t
+            .problems
+            .iter()
+            .find(|p| p.reason == Reason::RejectedByProxy)
+            .expect("reported");
+        assert_eq!(p.field, "plugin shop/tag@~shop/alice: config");
+        let restored = t
+            .config
+            .plugins
+            .iter()
+            .find(|p| p.id == "shop/vip@shop/web/r0/p0")
+            .unwrap();
+        assert_eq!(
+            (
+                restored.route.as_deref(),
+                restored.consumer.as_deref(),
+                restored.namespace.as_deref()
+            ),
+            (Some("shop/web/r0/p0"), None, Some("shop"))
+        );
+
+        // Bob stays paired with the route: no plain entry while a paired consumer is left.
+        let (_, ids, consumers) = run(&format!("{base}{bob}"));
+        assert_eq!(consumers, ["shop/bob"]);
+        assert_eq!(
+            ids,
+            [
+                "shop/svc-vip@shop/web:80",
+                "shop/vip@shop/web/r0/p0~shop/bob"
+            ]
+        );
     }
 }

@@ -5,9 +5,19 @@
 //! left out rather than served without it: a broken authentication plugin must not open a
 //! route.
 //!
-//! A plugin that Consumers name (their `weir.dev/plugins` annotation) is consumer-scoped: on
-//! its own when no Ingress or Service names it, else paired with each route or service that
-//! names it (route+consumer, service+consumer), as Kong's ingress controller does.
+//! A plugin that Consumers name (their `weir.dev/plugins` annotation) is consumer-scoped:
+//!
+//! - a Plugin named by served Consumers and by an Ingress or Service of its own namespace is
+//!   paired with each route or service that names it (route+consumer, service+consumer entries
+//!   replacing the plain entry), as Kong's ingress controller does;
+//! - a Plugin only Consumers name gets one consumer-only entry per consumer, with the Plugin's
+//!   namespace (the proxy applies it only on that namespace's routes);
+//! - a ClusterPlugin named by a Consumer gets a consumer-only entry with the Consumer's
+//!   namespace, and never changes a route's or service's entries: a Consumer of one namespace
+//!   cannot take a ClusterPlugin off another team's routes.
+//!
+//! A ClusterPlugin attached by an Ingress or a Service carries that object's namespace (its
+//! authentication finds only that namespace's consumers); only a global entry has none.
 
 use weir_proxy::config::PluginConfig;
 
@@ -30,6 +40,18 @@ impl PluginRef {
             PluginRef::Cluster(name) => format!("cluster/{name}"),
         }
     }
+
+    /// The resource, for problems.
+    pub(super) fn object(&self) -> ObjectRef {
+        match self {
+            PluginRef::Namespaced(key) => obj(Kind::Plugin, key),
+            PluginRef::Cluster(name) => ObjectRef {
+                kind: Kind::ClusterPlugin,
+                namespace: None,
+                name: name.clone(),
+            },
+        }
+    }
 }
 
 /// A checked plugin resource, ready to be attached to scopes.
@@ -41,15 +63,26 @@ pub(super) struct Resolved {
     config: serde_json::Value,
     enabled: bool,
     priority: Option<i32>,
-    /// The Plugin's namespace (`None` for a ClusterPlugin): whose consumers it may see.
+    /// The Plugin's namespace (`None` for a ClusterPlugin, whose entries take the namespace of
+    /// what attaches them).
     namespace: Option<String>,
 }
 
 impl Resolved {
+    /// The plugin kind (`rate-limiting`, `key-auth`, …).
+    pub(super) fn kind(&self) -> &str {
+        &self.plugin
+    }
+
     /// The routing-table entry for one scope. Ids: `<plugin>[@<route or service>][~<consumer>]`,
     /// `<plugin>@~<consumer>` for a consumer alone.
+    ///
+    /// `namespace`: the namespace of the object attaching it (Ingress, Service, Consumer), the
+    /// entry's namespace for a ClusterPlugin; `None` only for a global entry. A Plugin's entries
+    /// always carry the Plugin's namespace.
     pub(super) fn entry(
         &self,
+        namespace: Option<&str>,
         route: Option<&str>,
         service: Option<&str>,
         consumer: Option<&str>,
@@ -69,7 +102,7 @@ impl Resolved {
             route: route.map(str::to_string),
             service: service.map(str::to_string),
             consumer: consumer.map(str::to_string),
-            namespace: self.namespace.clone(),
+            namespace: self.namespace.clone().or(namespace.map(str::to_string)),
             enabled: self.enabled,
             priority: self.priority,
         }
@@ -136,7 +169,7 @@ impl Translator<'_> {
                     )
                 });
                 (
-                    obj(Kind::Plugin, key),
+                    r.object(),
                     Some(key.namespace.clone()),
                     p.spec.plugin.clone(),
                     p.spec.config.clone(),
@@ -151,13 +184,8 @@ impl Translator<'_> {
                     let r = &f.secret_key_ref;
                     (r.namespace.clone(), r.name.clone(), r.key.clone())
                 });
-                let object = ObjectRef {
-                    kind: Kind::ClusterPlugin,
-                    namespace: None,
-                    name: name.clone(),
-                };
                 (
-                    object,
+                    r.object(),
                     None,
                     p.spec.plugin.clone(),
                     p.spec.config.clone(),
@@ -252,7 +280,7 @@ impl Translator<'_> {
                     continue;
                 }
                 seen.insert(r.plugin.clone(), name);
-                self.config.plugins.push(r.entry(None, None, None));
+                self.config.plugins.push(r.entry(None, None, None, None));
             }
         }
     }
@@ -270,22 +298,35 @@ impl Translator<'_> {
         }
     }
 
-    /// The entries of a plugin named by a route or a service (one of the two set). A plugin
-    /// that Consumers name too applies to those consumers only on that route or service: one
-    /// entry per consumer, and none without a consumer.
+    /// The entries of a plugin named by a route or a service (one of the two set) of
+    /// `namespace`. A Plugin of that namespace that served Consumers of that namespace name
+    /// too applies to those consumers only on that route or service: one entry per consumer,
+    /// and none without a consumer (pairing). Anything else, a ClusterPlugin in particular,
+    /// gets its plain entry, with `namespace` when it is a ClusterPlugin.
     pub(super) fn scoped_entries(
         &self,
         p: &Resolved,
+        namespace: &str,
         route: Option<&str>,
         service: Option<&str>,
     ) -> Vec<PluginConfig> {
-        match self.consumer_scopes.get(&p.id) {
-            None => vec![p.entry(route, service, None)],
-            Some((_, consumers)) => consumers
-                .iter()
-                .map(|c| p.entry(route, service, Some(c)))
-                .collect(),
+        let paired: Vec<String> = match (&p.namespace, self.consumer_scopes.get(&p.id)) {
+            (Some(own), Some((PluginRef::Namespaced(_), consumers))) if own == namespace => {
+                consumers
+                    .iter()
+                    .filter(|c| c.namespace == namespace)
+                    .map(Key::to_string)
+                    .collect()
+            }
+            _ => Vec::new(),
+        };
+        if paired.is_empty() {
+            return vec![p.entry(Some(namespace), route, service, None)];
         }
+        paired
+            .iter()
+            .map(|c| p.entry(Some(namespace), route, service, Some(c)))
+            .collect()
     }
 
     /// Resolves the names of a `weir.dev/plugins` annotation for an object in `namespace`:
