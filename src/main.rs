@@ -165,7 +165,7 @@ struct ProxyArgs {
     /// Address of the admin API (keep it on loopback unless it is protected otherwise).
     #[arg(long, env = "WEIR_ADMIN_LISTEN", default_value = "127.0.0.1:8100")]
     admin_listen: SocketAddr,
-    /// Address of a read-only status listener serving only GET /healthz, /readyz (503 while shutting down) and /metrics, for probes and scraping (e.g. 0.0.0.0:8101 in a pod); the admin API stays on loopback.
+    /// Address of a read-only status listener serving only GET /healthz, /readyz (503 while shutting down) and /metrics, for probes and scraping (e.g. 0.0.0.0:8102 in a pod, beside the controller's metrics on 8101); the admin API stays on loopback.
     #[arg(long, env = "WEIR_STATUS_LISTEN")]
     status_listen: Option<SocketAddr>,
     /// Worker threads, each with its own listener and runtime (default: one per core).

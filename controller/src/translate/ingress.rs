@@ -62,7 +62,9 @@ pub(super) fn disabled_entry(route: &str, why: &str) -> PluginConfig {
         name: "request-termination".into(),
         config: serde_json::json!({
             "status_code": 503,
-            "message": format!("This route is disabled: {why}. See the Ingress's events."),
+            "message": format!(
+                "This route is disabled: {why}. The reasons are in the Ingress's events and conditions (kubectl describe ingress), or in Weir's log in standalone mode."
+            ),
         }),
         route: Some(route.to_string()),
         service: None,
@@ -193,7 +195,11 @@ impl Translator<'_> {
                     );
                 }
                 disabled = Some("its Ingress has invalid annotations");
-                IngressAnnotations::default()
+                // The plugins it names are still checked, so that every problem shows at once.
+                IngressAnnotations {
+                    plugins: annotations::plugin_names_of(ing.metadata.annotations.as_ref()),
+                    ..IngressAnnotations::default()
+                }
             }
         };
         let plugins = match self.resolve_names(&key.namespace, &ann.plugins) {
@@ -327,10 +333,13 @@ impl Translator<'_> {
         let me = obj(Kind::Ingress, key);
         let mut disabled = ctx.disabled;
         let service = match (&backend.service, &backend.resource) {
-            (Some(s), _) if disabled.is_none() => {
+            // Checked also for a path that is disabled already, so that every problem shows at
+            // once.
+            (Some(s), _) => {
                 let port = s.port.clone().unwrap_or_default();
                 match self.backend(&key.namespace, &s.name, &port) {
-                    Ok(id) => Some(id),
+                    Ok(id) if disabled.is_none() => Some(id),
+                    Ok(_) => None,
                     Err((reason, m)) => {
                         self.problem(
                             me,
@@ -338,12 +347,11 @@ impl Translator<'_> {
                             format!("{field}.service"),
                             format!("{m}; this path answers 503"),
                         );
-                        disabled = Some("its backend cannot be served");
+                        disabled = disabled.or(Some("its backend cannot be served"));
                         None
                     }
                 }
             }
-            (Some(_), _) => None,
             (None, Some(_)) => {
                 self.problem(
                     me,

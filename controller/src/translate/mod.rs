@@ -150,6 +150,7 @@ impl<'a> Translator<'a> {
     }
 
     fn finish(mut self) -> Translation {
+        self.drop_unused_backends();
         self.drop_what_the_proxy_rejects();
         self.problems.sort();
         self.problems.dedup();
@@ -164,6 +165,25 @@ impl<'a> Translator<'a> {
 }
 
 impl Translator<'_> {
+    /// Services no route or plugin entry uses (the backends of disabled paths, checked only to
+    /// report their problems too), and upstreams no service uses, stay out of the table.
+    fn drop_unused_backends(&mut self) {
+        let c = &mut self.config;
+        let used: BTreeSet<String> = c
+            .routes
+            .iter()
+            .filter_map(|r| r.service.clone())
+            .chain(c.plugins.iter().filter_map(|p| p.service.clone()))
+            .collect();
+        c.services.retain(|s| used.contains(&s.id));
+        let used: BTreeSet<String> = c
+            .services
+            .iter()
+            .filter_map(|s| s.upstream.clone())
+            .collect();
+        c.upstreams.retain(|u| used.contains(&u.id));
+    }
+
     /// A safety net: whatever the proxy's validation still rejects is left out (with the
     /// objects that depend on it) and reported, so one object can never block every push.
     fn drop_what_the_proxy_rejects(&mut self) {
