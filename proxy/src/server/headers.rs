@@ -109,13 +109,19 @@ const HTTP2_SETTINGS: HeaderName = HeaderName::from_static("http2-settings");
 /// The `Via` value Weir adds to a message it received over `version` (RFC 9110 §7.6.3: the
 /// received protocol's version, `2 weir` for HTTP/2).
 pub fn via(version: http::Version) -> HeaderValue {
-    HeaderValue::from_static(match version {
-        http::Version::HTTP_09 => "0.9 weir",
-        http::Version::HTTP_10 => "1.0 weir",
-        http::Version::HTTP_2 => "2 weir",
-        http::Version::HTTP_3 => "3 weir",
-        _ => "1.1 weir",
-    })
+    // Constants: `from_static` checks its bytes when it runs, but not in a `const`.
+    const V09: HeaderValue = HeaderValue::from_static("0.9 weir");
+    const V10: HeaderValue = HeaderValue::from_static("1.0 weir");
+    const V11: HeaderValue = HeaderValue::from_static("1.1 weir");
+    const V2: HeaderValue = HeaderValue::from_static("2 weir");
+    const V3: HeaderValue = HeaderValue::from_static("3 weir");
+    match version {
+        http::Version::HTTP_09 => V09,
+        http::Version::HTTP_10 => V10,
+        http::Version::HTTP_2 => V2,
+        http::Version::HTTP_3 => V3,
+        _ => V11,
+    }
 }
 
 /// Hop-by-hop headers besides `Connection` and `Upgrade` (which a protocol switch keeps).
