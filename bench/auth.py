@@ -15,22 +15,19 @@ or an HMAC-SHA256 check and the claims (jwt), plus the identity headers sent ups
 Needs nginx, wrk and taskset.
 """
 
-import argparse
 import base64
 import hashlib
 import hmac
 import json
-import shutil
-import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 from callgrind import free_port, wait_port
+from common import have, measure, parser, ratios, stop, write
 from rate_limiting import nginx_upstream, start, wrk
 
-REPO = Path(__file__).resolve().parent.parent
 HOST = "127.0.0.1"
 JWT_SECRET = "bench-secret-0123456789abcdef"
 
@@ -74,17 +71,12 @@ def table(up_port: int, consumers: int) -> dict:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--weir", type=Path, default=REPO / "target/release/weir")
-    ap.add_argument("--seconds", type=int, default=5)
-    ap.add_argument("--rounds", type=int, default=3)
+    ap = parser(__doc__)
     ap.add_argument("--connections", type=int, default=32)
     ap.add_argument("--consumers", type=int, default=1000)
     args = ap.parse_args()
-    for tool in ("nginx", "wrk", "taskset"):
-        if not shutil.which(tool) and not Path(f"/usr/sbin/{tool}").exists():
-            print(f"missing {tool}", file=sys.stderr)
-            return 2
+    if not have(("nginx", "wrk", "taskset")):
+        return 2
     tmp = Path(tempfile.mkdtemp(prefix="weir-auth-bench-"))
     procs = []
     try:
@@ -106,34 +98,18 @@ def main() -> int:
             "basic-auth": (f"Authorization: Basic {basic}",),
             "jwt": (f"Authorization: Bearer {hs256_token(f'issuer-{last}')}",),
         }
-        for r, h in headers.items():  # warm-up, and wrk fails on any non-2xx answer
-            wrk(f"http://{HOST}:{port}/{r}", 1, args.connections, h)
-        rps = {r: [] for r in headers}
-        for i in range(args.rounds):
-            for r, h in headers.items():
-                rps[r].append(wrk(f"http://{HOST}:{port}/{r}", args.seconds, args.connections, h))
-            print(f"round {i + 1}: " + ", ".join(f"{r} {rps[r][-1]:,.0f}" for r in rps), file=sys.stderr)
-        med = {r: statistics.median(v) for r, v in rps.items()}
-        result = {
+        # wrk fails on any non-2xx answer: a refused credential fails the warm-up.
+        med = measure(headers, lambda r, s: wrk(f"http://{HOST}:{port}/{r}", s, args.connections,
+                                                headers[r]), args.seconds, args.rounds)
+        write("auth", {
             "requests_per_second": med,
-            "ratio_to_plain": {r: round(med[r] / med["plain"], 3) for r in rps},
+            "ratio_to_plain": ratios(med, "plain"),
             "consumers": args.consumers, "rounds": args.rounds, "seconds": args.seconds,
             "connections": args.connections,
-        }
-        print(json.dumps(result, indent=2))
-        out = REPO / "bench/results/auth.json"
-        out.parent.mkdir(exist_ok=True)
-        out.write_text(json.dumps(result, indent=2) + "\n")
+        })
         return 0
     finally:
-        for p in procs:
-            p.terminate()
-        for p in procs:
-            try:
-                p.wait(timeout=5)
-            except Exception:
-                p.kill()
-        shutil.rmtree(tmp, ignore_errors=True)
+        stop(procs, tmp)
 
 
 if __name__ == "__main__":

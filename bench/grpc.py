@@ -14,11 +14,8 @@ server (no trailers), which makes no difference to what a proxy does per call. N
 (`apt-get install nghttp2-client`), nginx and taskset.
 """
 
-import argparse
 import json
 import re
-import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -26,8 +23,8 @@ import time
 from pathlib import Path
 
 from callgrind import free_port, wait_port  # bench/ is this script's folder, so on sys.path
+from common import have, measure, parser, ratios, stop, write
 
-REPO = Path(__file__).resolve().parent.parent
 HOST = "127.0.0.1"
 PATH = "/weir.test.Echo/Unary"
 
@@ -52,15 +49,9 @@ def h2load(port: int, body: Path, seconds: int) -> float:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--weir", type=Path, default=REPO / "target/release/weir")
-    ap.add_argument("--seconds", type=int, default=5)
-    ap.add_argument("--rounds", type=int, default=3)
-    args = ap.parse_args()
-    for tool in ("h2load", "nginx", "taskset"):
-        if not shutil.which(tool) and not Path(f"/usr/sbin/{tool}").exists():
-            print(f"missing {tool}", file=sys.stderr)
-            return 2
+    args = parser(__doc__).parse_args()
+    if not have(("h2load", "nginx", "taskset")):
+        return 2
     tmp = Path(tempfile.mkdtemp(prefix="weir-grpc-bench-"))
     procs = []
     try:
@@ -90,34 +81,17 @@ http {{ access_log off; keepalive_requests 10000000;
             wait_port(p)
         time.sleep(0.5)
         contenders = {"direct": up, "weir": weir_port, "nginx": nginx_port}
-        for port in contenders.values():
-            h2load(port, body, 1)
-        rps = {c: [] for c in contenders}
-        for i in range(args.rounds):
-            for c, port in contenders.items():
-                rps[c].append(h2load(port, body, args.seconds))
-            print(f"round {i + 1}: " + ", ".join(f"{c} {rps[c][-1]:,.0f}" for c in contenders),
-                  file=sys.stderr)
-        med = {c: statistics.median(v) for c, v in rps.items()}
-        result = {
+        med = measure(contenders, lambda c, s: h2load(contenders[c], body, s), args.seconds,
+                      args.rounds)
+        write("grpc", {
             "requests_per_second": med,
-            "ratio_to_direct": {c: round(med[c] / med["direct"], 3) for c in contenders},
+            "ratio_to_direct": ratios(med, "direct"),
             "weir_to_nginx": round(med["weir"] / med["nginx"], 3),
             "rounds": args.rounds, "seconds": args.seconds,
-        }
-        print(json.dumps(result, indent=2))
-        out = REPO / "bench/results/grpc.json"
-        out.write_text(json.dumps(result, indent=2) + "\n")
+        })
         return 0
     finally:
-        for p in procs:
-            p.terminate()
-        for p in procs:
-            try:
-                p.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                p.kill()
-        shutil.rmtree(tmp, ignore_errors=True)
+        stop(procs, tmp)
 
 
 if __name__ == "__main__":

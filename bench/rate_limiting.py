@@ -14,11 +14,8 @@ request. The routes are measured in turn, round after round, so drift affects th
 Needs nginx, wrk, redis-server and taskset.
 """
 
-import argparse
 import json
 import re
-import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -26,8 +23,8 @@ import time
 from pathlib import Path
 
 from callgrind import free_port, wait_port  # bench/ is this script's folder, so on sys.path
+from common import have, measure, parser, ratios, stop, write
 
-REPO = Path(__file__).resolve().parent.parent
 HOST = "127.0.0.1"
 
 
@@ -78,16 +75,11 @@ def wrk(url: str, seconds: int, connections: int, headers: tuple = ()) -> float:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--weir", type=Path, default=REPO / "target/release/weir")
-    ap.add_argument("--seconds", type=int, default=5)
-    ap.add_argument("--rounds", type=int, default=3)
+    ap = parser(__doc__)
     ap.add_argument("--connections", type=int, default=32)
     args = ap.parse_args()
-    for tool in ("nginx", "wrk", "redis-server", "taskset"):
-        if not shutil.which(tool) and not Path(f"/usr/sbin/{tool}").exists():
-            print(f"missing {tool}", file=sys.stderr)
-            return 2
+    if not have(("nginx", "wrk", "redis-server", "taskset")):
+        return 2
     tmp = Path(tempfile.mkdtemp(prefix="weir-rl-bench-"))
     procs = []
     try:
@@ -102,34 +94,18 @@ def main() -> int:
         for p in (up_port, redis_port, port):
             wait_port(p)
         time.sleep(0.5)
-        routes = ("plain", "local", "redis")
-        for r in routes:  # warm-up: connections, the script cache
-            wrk(f"http://{HOST}:{port}/{r}", 1, args.connections)
-        rps = {r: [] for r in routes}
-        for i in range(args.rounds):
-            for r in routes:
-                rps[r].append(wrk(f"http://{HOST}:{port}/{r}", args.seconds, args.connections))
-            print(f"round {i + 1}: " + ", ".join(f"{r} {rps[r][-1]:,.0f}" for r in routes), file=sys.stderr)
-        med = {r: statistics.median(v) for r, v in rps.items()}
-        result = {
+        # The warm-up opens the connections and fills Redis's script cache.
+        med = measure(("plain", "local", "redis"),
+                      lambda r, s: wrk(f"http://{HOST}:{port}/{r}", s, args.connections),
+                      args.seconds, args.rounds)
+        write("rate_limiting", {
             "requests_per_second": med,
-            "ratio_to_plain": {r: round(med[r] / med["plain"], 3) for r in routes},
+            "ratio_to_plain": ratios(med, "plain"),
             "rounds": args.rounds, "seconds": args.seconds, "connections": args.connections,
-        }
-        print(json.dumps(result, indent=2))
-        out = REPO / "bench/results/rate_limiting.json"
-        out.parent.mkdir(exist_ok=True)
-        out.write_text(json.dumps(result, indent=2) + "\n")
+        })
         return 0
     finally:
-        for p in procs:
-            p.terminate()
-        for p in procs:
-            try:
-                p.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                p.kill()
-        shutil.rmtree(tmp, ignore_errors=True)
+        stop(procs, tmp)
 
 
 if __name__ == "__main__":

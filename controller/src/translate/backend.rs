@@ -81,27 +81,11 @@ impl Translator<'_> {
     ) -> Result<String, BackendError> {
         let service_ref = obj(Kind::Service, key);
         let empty = Default::default();
-        let (ann, unknown) =
-            annotations::service(svc.metadata.annotations.as_ref().unwrap_or(&empty));
-        for k in unknown {
-            self.problem(
-                service_ref.clone(),
-                Reason::UnknownAnnotation,
-                format!("metadata.annotations[{k:?}]"),
-                "not a Service annotation Weir knows; ignored",
-            );
-        }
-        let ann = match ann {
-            Ok(a) => a,
-            Err(errors) => {
-                for (k, m) in errors {
-                    self.problem(
-                        service_ref.clone(),
-                        Reason::InvalidAnnotation,
-                        format!("metadata.annotations[{k:?}]"),
-                        format!("{m}; routes to this Service answer 503"),
-                    );
-                }
+        let parsed = annotations::service(svc.metadata.annotations.as_ref().unwrap_or(&empty));
+        let consequence = "; routes to this Service answer 503";
+        let ann = match self.read_annotations(&service_ref, "a Service", parsed, consequence) {
+            Some(a) => a,
+            None => {
                 return Err((
                     Reason::InvalidAnnotation,
                     format!("Service {key} has invalid annotations"),

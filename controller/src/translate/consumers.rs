@@ -314,27 +314,10 @@ impl Translator<'_> {
         let plugins_field = format!("metadata.annotations[{:?}]", a::PLUGINS);
 
         let empty = BTreeMap::new();
-        let (ann, unknown) =
-            annotations::consumer(c.metadata.annotations.as_ref().unwrap_or(&empty));
-        for k in unknown {
-            self.problem(
-                me.clone(),
-                Reason::UnknownAnnotation,
-                format!("metadata.annotations[{k:?}]"),
-                "not a Consumer annotation Weir knows; ignored",
-            );
-        }
-        let ann = match ann {
-            Ok(a) => a,
-            Err(errors) => {
-                for (k, m) in errors {
-                    self.problem(
-                        me.clone(),
-                        Reason::InvalidAnnotation,
-                        format!("metadata.annotations[{k:?}]"),
-                        format!("{m}{LEFT_OUT}"),
-                    );
-                }
+        let parsed = annotations::consumer(c.metadata.annotations.as_ref().unwrap_or(&empty));
+        let ann = match self.read_annotations(&me, "a Consumer", parsed, LEFT_OUT) {
+            Some(a) => a,
+            None => {
                 serve = false;
                 Default::default()
             }

@@ -170,30 +170,14 @@ impl Translator<'_> {
     fn ingress(&mut self, key: &Key, ing: &Ingress) {
         let me = obj(Kind::Ingress, key);
         let empty = BTreeMap::new();
-        let (ann, unknown) =
-            annotations::ingress(ing.metadata.annotations.as_ref().unwrap_or(&empty));
-        for k in unknown {
-            self.problem(
-                me.clone(),
-                Reason::UnknownAnnotation,
-                format!("metadata.annotations[{k:?}]"),
-                "not an Ingress annotation Weir knows; ignored",
-            );
-        }
+        let parsed = annotations::ingress(ing.metadata.annotations.as_ref().unwrap_or(&empty));
         // A broken Ingress keeps its paths, answering 503: removing them would let requests
         // fall through to a shorter prefix, maybe the same backend without its plugins.
         let mut disabled = None;
-        let ann = match ann {
-            Ok(a) => a,
-            Err(errors) => {
-                for (k, m) in errors {
-                    self.problem(
-                        me.clone(),
-                        Reason::InvalidAnnotation,
-                        format!("metadata.annotations[{k:?}]"),
-                        format!("{m}; the Ingress's paths answer 503"),
-                    );
-                }
+        let consequence = "; the Ingress's paths answer 503";
+        let ann = match self.read_annotations(&me, "an Ingress", parsed, consequence) {
+            Some(a) => a,
+            None => {
                 disabled = Some("its Ingress has invalid annotations");
                 // The plugins it names are still checked, so that every problem shows at once.
                 IngressAnnotations {

@@ -139,6 +139,42 @@ impl<'a> Translator<'a> {
         });
     }
 
+    /// Reports what is wrong with `object`'s annotations, `parsed` by [`annotations`]: each one
+    /// Weir does not know is ignored (`kind` names the object: "an Ingress", …), each one it
+    /// could not read has its message followed by `consequence`. Returns the annotations, or
+    /// `None` when some were invalid.
+    fn read_annotations<T>(
+        &mut self,
+        object: &ObjectRef,
+        kind: &str,
+        parsed: annotations::Parsed<T>,
+        consequence: &str,
+    ) -> Option<T> {
+        let (ann, unknown) = parsed;
+        for k in unknown {
+            self.problem(
+                object.clone(),
+                Reason::UnknownAnnotation,
+                format!("metadata.annotations[{k:?}]"),
+                format!("not {kind} annotation Weir knows; ignored"),
+            );
+        }
+        match ann {
+            Ok(a) => Some(a),
+            Err(errors) => {
+                for (k, m) in errors {
+                    self.problem(
+                        object.clone(),
+                        Reason::InvalidAnnotation,
+                        format!("metadata.annotations[{k:?}]"),
+                        format!("{m}{consequence}"),
+                    );
+                }
+                None
+            }
+        }
+    }
+
     fn run(&mut self) {
         self.check_all_plugins();
         self.global_plugins();

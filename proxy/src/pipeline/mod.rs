@@ -644,16 +644,30 @@ mod tests {
         prio: i32,
         stop: bool,
     ) -> PluginInstance {
-        inst(
+        let probe = Probe {
             name,
-            prio,
-            Arc::new(Probe {
-                name,
-                stop,
-                journal: j.clone(),
-                set_consumer: None,
-            }),
-        )
+            stop,
+            journal: j.clone(),
+            set_consumer: None,
+        };
+        inst(name, prio, Arc::new(probe))
+    }
+
+    /// A probe that goes on, having identified the request as `consumer` (as an authentication
+    /// plugin does).
+    fn probe_setting_consumer(
+        j: &Arc<Mutex<Vec<String>>>,
+        name: &'static str,
+        prio: i32,
+        consumer: &'static str,
+    ) -> PluginInstance {
+        let probe = Probe {
+            name,
+            stop: false,
+            journal: j.clone(),
+            set_consumer: Some(consumer),
+        };
+        inst(name, prio, Arc::new(probe))
     }
 
     fn head() -> RequestHead {
@@ -718,16 +732,7 @@ mod tests {
     #[test]
     fn a_consumer_switches_to_its_list_after_the_authenticating_plugin() {
         let j = Arc::new(Mutex::new(Vec::new()));
-        let auth = inst(
-            "auth",
-            1000,
-            Arc::new(Probe {
-                name: "auth",
-                stop: false,
-                journal: j.clone(),
-                set_consumer: Some("alice"),
-            }),
-        );
+        let auth = probe_setting_consumer(&j, "auth", 1000, "alice");
         let base: Arc<[PluginInstance]> =
             vec![auth.clone(), probe(&j, "limit-default", 900, false)].into();
         let alice: Arc<[PluginInstance]> = vec![
@@ -752,16 +757,7 @@ mod tests {
     #[test]
     fn after_a_switch_every_plugin_not_yet_run_runs_whatever_its_priority() {
         let j = Arc::new(Mutex::new(Vec::new()));
-        let auth = inst(
-            "auth",
-            1000,
-            Arc::new(Probe {
-                name: "auth",
-                stop: false,
-                journal: j.clone(),
-                set_consumer: Some("alice"),
-            }),
-        );
+        let auth = probe_setting_consumer(&j, "auth", 1000, "alice");
         let pre = probe(&j, "pre", 2000, false);
         let limit = probe(&j, "limit", 900, false);
         let base: Arc<[PluginInstance]> = vec![pre.clone(), auth.clone(), limit.clone()].into();

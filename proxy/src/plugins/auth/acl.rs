@@ -105,8 +105,7 @@ impl Plugin for Acl {
 mod tests {
     use super::*;
     use crate::config::Consumer;
-    use crate::consumers::Directory;
-    use crate::plugins::Step;
+    use crate::plugins::auth::testing::{self, head, run};
     use serde_json::json;
 
     fn ctx(groups: &[&str], authenticated: bool) -> RequestCtx {
@@ -118,8 +117,7 @@ mod tests {
             groups: groups.iter().map(|g| g.to_string()).collect(),
             credentials: vec![],
         };
-        let mut ctx = RequestCtx::new([127, 0, 0, 1].into(), 1, Arc::from(vec![]));
-        ctx.directory = Some(Arc::new(Directory::new(&[c], true)));
+        let mut ctx = testing::ctx(vec![c], None);
         if authenticated {
             ctx.consumer = Some("ns/c".into());
         }
@@ -133,14 +131,9 @@ mod tests {
     ) -> (u16, Option<String>) {
         let p = build(&config).unwrap();
         let mut c = ctx(groups, authenticated);
-        let mut r = http::Request::new(()).into_parts().0;
-        let refused = match p.access(&mut c, &mut r) {
-            Step::Ready(Ok(Flow::Continue)) => None,
-            Step::Ready(Ok(Flow::Respond(e))) => Some(e.status.as_u16()),
-            _ => panic!("acl neither fails nor waits"),
-        };
-        match refused {
-            Some(status) => (status, None),
+        let mut r = head("/", &[]);
+        match run(&*p, &mut c, &mut r) {
+            Some(e) => (e.status.as_u16(), None),
             None => (
                 200,
                 r.headers

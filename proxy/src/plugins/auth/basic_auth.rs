@@ -131,28 +131,22 @@ impl Plugin for BasicAuth {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::{hash_password, Consumer, Credential};
-    use crate::consumers::Directory;
-    use crate::plugins::{EarlyResponse, Step};
+    use crate::config::{hash_password, Credential};
+    use crate::plugins::auth::testing::{self, head, message};
+    use crate::plugins::EarlyResponse;
     use serde_json::json;
 
     fn ctx() -> RequestCtx {
-        let alice = Consumer {
-            id: "ns/alice".into(),
-            username: Some("alice".into()),
-            custom_id: None,
-            namespace: Some("ns".into()),
-            groups: vec![],
-            credentials: vec![Credential::BasicAuth {
+        let alice = testing::consumer(
+            "alice",
+            None,
+            vec![Credential::BasicAuth {
                 id: "ns/alice-pw".into(),
                 username: "alice".into(),
                 password_hash: hash_password(b"pepper", "open:sesame"),
             }],
-        };
-        let mut c = RequestCtx::new([127, 0, 0, 1].into(), 1, Arc::from(vec![]));
-        c.directory = Some(Arc::new(Directory::new(&[alice], true)));
-        c.consumer_scope = Some("ns".into());
-        c
+        );
+        testing::ctx(vec![alice], Some("ns"))
     }
 
     fn basic(user_pass: &str) -> String {
@@ -167,17 +161,8 @@ mod tests {
         c: &mut RequestCtx,
         auth: &[(&str, &str)],
     ) -> (Option<EarlyResponse>, RequestHead) {
-        let mut b = http::Request::builder().uri("/x");
-        for (n, v) in auth {
-            b = b.header(*n, *v);
-        }
-        let mut r = b.body(()).unwrap().into_parts().0;
-        let out = match p.access(c, &mut r) {
-            Step::Ready(Ok(Flow::Continue)) => None,
-            Step::Ready(Ok(Flow::Respond(e))) => Some(e),
-            _ => panic!("basic-auth neither fails nor waits"),
-        };
-        (out, r)
+        let mut r = head("/x", auth);
+        (testing::run(p, c, &mut r), r)
     }
 
     #[test]
@@ -233,8 +218,7 @@ mod tests {
             let e = e.expect("refused");
             assert_eq!(e.status, 401);
             assert_eq!(e.headers["www-authenticate"], "Basic realm=\"service\"");
-            let body: serde_json::Value = serde_json::from_slice(&e.body).unwrap();
-            assert_eq!(body["message"], msg, "{h:?}");
+            assert_eq!(message(&e), msg, "{h:?}");
             assert!(c.consumer.is_none());
         }
         // The realm is configurable.

@@ -572,19 +572,7 @@ impl Jwt {
                     req.headers.remove(h);
                 }
                 Place::Cookie(name) => remove_cookie(&mut req.headers, name),
-                Place::Query(name) => {
-                    let (path, query) = crate::plugins::upstream_target(ctx, req);
-                    let Some(rest) = params::without(query.unwrap_or("").as_bytes(), name) else {
-                        continue;
-                    };
-                    let mut target = path.to_string();
-                    if !rest.is_empty() {
-                        target.push('?');
-                        target.push_str(&String::from_utf8_lossy(&rest));
-                    }
-                    // The query was parsed from a valid URI and only lost parameters.
-                    let _ = crate::plugins::set_upstream_target(ctx, req, target);
-                }
+                Place::Query(name) => super::remove_query_param(ctx, req, name),
             }
         }
     }
@@ -647,8 +635,8 @@ impl Plugin for Jwt {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::{Consumer, Credential};
-    use crate::consumers::Directory;
+    use crate::config::Credential;
+    use crate::plugins::auth::testing::{self, body, head, message, run};
     use jsonwebtoken::{Algorithm, EncodingKey, Header};
     use serde_json::json;
 
@@ -776,26 +764,8 @@ QV/AXUGnX0ilqFn94K4wGbD5bo6qItmP
                 rsa_public_key: None,
             });
         }
-        let alice = Consumer {
-            id: "ns/alice".into(),
-            username: Some("alice".into()),
-            custom_id: Some("A-1".into()),
-            namespace: Some("ns".into()),
-            groups: vec![],
-            credentials,
-        };
-        let guest = Consumer {
-            id: "ns/guest".into(),
-            username: Some("guest".into()),
-            custom_id: None,
-            namespace: Some("ns".into()),
-            groups: vec![],
-            credentials: vec![],
-        };
-        let mut c = RequestCtx::new([127, 0, 0, 1].into(), 1, Arc::from(vec![]));
-        c.directory = Some(Arc::new(Directory::new(&[alice, guest], true)));
-        c.consumer_scope = Some("ns".into());
-        c
+        let alice = testing::consumer("alice", Some("A-1"), credentials);
+        testing::ctx(vec![alice, testing::guest()], Some("ns"))
     }
 
     fn encoding_key(alg: Algorithm) -> EncodingKey {
@@ -827,33 +797,8 @@ QV/AXUGnX0ilqFn94K4wGbD5bo6qItmP
         build(&config).unwrap()
     }
 
-    fn head(uri: &str, headers: &[(&str, &str)]) -> RequestHead {
-        let mut b = http::Request::builder().uri(uri);
-        for (n, v) in headers {
-            b = b.header(*n, *v);
-        }
-        b.body(()).unwrap().into_parts().0
-    }
-
     fn bearer(token: &str) -> String {
         format!("Bearer {token}")
-    }
-
-    fn run(p: &dyn Plugin, c: &mut RequestCtx, r: &mut RequestHead) -> Option<EarlyResponse> {
-        match p.access(c, r) {
-            crate::plugins::Step::Ready(Ok(Flow::Continue)) => None,
-            crate::plugins::Step::Ready(Ok(Flow::Respond(e))) => Some(e),
-            crate::plugins::Step::Ready(Err(e)) => panic!("plugin error: {e}"),
-            crate::plugins::Step::Wait(_) => panic!("jwt never waits"),
-        }
-    }
-
-    fn body(e: &EarlyResponse) -> Value {
-        serde_json::from_slice(&e.body).unwrap()
-    }
-
-    fn message(e: &EarlyResponse) -> String {
-        body(e)["message"].as_str().unwrap().to_string()
     }
 
     /// The refusal of a request with `Authorization: Bearer <token>`.
@@ -1397,41 +1342,22 @@ QV/AXUGnX0ilqFn94K4wGbD5bo6qItmP
 
     #[test]
     fn anonymous_is_used_when_authentication_fails() {
-        let p = plugin(json!({"anonymous": "guest", "hide_credentials": true}));
-        let bad = hs256(json!({"iss": "nobody"}));
-        for h in [vec![], vec![("authorization", bearer(&bad))]] {
-            let h: Vec<(&str, &str)> = h.iter().map(|(n, v)| (*n, v.as_str())).collect();
-            let (mut c, mut r) = (ctx(), head("/x", &h));
-            assert!(run(&*p, &mut c, &mut r).is_none());
-            assert_eq!(c.consumer.as_deref(), Some("ns/guest"));
-            assert_eq!(c.credential, None);
-            assert_eq!(r.headers["x-anonymous-consumer"], "true");
-            assert!(r.headers.get("x-credential-identifier").is_none());
+        let hiding = |mut config: Value| {
+            config["hide_credentials"] = json!(true);
+            plugin(config)
+        };
+        let bad = bearer(&hs256(json!({"iss": "nobody"})));
+        let refused = [vec![], vec![("authorization", bad.as_str())]];
+        let heads = testing::assert_anonymous_fallback(hiding, &refused, ctx);
+        for (h, r) in refused.iter().zip(heads) {
             // A refused token is not hidden: nothing was authenticated by it.
             assert_eq!(r.headers.get("authorization").is_some(), !h.is_empty());
         }
-        // Already authenticated by another plugin: nothing to do.
-        let (mut c, mut r) = (ctx(), head("/x", &[]));
-        c.credential = Some("other".into());
-        assert!(run(&*p, &mut c, &mut r).is_none());
-        assert!(c.consumer.is_none());
-        // An anonymous consumer that does not exist fails closed.
-        let p = plugin(json!({"anonymous": "nobody"}));
-        let (mut c, mut r) = (ctx(), head("/x", &[]));
-        assert!(matches!(
-            p.access(&mut c, &mut r),
-            crate::plugins::Step::Ready(Err(_))
-        ));
     }
 
     #[test]
     fn preflights_pass_when_asked() {
-        let p = plugin(json!({"run_on_preflight": false}));
-        let (mut c, mut r) = (ctx(), head("/x", &[]));
-        r.method = Method::OPTIONS;
-        assert!(run(&*p, &mut c, &mut r).is_none());
-        let p = plugin(json!({}));
-        assert_eq!(run(&*p, &mut c, &mut r).unwrap().status, 401);
+        testing::assert_preflight_switch(plugin, ctx);
     }
 
     #[test]

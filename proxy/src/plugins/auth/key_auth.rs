@@ -181,19 +181,7 @@ impl KeyAuth {
             Source::Header(h) => {
                 req.headers.remove(h);
             }
-            Source::Query(name) => {
-                let (path, query) = crate::plugins::upstream_target(ctx, req);
-                let Some(rest) = params::without(query.unwrap_or("").as_bytes(), &name) else {
-                    return;
-                };
-                let mut target = path.to_string();
-                if !rest.is_empty() {
-                    target.push('?');
-                    target.push_str(&String::from_utf8_lossy(&rest));
-                }
-                // The query was parsed from a valid URI and only lost parameters.
-                let _ = crate::plugins::set_upstream_target(ctx, req, target);
-            }
+            Source::Query(name) => super::remove_query_param(ctx, req, &name),
             Source::Body(name, kind) => {
                 if let Some(body) = &ctx.request_body {
                     if let Some(edited) = body_without(body, kind, &name) {
@@ -297,9 +285,8 @@ impl Plugin for KeyAuth {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::{hash_key, Consumer, Credential};
-    use crate::consumers::Directory;
-    use crate::plugins::EarlyResponse;
+    use crate::config::{hash_key, Credential};
+    use crate::plugins::auth::testing::{self, head, message, run};
     use serde_json::json;
 
     fn plugin(config: serde_json::Value) -> Arc<dyn Plugin> {
@@ -307,53 +294,15 @@ mod tests {
     }
 
     fn ctx() -> RequestCtx {
-        let alice = Consumer {
-            id: "ns/alice".into(),
-            username: Some("alice".into()),
-            custom_id: Some("A-1".into()),
-            namespace: Some("ns".into()),
-            groups: vec![],
-            credentials: vec![Credential::KeyAuth {
+        let alice = testing::consumer(
+            "alice",
+            Some("A-1"),
+            vec![Credential::KeyAuth {
                 id: "ns/alice-key".into(),
                 key_sha256: hash_key("s3cret"),
             }],
-        };
-        let guest = Consumer {
-            id: "ns/guest".into(),
-            username: Some("guest".into()),
-            custom_id: None,
-            namespace: Some("ns".into()),
-            groups: vec![],
-            credentials: vec![],
-        };
-        let mut c = RequestCtx::new([127, 0, 0, 1].into(), 1, Arc::from(vec![]));
-        c.directory = Some(Arc::new(Directory::new(&[alice, guest], true)));
-        c.consumer_scope = Some("ns".into());
-        c
-    }
-
-    fn head(uri: &str, headers: &[(&str, &str)]) -> RequestHead {
-        let mut b = http::Request::builder().uri(uri);
-        for (n, v) in headers {
-            b = b.header(*n, *v);
-        }
-        b.body(()).unwrap().into_parts().0
-    }
-
-    fn run(p: &dyn Plugin, c: &mut RequestCtx, r: &mut RequestHead) -> Option<EarlyResponse> {
-        match p.access(c, r) {
-            crate::plugins::Step::Ready(Ok(Flow::Continue)) => None,
-            crate::plugins::Step::Ready(Ok(Flow::Respond(e))) => Some(e),
-            crate::plugins::Step::Ready(Err(e)) => panic!("plugin error: {e}"),
-            crate::plugins::Step::Wait(_) => panic!("key-auth never waits"),
-        }
-    }
-
-    fn message(e: &EarlyResponse) -> String {
-        serde_json::from_slice::<serde_json::Value>(&e.body).unwrap()["message"]
-            .as_str()
-            .unwrap()
-            .to_string()
+        );
+        testing::ctx(vec![alice, testing::guest()], Some("ns"))
     }
 
     #[test]
@@ -467,37 +416,12 @@ mod tests {
 
     #[test]
     fn anonymous_is_used_for_missing_or_wrong_keys_and_named_in_the_headers() {
-        let p = plugin(json!({"anonymous": "guest"}));
-        for h in [vec![], vec![("apikey", "nope")]] {
-            let (mut c, mut r) = (ctx(), head("/x", &h));
-            assert!(run(&*p, &mut c, &mut r).is_none());
-            assert_eq!(c.consumer.as_deref(), Some("ns/guest"));
-            assert_eq!(c.credential, None);
-            assert_eq!(r.headers["x-anonymous-consumer"], "true");
-            assert!(r.headers.get("x-credential-identifier").is_none());
-        }
-        // Already authenticated by another plugin: nothing to do.
-        let (mut c, mut r) = (ctx(), head("/x", &[]));
-        c.credential = Some("other".into());
-        assert!(run(&*p, &mut c, &mut r).is_none());
-        assert!(c.consumer.is_none());
-        // An anonymous consumer that does not exist fails closed.
-        let p = plugin(json!({"anonymous": "nobody"}));
-        let (mut c, mut r) = (ctx(), head("/x", &[]));
-        assert!(matches!(
-            p.access(&mut c, &mut r),
-            crate::plugins::Step::Ready(Err(_))
-        ));
+        testing::assert_anonymous_fallback(plugin, &[vec![], vec![("apikey", "nope")]], ctx);
     }
 
     #[test]
     fn preflights_pass_when_asked() {
-        let p = plugin(json!({"run_on_preflight": false}));
-        let (mut c, mut r) = (ctx(), head("/x", &[]));
-        r.method = Method::OPTIONS;
-        assert!(run(&*p, &mut c, &mut r).is_none());
-        let p = plugin(json!({}));
-        assert_eq!(run(&*p, &mut c, &mut r).unwrap().status, 401);
+        testing::assert_preflight_switch(plugin, ctx);
     }
 
     #[test]

@@ -11,6 +11,8 @@ mod acl;
 mod basic_auth;
 mod jwt;
 mod key_auth;
+#[cfg(test)]
+mod testing;
 
 use http::{HeaderValue, StatusCode};
 
@@ -67,6 +69,21 @@ impl Anonymous {
         ctx.authenticate(req, consumer, None);
         Ok(Flow::Continue)
     }
+}
+
+/// `hide_credentials` for a query parameter: the upstream's query without `name`.
+pub(super) fn remove_query_param(ctx: &mut RequestCtx, req: &mut RequestHead, name: &str) {
+    let (path, query) = crate::plugins::upstream_target(ctx, req);
+    let Some(rest) = crate::plugins::params::without(query.unwrap_or("").as_bytes(), name) else {
+        return;
+    };
+    let mut target = path.to_string();
+    if !rest.is_empty() {
+        target.push('?');
+        target.push_str(&String::from_utf8_lossy(&rest));
+    }
+    // The query was parsed from a valid URI and only lost parameters.
+    let _ = crate::plugins::set_upstream_target(ctx, req, target);
 }
 
 /// A 401 with a `{"message"}` body and, when the scheme has one, its challenge.
