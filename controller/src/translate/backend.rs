@@ -349,26 +349,32 @@ impl Translator<'_> {
             return;
         };
         match self.backend(&key.namespace, &key.name, &port) {
-            Ok(service) => self.config.routes.push(config::Route {
-                id: "weir/default-backend".into(),
-                hosts: vec![],
-                paths: vec![config::PathRule {
-                    path: "/".into(),
-                    kind: config::PathKind::Prefix,
-                }],
-                methods: vec![],
-                headers: Default::default(),
-                protocols: vec![],
-                https_redirect_status_code: 426,
-                strip_path: false,
-                preserve_host: true,
-                priority: -2,
-                host_header: None,
-                rewrite: None,
-                upgrade_protocols: Vec::new(),
-                namespace: Some(key.namespace.clone()),
-                service: Some(service),
-            }),
+            Ok(service) => {
+                if let Some(why) = self.global_broken {
+                    let entry = super::ingress::disabled_entry("weir/default-backend", why);
+                    self.config.plugins.push(entry);
+                }
+                self.config.routes.push(config::Route {
+                    id: "weir/default-backend".into(),
+                    hosts: vec![],
+                    paths: vec![config::PathRule {
+                        path: "/".into(),
+                        kind: config::PathKind::Prefix,
+                    }],
+                    methods: vec![],
+                    headers: Default::default(),
+                    protocols: vec![],
+                    https_redirect_status_code: 426,
+                    strip_path: false,
+                    preserve_host: true,
+                    priority: -2,
+                    host_header: None,
+                    rewrite: None,
+                    upgrade_protocols: Vec::new(),
+                    namespace: Some(key.namespace.clone()),
+                    service: Some(service),
+                })
+            }
             Err((reason, m)) => {
                 let o = ObjectRef {
                     kind: Kind::Service,

@@ -315,7 +315,7 @@ impl Translator<'_> {
     ) {
         let (key, ann) = (ctx.key, ctx.ann);
         let me = obj(Kind::Ingress, key);
-        let mut disabled = ctx.disabled;
+        let mut disabled = ctx.disabled.or(self.global_broken);
         let service = match (&backend.service, &backend.resource) {
             // Checked also for a path that is disabled already, so that every problem shows at
             // once.

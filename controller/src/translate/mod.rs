@@ -87,6 +87,9 @@ struct Translator<'a> {
     claimed: HashMap<(String, &'static str, String), Key>,
     owned: Vec<Key>,
     checked: BTreeSet<ObjectRef>,
+    /// Set when a global ClusterPlugin that decides who may pass (authentication, `acl`,
+    /// `ip-restriction`) is not accepted: every route answers 503 rather than serve without it.
+    global_broken: Option<&'static str>,
 }
 
 impl<'a> Translator<'a> {
@@ -114,6 +117,7 @@ impl<'a> Translator<'a> {
             claimed: HashMap::new(),
             owned: Vec::new(),
             checked: BTreeSet::new(),
+            global_broken: None,
         }
     }
 

@@ -268,7 +268,26 @@ impl Translator<'_> {
             .collect();
         let mut seen = std::collections::BTreeMap::new();
         for name in globals {
-            if let Ok(r) = self.check(&PluginRef::Cluster(name.clone())) {
+            let checked = self.check(&PluginRef::Cluster(name.clone()));
+            let kind = self.store.cluster_plugins[&name].spec.plugin.as_str();
+            let guards =
+                kind == "ip-restriction" || weir_proxy::config::NOT_CONSUMER_SCOPED.contains(&kind);
+            if checked.is_err() && guards && !self.store.cluster_plugins[&name].spec.disabled {
+                // Serving every route without the global gatekeeper would open them all.
+                let object = ObjectRef {
+                    kind: Kind::ClusterPlugin,
+                    namespace: None,
+                    name: name.clone(),
+                };
+                self.problem(
+                    object,
+                    Reason::PluginNotAccepted,
+                    "spec.global",
+                    format!("a global {kind:?} plugin that is not accepted: every route answers 503 until it is fixed or disabled"),
+                );
+                self.global_broken = Some("a global access-control ClusterPlugin is not accepted");
+            }
+            if let Ok(r) = checked {
                 // One global instance per plugin kind: the first by name wins.
                 if let Some(first) = seen.get(&r.plugin) {
                     let object = ObjectRef {
