@@ -1,6 +1,7 @@
 //! Long-lived streams through Weir: server-sent events flushed event by event over HTTP/1.1,
 //! h2c and HTTP/2 over TLS, the service's `read_timeout` applying between events (and only
-//! there), and WebSocket echo through the plain and TLS listeners, closed by either side.
+//! there), and WebSocket echo through the plain and TLS listeners, over HTTP/1.1 and over
+//! HTTP/2 (RFC 8441 extended CONNECT, h2c and TLS), closed by either side.
 //!
 //! Every proxy here runs with 500 ms keep-alive and header-read limits: a stream or tunnel
 //! quiet for longer than that is still in use and must not be taken for an idle connection.
@@ -377,6 +378,45 @@ impl Ws {
         Ws { r, w, masks: 0 }
     }
 
+    /// Opens a WebSocket over HTTP/2 on `conn` (RFC 8441: `CONNECT` with `:protocol:
+    /// websocket`); `scheme` is `http` (h2c) or `https`.
+    async fn connect_h2(conn: Conn, scheme: &str, path: &str) -> Ws {
+        let (mut send, driver) =
+            hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(conn))
+                .await
+                .expect("h2 handshake");
+        tokio::spawn(driver);
+        // One plain request first: the server's SETTINGS (which enable extended CONNECT) are
+        // then known to the client.
+        let first = http::Request::get(format!("{scheme}://{NAME}/first"))
+            .body(Empty::<Bytes>::new())
+            .unwrap();
+        let r = send.send_request(first).await.expect("first request");
+        assert_eq!(r.status(), 200);
+        let mut req = http::Request::builder()
+            .method(http::Method::CONNECT)
+            .version(http::Version::HTTP_2)
+            .uri(format!("{scheme}://{NAME}{path}"))
+            .header("sec-websocket-version", "13")
+            .body(Empty::<Bytes>::new())
+            .unwrap();
+        req.extensions_mut()
+            .insert(hyper::ext::Protocol::from_static("websocket"));
+        let resp = tokio::time::timeout(STEP, send.send_request(req))
+            .await
+            .expect("CONNECT timed out")
+            .expect("CONNECT");
+        assert_eq!(resp.status(), 200, "{resp:?}");
+        // The HTTP/1.1 handshake's headers stay between Weir and the upstream.
+        for h in ["sec-websocket-accept", "upgrade", "connection"] {
+            assert!(resp.headers().get(h).is_none(), "{h} in {resp:?}");
+        }
+        let tunnel = hyper::upgrade::on(resp).await.expect("upgraded stream");
+        let conn: Conn = Box::new(TokioIo::new(tunnel));
+        let (r, w) = tokio::io::split(conn);
+        Ws { r, w, masks: 0 }
+    }
+
     /// Sends one masked frame with FIN set.
     async fn send(&mut self, opcode: u8, payload: &[u8]) {
         let frame = self.frame(opcode, payload);
@@ -466,8 +506,7 @@ fn messages() -> Vec<(u8, Vec<u8>)> {
 
 /// Messages both ways at once, a ping, a message after 1 s of silence; returns the session
 /// still open.
-async fn exchange(conn: Conn) -> Ws {
-    let mut ws = Ws::connect(conn, "/chat").await;
+async fn exchange(mut ws: Ws) -> Ws {
     let msgs = messages();
     // The client writes every message while reading the echoes: both directions in flight.
     let frames: Vec<Vec<u8>> = msgs.iter().map(|(op, p)| ws.frame(*op, p)).collect();
@@ -546,8 +585,12 @@ async fn websocket_echo_through_the_plain_listener() {
     let s = setup(60_000);
     let port = s.weir.proc.port;
     tokio::join!(
-        async { client_closes(exchange(dial_plain(port).await).await).await },
-        async { server_closes(exchange(dial_plain(port).await).await).await },
+        async {
+            client_closes(exchange(Ws::connect(dial_plain(port).await, "/chat").await).await).await
+        },
+        async {
+            server_closes(exchange(Ws::connect(dial_plain(port).await, "/chat").await).await).await
+        },
     );
     // The proxy still serves after both tunnels closed.
     let r = get(&client(), &s.weir.url("/after"), &[]).await;
@@ -559,9 +602,107 @@ async fn websocket_echo_through_the_tls_listener() {
     let s = setup(60_000);
     let port = s.tls_port;
     tokio::join!(
-        async { client_closes(exchange(dial_tls(port, "http/1.1").await).await).await },
-        async { server_closes(exchange(dial_tls(port, "http/1.1").await).await).await },
+        async {
+            client_closes(
+                exchange(Ws::connect(dial_tls(port, "http/1.1").await, "/chat").await).await,
+            )
+            .await
+        },
+        async {
+            server_closes(
+                exchange(Ws::connect(dial_tls(port, "http/1.1").await, "/chat").await).await,
+            )
+            .await
+        },
     );
     let r = get(&client(), &s.weir.url("/after"), &[]).await;
     assert_eq!(r.status, 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn websocket_over_http2_through_h2c_and_tls() {
+    let s = setup(60_000);
+    let (plain, tls) = (s.weir.proc.port, s.tls_port);
+    let h2c = |port| async move { Ws::connect_h2(dial_plain(port).await, "http", "/chat").await };
+    let h2 =
+        |port| async move { Ws::connect_h2(dial_tls(port, "h2").await, "https", "/chat").await };
+    tokio::join!(
+        async { client_closes(exchange(h2c(plain).await).await).await },
+        async { server_closes(exchange(h2c(plain).await).await).await },
+        async { client_closes(exchange(h2(tls).await).await).await },
+        async { server_closes(exchange(h2(tls).await).await).await },
+    );
+    let r = get(&client(), &s.weir.url("/after"), &[]).await;
+    assert_eq!(r.status, 200);
+}
+
+/// What the upstream of an HTTP/2 WebSocket receives (the HTTP/1.1 upgrade, with a key Weir
+/// made), and an upstream whose `Sec-WebSocket-Accept` does not match that key: 502.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_http2_websocket_reaches_the_upstream_as_an_upgrade_whose_answer_is_checked() {
+    let heads = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let seen = heads.clone();
+    let up = scripted(move |_, mut r, mut w| {
+        use std::io::Write;
+        if let Some(head) = read_head(&mut r) {
+            seen.lock().unwrap().push(head);
+            let _ = w.write_all(
+                b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n\
+                  Connection: Upgrade\r\nSec-WebSocket-Accept: bm90LXRoZS1yaWdodC1vbmU=\r\n\r\n",
+            );
+            std::thread::sleep(Duration::from_millis(500));
+        }
+    });
+    let table = json!({
+        "routes": [{"id": "r", "paths": [{"path": "/"}], "service": "s"}],
+        "services": [{"id": "s", "host": "127.0.0.1", "port": up.port}],
+    })
+    .to_string();
+    let weir = Weir::start(&table, &[]);
+    let conn = dial_plain(weir.proc.port).await;
+    let (mut send, driver) =
+        hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(conn))
+            .await
+            .unwrap();
+    tokio::spawn(driver);
+    // The first request (answered 101 by this upstream too) only makes the SETTINGS known.
+    let _ = send
+        .send_request(
+            http::Request::get(format!("http://{NAME}/first"))
+                .body(Empty::<Bytes>::new())
+                .unwrap(),
+        )
+        .await;
+    let mut req = http::Request::builder()
+        .method(http::Method::CONNECT)
+        .version(http::Version::HTTP_2)
+        .uri(format!("http://{NAME}/chat?room=1"))
+        .header("sec-websocket-version", "13")
+        .header("sec-websocket-protocol", "chat")
+        .body(Empty::<Bytes>::new())
+        .unwrap();
+    req.extensions_mut()
+        .insert(hyper::ext::Protocol::from_static("websocket"));
+    let resp = send.send_request(req).await.expect("an answer");
+    assert_eq!(resp.status(), 502, "{resp:?}");
+
+    let heads = heads.lock().unwrap().clone();
+    let head = heads
+        .last()
+        .expect("the upstream got the upgrade")
+        .to_ascii_lowercase();
+    assert!(head.starts_with("get /chat?room=1 http/1.1\r\n"), "{head}");
+    for line in [
+        "\r\nupgrade: websocket\r\n",
+        "\r\nsec-websocket-version: 13\r\n",
+        "\r\nsec-websocket-protocol: chat\r\n",
+    ] {
+        assert!(head.contains(line), "{line:?} missing in {head}");
+    }
+    assert!(head.contains("\r\nconnection: upgrade\r\n"), "{head}");
+    let key = head
+        .lines()
+        .find_map(|l| l.strip_prefix("sec-websocket-key: "))
+        .expect("a Sec-WebSocket-Key");
+    assert_eq!(key.trim().len(), 24, "16 random bytes in base64: {key}");
 }

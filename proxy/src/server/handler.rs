@@ -130,7 +130,12 @@ pub async fn handle(
         Ok(h) => (h, None),
         Err(problem) => (String::new(), Some(problem)),
     };
-    let upgrade = head.version <= http::Version::HTTP_11 && headers::is_upgrade(&head.headers);
+    // RFC 8441: a WebSocket over HTTP/2 goes upstream as the HTTP/1.1 upgrade, and Weir, which
+    // made the key, checks the answer.
+    let h2_websocket =
+        headers::is_h2_websocket(&head).then(|| headers::h2_websocket_to_upgrade(&mut head));
+    let upgrade = (head.version <= http::Version::HTTP_11 || h2_websocket.is_some())
+        && headers::is_upgrade(&head.headers);
     // The client IP is read first: `Connection: x-forwarded-for` must not change it.
     let client_ip = headers::client_ip(conn.peer.ip(), &head.headers, &shared.opts.trusted_proxies);
     let accepts_trailers = headers::remove_hop_by_hop(&mut head.headers, upgrade);
@@ -555,6 +560,15 @@ pub async fn handle(
             "upstream switched to a protocol that was not asked for",
         );
     }
+    // (An upstream that refuses the upgrade has its answer passed back as it is.)
+    if let (true, Some(key)) = (switching, &h2_websocket) {
+        if !headers::websocket_accepted(key, &parts.headers) {
+            return p.error(
+                StatusCode::BAD_GATEWAY,
+                "upstream answered the WebSocket upgrade without the right Sec-WebSocket-Accept",
+            );
+        }
+    }
     if switching {
         match (client_upgrade, body.take_upgraded()) {
             (Some(client), Some(upstream)) => {
@@ -568,7 +582,13 @@ pub async fn handle(
             }
         }
     }
-    let _ = headers::remove_hop_by_hop(&mut parts.headers, switching);
+    let _ = headers::remove_hop_by_hop(&mut parts.headers, switching && h2_websocket.is_none());
+    if switching && h2_websocket.is_some() {
+        // RFC 8441 §5: the HTTP/2 client's tunnel opens with a 200, without the HTTP/1.1
+        // handshake's headers.
+        parts.status = StatusCode::OK;
+        parts.headers.remove(header::SEC_WEBSOCKET_ACCEPT);
+    }
     // One growth of the map instead of one per added header.
     parts.headers.reserve(4);
     if rt.settings.latency_headers {

@@ -310,6 +310,48 @@ pub fn upgraded_as_asked(asked: Option<&HeaderValue>, response: &HeaderMap) -> b
     })
 }
 
+/// The GUID RFC 6455 §1.3 appends to a `Sec-WebSocket-Key`.
+const WEBSOCKET_GUID: &str = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11";
+
+/// Whether `head` is a WebSocket over HTTP/2 (RFC 8441 §4: `CONNECT` with
+/// `:protocol: websocket`).
+pub fn is_h2_websocket(head: &http::request::Parts) -> bool {
+    head.method == http::Method::CONNECT
+        && head.version == http::Version::HTTP_2
+        && head
+            .extensions
+            .get::<hyper::ext::Protocol>()
+            .is_some_and(|p| p.as_str().eq_ignore_ascii_case("websocket"))
+}
+
+/// Turns an RFC 8441 WebSocket request into the HTTP/1.1 upgrade an upstream understands
+/// (RFC 6455 §4.1): `GET` with `Upgrade: websocket`, `Connection: Upgrade` and a fresh
+/// `Sec-WebSocket-Key` (an HTTP/2 client sends none). Returns the key, to check the answer.
+pub fn h2_websocket_to_upgrade(head: &mut http::request::Parts) -> HeaderValue {
+    use base64::Engine as _;
+    head.method = http::Method::GET;
+    head.extensions.remove::<hyper::ext::Protocol>();
+    let key = base64::engine::general_purpose::STANDARD.encode(uuid::Uuid::new_v4().as_bytes());
+    let key = HeaderValue::from_str(&key).expect("base64 is a valid header value");
+    let h = &mut head.headers;
+    h.insert(header::UPGRADE, HeaderValue::from_static("websocket"));
+    h.insert(header::CONNECTION, HeaderValue::from_static("Upgrade"));
+    h.insert(header::SEC_WEBSOCKET_KEY, key.clone());
+    key
+}
+
+/// Whether an upstream's `101` carries the `Sec-WebSocket-Accept` that proves it read `key`
+/// (RFC 6455 §4.2.2): Weir made the key, so Weir checks.
+pub fn websocket_accepted(key: &HeaderValue, response: &HeaderMap) -> bool {
+    use base64::Engine as _;
+    let mut sha = sha1_smol::Sha1::new();
+    sha.update(key.as_bytes());
+    sha.update(WEBSOCKET_GUID.as_bytes());
+    let want = base64::engine::general_purpose::STANDARD.encode(sha.digest().bytes());
+    let mut all = response.get_all(header::SEC_WEBSOCKET_ACCEPT).iter();
+    matches!((all.next(), all.next()), (Some(v), None) if v.as_bytes() == want.as_bytes())
+}
+
 /// What the proxy knows about how the client reached it.
 pub struct Forwarding<'a> {
     /// The TCP peer.

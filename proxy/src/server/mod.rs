@@ -651,7 +651,9 @@ fn connection_builder(opts: &ProxyOptions) -> auto::Builder<TokioExecutor> {
         .max_pending_accept_reset_streams(h2.max_pending_reset_streams)
         .max_local_error_reset_streams(h2.max_local_reset_streams)
         .keep_alive_interval(h2.ping_interval)
-        .keep_alive_timeout(h2.ping_timeout);
+        .keep_alive_timeout(h2.ping_timeout)
+        // RFC 8441: WebSocket over HTTP/2 (extended CONNECT with `:protocol: websocket`).
+        .enable_connect_protocol();
     b
 }
 
