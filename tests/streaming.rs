@@ -32,6 +32,11 @@ struct Setup {
 }
 
 fn setup(read_timeout_ms: u64) -> Setup {
+    setup_with(read_timeout_ms, &[])
+}
+
+/// [`setup`] with extra proxy flags.
+fn setup_with(read_timeout_ms: u64, extra: &[&str]) -> Setup {
     let up = echo("stream");
     let table = json!({
         "routes": [{"id": "r", "paths": [{"path": "/"}], "service": "s"}],
@@ -46,17 +51,17 @@ fn setup(read_timeout_ms: u64) -> Setup {
     })
     .to_string();
     let tls_port = free_port();
-    let weir = Weir::start(
-        &table,
-        &[
-            "--tls-listen",
-            &format!("127.0.0.1:{tls_port}"),
-            "--keepalive-timeout",
-            "500ms",
-            "--header-read-timeout",
-            "500ms",
-        ],
-    );
+    let tls_listen = format!("127.0.0.1:{tls_port}");
+    let mut flags = vec![
+        "--tls-listen",
+        &tls_listen,
+        "--keepalive-timeout",
+        "500ms",
+        "--header-read-timeout",
+        "500ms",
+    ];
+    flags.extend_from_slice(extra);
+    let weir = Weir::start(&table, &flags);
     wait_for_port(tls_port);
     Setup {
         _up: up,
@@ -705,4 +710,20 @@ async fn an_http2_websocket_reaches_the_upstream_as_an_upgrade_whose_answer_is_c
         .find_map(|l| l.strip_prefix("sec-websocket-key: "))
         .expect("a Sec-WebSocket-Key");
     assert_eq!(key.trim().len(), 24, "16 random bytes in base64: {key}");
+}
+
+/// `--tunnel-idle-timeout`: a tunnel that carries a message now and then stays open past the
+/// limit; once quiet for longer, Weir closes it (both directions count as traffic).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_tunnel_is_closed_after_the_configured_time() {
+    let s = setup_with(60_000, &["--tunnel-idle-timeout", "1s"]);
+    let mut ws = Ws::connect(dial_plain(s.weir.proc.port).await, "/chat").await;
+    let started = Instant::now();
+    while started.elapsed() < Duration::from_millis(2500) {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        ws.send(TEXT, b"tick").await;
+        assert_eq!(ws.recv().await.payload, b"tick");
+    }
+    // Silence: the proxy ends the tunnel (the client sees the connection close).
+    ws.expect_eof().await;
 }

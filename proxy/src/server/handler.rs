@@ -4,7 +4,7 @@
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use http::header::{self, HeaderName, HeaderValue};
 use http::{Request, Response, StatusCode};
@@ -14,6 +14,7 @@ use hyper_util::rt::TokioIo;
 
 use super::grpc;
 use super::headers::{self, Forwarding};
+use super::tunnel;
 use super::Shared;
 use crate::compile::{CompiledRoute, CompiledService};
 use crate::config::ClientProtocol;
@@ -572,7 +573,7 @@ pub async fn handle(
     if switching {
         match (client_upgrade, body.take_upgraded()) {
             (Some(client), Some(upstream)) => {
-                tokio::spawn(tunnel(client, upstream));
+                tokio::spawn(tunnel(client, upstream, p.shared.opts.tunnel_idle_timeout));
             }
             _ => {
                 return p.error(
@@ -876,8 +877,9 @@ where
     }
 }
 
-/// Copies bytes both ways between an upgraded client and upstream connection.
-async fn tunnel(client: hyper::upgrade::OnUpgrade, upstream: upstream::Upgraded) {
+/// Copies bytes both ways between an upgraded client and upstream connection, until either
+/// side closes or, with a non-zero `idle`, no byte went either way for that long.
+async fn tunnel(client: hyper::upgrade::OnUpgrade, upstream: upstream::Upgraded, idle: Duration) {
     let client = match client.await {
         Ok(c) => c,
         Err(e) => {
@@ -895,7 +897,20 @@ async fn tunnel(client: hyper::upgrade::OnUpgrade, upstream: upstream::Upgraded)
     {
         return;
     }
-    let _ = tokio::io::copy_bidirectional(&mut c, &mut u).await;
+    if idle.is_zero() {
+        let _ = tokio::io::copy_bidirectional(&mut c, &mut u).await;
+        return;
+    }
+    let started = tokio::time::Instant::now();
+    let last = Arc::new(AtomicU64::new(0));
+    let mut c = tunnel::Watched::new(c, last.clone(), started);
+    let mut u = tunnel::Watched::new(u, last.clone(), started);
+    tokio::select! {
+        _ = tokio::io::copy_bidirectional(&mut c, &mut u) => {}
+        () = tunnel::idle_for(idle, &last, started) => {
+            tracing::debug!(idle_s = idle.as_secs_f64(), "closing an idle tunnel");
+        }
+    }
 }
 
 #[cfg(test)]

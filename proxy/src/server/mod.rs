@@ -8,6 +8,7 @@ pub mod grpc;
 pub(crate) mod h1;
 mod handler;
 pub mod headers;
+mod tunnel;
 
 use std::convert::Infallible;
 use std::io;
@@ -69,6 +70,8 @@ pub struct ProxyOptions {
     pub access_log_queue: usize,
     /// How long in-flight requests may take to finish after SIGTERM.
     pub shutdown_grace: Duration,
+    /// An upgraded connection idle (no byte either way) for this long is closed; zero: never.
+    pub tunnel_idle_timeout: Duration,
     /// Largest routing table `POST /config` accepts.
     pub admin_max_body: usize,
     /// Limits of HTTP/2 client connections.
@@ -193,6 +196,7 @@ impl Default for ProxyOptions {
             escaped_slashes: crate::router::EscapedSlashes::Reject,
             access_log_queue: 16_384,
             shutdown_grace: Duration::from_secs(30),
+            tunnel_idle_timeout: Duration::from_secs(3600),
             admin_max_body: 64 * 1024 * 1024,
             http2: Http2Options::default(),
         }
