@@ -247,10 +247,7 @@ fn websocket(req: &mut Request<Incoming>) -> Response<EchoBody> {
             ))))
             .expect("valid response");
     };
-    let mut sha = sha1_smol::Sha1::new();
-    sha.update(key.as_bytes());
-    sha.update(b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11");
-    let accept = base64(&sha.digest().bytes());
+    let accept = weir_proxy::server::headers::websocket_accept(key.as_bytes());
     let on_upgrade = hyper::upgrade::on(req);
     tokio::spawn(async move {
         if let Ok(upgraded) = on_upgrade.await {
@@ -350,40 +347,5 @@ async fn ws_await_close<S: tokio::io::AsyncRead + Unpin>(s: &mut S) -> std::io::
         if h[0] & 0x0f == 0x8 {
             return Ok(());
         }
-    }
-}
-
-fn base64(input: &[u8]) -> String {
-    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let mut out = String::with_capacity(input.len().div_ceil(3) * 4);
-    for chunk in input.chunks(3) {
-        let b = [
-            chunk[0],
-            *chunk.get(1).unwrap_or(&0),
-            *chunk.get(2).unwrap_or(&0),
-        ];
-        let n = (b[0] as u32) << 16 | (b[1] as u32) << 8 | b[2] as u32;
-        for i in 0..4 {
-            if i <= chunk.len() {
-                out.push(ALPHABET[(n >> (18 - 6 * i)) as usize & 63] as char);
-            } else {
-                out.push('=');
-            }
-        }
-    }
-    out
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn base64_matches_rfc_6455_example() {
-        let mut sha = sha1_smol::Sha1::new();
-        sha.update(b"dGhlIHNhbXBsZSBub25jZQ==258EAFA5-E914-47DA-95CA-C5AB0DC85B11");
-        assert_eq!(
-            super::base64(&sha.digest().bytes()),
-            "s3pPLMBiTxaQ9kYGzzhZRbK+xOo="
-        );
-        assert_eq!(super::base64(b"ab"), "YWI=");
     }
 }

@@ -241,6 +241,16 @@ impl Store {
         ]
     }
 
+    /// A store holding every object of a multi-document manifest text (tests).
+    #[cfg(test)]
+    pub fn from_manifests(text: &str) -> Store {
+        let mut store = Store::default();
+        for o in Store::parse_manifests(text).expect("test manifests parse") {
+            store.insert(o);
+        }
+        store
+    }
+
     /// Parses a multi-document YAML (or JSON) text into objects; `List` kinds are unpacked.
     pub fn parse_manifests(text: &str) -> Result<Vec<Object>, String> {
         let mut out = Vec::new();

@@ -110,20 +110,16 @@ async fn route(proxy: &Proxy, req: Request<Incoming>) -> Response<ProxyBody> {
                     // Private keys never leave the proxy, even over the loopback admin API.
                     if let Some(certs) = v["certificates"].as_array_mut() {
                         for c in certs {
-                            c["key"] = json!("<redacted>");
+                            c["key"] = json!(crate::config::REDACTED);
                         }
                     }
                     // Nor do credentials, even hashed.
                     if let Some(consumers) = v["consumers"].as_array_mut() {
-                        for c in consumers {
-                            if let Some(creds) = c["credentials"].as_array_mut() {
-                                for cred in creds {
-                                    for field in ["key_sha256", "password_hash", "secret"] {
-                                        if cred.get(field).is_some() {
-                                            cred[field] = json!("<redacted>");
-                                        }
-                                    }
-                                }
+                        for (shown, c) in consumers.iter_mut().zip(&rt.config.consumers) {
+                            if !c.credentials.is_empty() {
+                                let hidden: Vec<_> =
+                                    c.credentials.iter().map(|c| c.redacted()).collect();
+                                shown["credentials"] = json!(hidden);
                             }
                         }
                     }

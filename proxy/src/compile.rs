@@ -290,12 +290,7 @@ fn specificity(p: &PluginConfig, scope: &Scope<'_>) -> Option<u8> {
     };
     let consumer = match &p.consumer {
         // A consumer's plugins from one namespace never override another namespace's routes.
-        Some(_)
-            if p.namespace.is_some()
-                && scope
-                    .namespace
-                    .is_some_and(|n| Some(n) != p.namespace.as_deref()) =>
-        {
+        Some(_) if !crate::config::namespaces_meet(p.namespace.as_deref(), scope.namespace) => {
             return None
         }
         Some(c) if Some(c.as_str()) == scope.consumer => true,

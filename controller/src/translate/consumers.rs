@@ -41,18 +41,6 @@ use super::{obj, Translator};
 use crate::problem::Reason;
 use crate::store::{Key, Kind};
 
-/// Every JWT algorithm the proxy verifies.
-const JWT_ALGORITHMS: [JwtAlgorithm; 8] = [
-    JwtAlgorithm::HS256,
-    JwtAlgorithm::HS384,
-    JwtAlgorithm::HS512,
-    JwtAlgorithm::RS256,
-    JwtAlgorithm::RS384,
-    JwtAlgorithm::RS512,
-    JwtAlgorithm::ES256,
-    JwtAlgorithm::ES384,
-];
-
 /// The algorithm of a JWT credential without an `algorithm` key (Kong's default).
 const DEFAULT_JWT_ALGORITHM: JwtAlgorithm = JwtAlgorithm::HS256;
 
@@ -113,7 +101,7 @@ fn non_empty(skey: &Key, key: &str, value: &str) -> Result<(), String> {
 }
 
 fn algorithm_names() -> String {
-    JWT_ALGORITHMS
+    JwtAlgorithm::ALL
         .iter()
         .map(|a| a.as_str())
         .collect::<Vec<_>>()
@@ -159,7 +147,7 @@ fn credential(secret: &Secret, skey: &Key) -> Result<Credential, String> {
             non_empty(skey, "key", &key)?;
             let algorithm = match optional_text(secret, skey, "algorithm")? {
                 None => DEFAULT_JWT_ALGORITHM,
-                Some(name) => JWT_ALGORITHMS
+                Some(name) => JwtAlgorithm::ALL
                     .into_iter()
                     .find(|a| a.as_str() == name.trim())
                     .ok_or_else(|| {
@@ -489,11 +477,7 @@ mod tests {
     use crate::translate::{translate, Options, Translation};
 
     fn run(yaml: &str) -> Translation {
-        let mut store = Store::default();
-        Store::parse_manifests(yaml)
-            .unwrap()
-            .into_iter()
-            .for_each(|o| store.insert(o));
+        let store = Store::from_manifests(yaml);
         translate(
             &store,
             &Options::default(),

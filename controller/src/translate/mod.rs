@@ -515,11 +515,7 @@ mod tests {
             apiVersion: networking.k8s.io/v1\nkind: Ingress\nmetadata: {name: web, namespace: default, annotations: {weir.dev/plugins: auth}}\n\
             spec:\n  ingressClassName: weir\n  rules:\n  - http:\n      paths:\n      - {path: /, pathType: Prefix, backend: {service: {name: web, port: {number: 80}}}}\n---\n\
             apiVersion: v1\nkind: Service\nmetadata: {name: web, namespace: default}\nspec: {ports: [{port: 80}]}\n";
-        let mut store = Store::default();
-        Store::parse_manifests(yaml)
-            .unwrap()
-            .into_iter()
-            .for_each(|o| store.insert(o));
+        let store = Store::from_manifests(yaml);
         let t = translate(&store, &Options::default(), &Fickle(Cell::new(0)));
         let route = t
             .config
@@ -549,11 +545,7 @@ mod tests {
         let yaml = "apiVersion: weir.dev/v1alpha1\nkind: Plugin\nmetadata: {name: tag, namespace: default}\nspec: {plugin: correlation-id}\n---\n\
             apiVersion: weir.dev/v1alpha1\nkind: Consumer\nmetadata: {name: alice, namespace: default, annotations: {weir.dev/plugins: tag}}\nspec: {}\n---\n\
             apiVersion: weir.dev/v1alpha1\nkind: Consumer\nmetadata: {name: bob, namespace: default}\nspec: {}\n";
-        let mut store = Store::default();
-        Store::parse_manifests(yaml)
-            .unwrap()
-            .into_iter()
-            .for_each(|o| store.insert(o));
+        let store = Store::from_manifests(yaml);
         let t = translate(&store, &Options::default(), &Fickle(Cell::new(0)));
         let ids: Vec<&str> = t.config.consumers.iter().map(|c| c.id.as_str()).collect();
         assert_eq!(ids, ["default/bob"], "alice is left out with her plugin");
@@ -596,11 +588,7 @@ mod tests {
             apiVersion: v1\nkind: Service\nmetadata: {name: web, namespace: shop, annotations: {weir.dev/plugins: svc-vip}}\nspec: {ports: [{port: 80}]}\n---\n";
         let bob = "apiVersion: weir.dev/v1alpha1\nkind: Consumer\nmetadata: {name: bob, namespace: shop, annotations: {weir.dev/plugins: vip}}\nspec: {}\n";
         let run = |yaml: &str| {
-            let mut store = Store::default();
-            Store::parse_manifests(yaml)
-                .unwrap()
-                .into_iter()
-                .for_each(|o| store.insert(o));
+            let store = Store::from_manifests(yaml);
             let v = RejectsLater {
                 name: "correlation-id",
                 seen: Cell::new(0),

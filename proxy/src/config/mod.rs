@@ -16,7 +16,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-pub use secrets::{mark_secret_fields, redact_plugin_config};
+pub use secrets::{mark_secret_fields, redact_plugin_config, REDACTED};
 pub use validate::{ConfigError, PluginValidator};
 
 /// The version of the routing-table format this proxy understands.
@@ -354,6 +354,15 @@ impl PluginConfig {
     }
 }
 
+/// Whether something of namespace `a` and something of namespace `b` see each other: the same
+/// namespace, or either without one (the one rule for consumers, plugins and routes).
+pub fn namespaces_meet(a: Option<&str>, b: Option<&str>) -> bool {
+    match (a, b) {
+        (Some(a), Some(b)) => a == b,
+        _ => true,
+    }
+}
+
 /// Plugins that cannot be scoped to a consumer (Kong's `no_consumer`): they decide who the
 /// consumer is, or whether it may pass, so a consumer-scoped copy could replace a route's.
 pub const NOT_CONSUMER_SCOPED: [&str; 4] = ["key-auth", "basic-auth", "jwt", "acl"];
@@ -527,6 +536,18 @@ pub enum JwtAlgorithm {
 }
 
 impl JwtAlgorithm {
+    /// Every algorithm, in this order.
+    pub const ALL: [JwtAlgorithm; 8] = [
+        JwtAlgorithm::HS256,
+        JwtAlgorithm::HS384,
+        JwtAlgorithm::HS512,
+        JwtAlgorithm::RS256,
+        JwtAlgorithm::RS384,
+        JwtAlgorithm::RS512,
+        JwtAlgorithm::ES256,
+        JwtAlgorithm::ES384,
+    ];
+
     /// The name in a token's `alg` header.
     pub fn as_str(self) -> &'static str {
         match self {

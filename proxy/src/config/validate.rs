@@ -84,9 +84,7 @@ impl Config {
                 let kind = cred.kind();
                 let ns = c.namespace.as_deref();
                 let owners = claims.entry((kind, claim.as_str())).or_default();
-                let clash = owners
-                    .iter()
-                    .find(|(n, _)| n.is_none() || ns.is_none() || *n == ns);
+                let clash = owners.iter().find(|(n, _)| super::namespaces_meet(*n, ns));
                 match clash {
                     Some((_, owner)) => errs.push(
                         "consumer",

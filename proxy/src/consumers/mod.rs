@@ -83,13 +83,18 @@ pub struct ConsumerEntry {
     pub groups: Vec<String>,
 }
 
-/// A key-auth or basic-auth credential in the index (no `Debug`: it holds digests and salts).
+/// A key-auth credential in the index (found by the key's digest): its consumer and id.
+struct Key {
+    consumer: usize,
+    id: Arc<str>,
+}
+
+/// A basic-auth credential in the index (no `Debug`: it holds a digest and a salt).
 struct Secret {
     consumer: usize,
     id: Arc<str>,
-    /// key-auth: unused; basic-auth: the salt.
     salt: Vec<u8>,
-    /// basic-auth: SHA-256 of salt and password.
+    /// SHA-256 of salt and password.
     digest: [u8; 32],
 }
 
@@ -122,7 +127,7 @@ impl std::fmt::Debug for JwtCredential {
 pub struct Directory {
     consumers: Vec<ConsumerEntry>,
     by_id: HashMap<Arc<str>, usize>,
-    keys: HashMap<[u8; 32], Vec<Secret>>,
+    keys: HashMap<[u8; 32], Vec<Key>>,
     basic: HashMap<String, Vec<Secret>>,
     jwt: HashMap<String, Vec<JwtCredential>>,
     /// Whether client-sent identity headers are removed (the table authenticates someone).
@@ -166,11 +171,9 @@ impl Directory {
                         let Some(digest) = parse_digest(key_sha256) else {
                             continue;
                         };
-                        d.keys.entry(digest).or_default().push(Secret {
+                        d.keys.entry(digest).or_default().push(Key {
                             consumer: i,
                             id: cred_id,
-                            salt: Vec::new(),
-                            digest: [0; 32],
                         });
                     }
                     Credential::BasicAuth {
@@ -210,11 +213,6 @@ impl Directory {
         d
     }
 
-    /// Whether the table has no consumers.
-    pub fn is_empty(&self) -> bool {
-        self.consumers.is_empty()
-    }
-
     /// A consumer by id, whoever asks (the consumer a request was authenticated as).
     pub fn get(&self, id: &str) -> Option<&ConsumerEntry> {
         self.by_id.get(id).map(|&i| &self.consumers[i])
@@ -247,11 +245,9 @@ pub struct Found<'a> {
 }
 
 impl<'a> View<'a> {
-    fn visible(&self, c: &ConsumerEntry) -> bool {
-        match (self.namespace, c.namespace.as_deref()) {
-            (Some(mine), Some(theirs)) => mine == theirs,
-            _ => true,
-        }
+    /// Whether the plugin may see `c` (its namespace's, or one without a namespace).
+    pub fn can_see(&self, c: &ConsumerEntry) -> bool {
+        crate::config::namespaces_meet(self.namespace, c.namespace.as_deref())
     }
 
     /// The consumer whose key-auth key is `key` (compared by SHA-256: equal digests are what a
@@ -261,7 +257,7 @@ impl<'a> View<'a> {
         let dir = self.dir;
         dir.keys.get(&digest)?.iter().find_map(|s| {
             let consumer = &dir.consumers[s.consumer];
-            self.visible(consumer).then_some(Found {
+            self.can_see(consumer).then_some(Found {
                 consumer,
                 credential: &s.id,
             })
@@ -285,7 +281,7 @@ impl<'a> View<'a> {
         };
         candidates.iter().find_map(|s| {
             let consumer = &dir.consumers[s.consumer];
-            if !self.visible(consumer) {
+            if !self.can_see(consumer) {
                 return None;
             }
             constant_time_eq(&digest(&s.salt), &s.digest).then_some(Found {
@@ -305,7 +301,7 @@ impl<'a> View<'a> {
         let dir = self.dir;
         dir.jwt.get(key).into_iter().flatten().filter_map(move |j| {
             let consumer = &dir.consumers[j.consumer];
-            self.visible(consumer).then_some((j, consumer))
+            self.can_see(consumer).then_some((j, consumer))
         })
     }
 
@@ -325,12 +321,7 @@ impl<'a> View<'a> {
                     })
                 }),
         };
-        found.filter(|c| self.visible(c))
-    }
-
-    /// Whether the plugin may see `consumer` (its namespace's, or one without a namespace).
-    pub fn can_see(&self, consumer: &ConsumerEntry) -> bool {
-        self.visible(consumer)
+        found.filter(|c| self.can_see(c))
     }
 }
 
@@ -366,7 +357,8 @@ fn parse_digest(hex: &str) -> Option<[u8; 32]> {
 }
 
 fn parse_hex(hex: &str) -> Option<Vec<u8>> {
-    if !hex.len().is_multiple_of(2) {
+    // `from_str_radix` alone would take a sign (`+f`).
+    if !hex.len().is_multiple_of(2) || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
         return None;
     }
     (0..hex.len())
@@ -582,6 +574,13 @@ mod tests {
                 Credential::KeyAuth {
                     id: "k".into(),
                     key_sha256: "abc".into(),
+                },
+                "key_sha256",
+            ),
+            (
+                Credential::KeyAuth {
+                    id: "k".into(),
+                    key_sha256: "+f".repeat(32),
                 },
                 "key_sha256",
             ),

@@ -42,9 +42,7 @@ impl Drop for Session {
         ctx.timings.end.get_or_insert_with(Instant::now);
         record.latencies = ctx.timings.latencies();
         record.correlation_id = ctx.correlation_id.take();
-        if ctx.consumer.is_some() {
-            record.consumer = ctx.consumer.clone();
-        }
+        record.consumer = ctx.consumer.clone();
         super::log(ctx, record);
         self.sink.log(ctx, record);
     }

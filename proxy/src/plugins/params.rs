@@ -59,6 +59,18 @@ pub(crate) fn values(raw: &[u8], name: &str) -> Vec<String> {
         .collect()
 }
 
+/// Whether a query string or urlencoded form has a parameter named `name` (no allocation
+/// beyond decoding names).
+pub(crate) fn contains(raw: &[u8], name: &str) -> bool {
+    raw.split(|&b| b == b'&').any(|p| {
+        let n = match p.iter().position(|&b| b == b'=') {
+            Some(i) => &p[..i],
+            None => p,
+        };
+        !p.is_empty() && decode(n) == name
+    })
+}
+
 /// The query or form without the parameters named `name`, or `None` if it had none; the other
 /// parameters keep their bytes.
 pub(crate) fn without(raw: &[u8], name: &str) -> Option<Vec<u8>> {
@@ -105,5 +117,6 @@ mod tests {
         assert_eq!(without(q, "apikey").unwrap(), b"x=1&flag");
         assert_eq!(without(b"apikey=1", "apikey").unwrap(), b"");
         assert_eq!(without(q, "nope"), None);
+        assert!(contains(q, "apikey") && contains(q, "flag") && !contains(q, "nope"));
     }
 }

@@ -340,14 +340,19 @@ pub fn h2_websocket_to_upgrade(head: &mut http::request::Parts) -> HeaderValue {
     key
 }
 
-/// Whether an upstream's `101` carries the `Sec-WebSocket-Accept` that proves it read `key`
-/// (RFC 6455 §4.2.2): Weir made the key, so Weir checks.
-pub fn websocket_accepted(key: &HeaderValue, response: &HeaderMap) -> bool {
+/// The `Sec-WebSocket-Accept` that answers `key` (RFC 6455 §4.2.2).
+pub fn websocket_accept(key: &[u8]) -> String {
     use base64::Engine as _;
     let mut sha = sha1_smol::Sha1::new();
-    sha.update(key.as_bytes());
+    sha.update(key);
     sha.update(WEBSOCKET_GUID.as_bytes());
-    let want = base64::engine::general_purpose::STANDARD.encode(sha.digest().bytes());
+    base64::engine::general_purpose::STANDARD.encode(sha.digest().bytes())
+}
+
+/// Whether an upstream's `101` carries the `Sec-WebSocket-Accept` that proves it read `key`:
+/// Weir made the key, so Weir checks.
+pub fn websocket_accepted(key: &HeaderValue, response: &HeaderMap) -> bool {
+    let want = websocket_accept(key.as_bytes());
     let mut all = response.get_all(header::SEC_WEBSOCKET_ACCEPT).iter();
     matches!((all.next(), all.next()), (Some(v), None) if v.as_bytes() == want.as_bytes())
 }
@@ -504,6 +509,14 @@ pub fn ip_value(ip: IpAddr) -> HeaderValue {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn websocket_accept_matches_rfc_6455() {
+        assert_eq!(
+            websocket_accept(b"dGhlIHNhbXBsZSBub25jZQ=="),
+            "s3pPLMBiTxaQ9kYGzzhZRbK+xOo="
+        );
+    }
 
     fn cidrs(s: &[&str]) -> Vec<Cidr> {
         s.iter().map(|c| c.parse().unwrap()).collect()

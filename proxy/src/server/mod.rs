@@ -374,8 +374,13 @@ impl Proxy {
                             let rt = tokio::runtime::Builder::new_current_thread()
                                 .enable_all()
                                 .build();
-                            if let Ok(rt) = rt {
-                                let _ = rt.block_on(crate::admin::serve(proxy, status, true));
+                            match rt {
+                                Ok(rt) => {
+                                    let _ = rt.block_on(crate::admin::serve(proxy, status, true));
+                                }
+                                Err(e) => {
+                                    tracing::error!(error = %e, "the status listener could not start")
+                                }
                             }
                         }
                     })?;

@@ -737,21 +737,10 @@ QV/AXUGnX0ilqFn94K4wGbD5bo6qItmP
         }
     }
 
-    const ALGORITHMS: [JwtAlgorithm; 8] = [
-        JwtAlgorithm::HS256,
-        JwtAlgorithm::HS384,
-        JwtAlgorithm::HS512,
-        JwtAlgorithm::RS256,
-        JwtAlgorithm::RS384,
-        JwtAlgorithm::RS512,
-        JwtAlgorithm::ES256,
-        JwtAlgorithm::ES384,
-    ];
-
     /// alice has one credential per algorithm, keyed by the algorithm's name (`HS256`, …),
     /// and `b64` and `b64-std`, HS256 with [`B64_SECRET`] in base64.
     fn ctx() -> RequestCtx {
-        let mut credentials: Vec<Credential> = ALGORITHMS
+        let mut credentials: Vec<Credential> = JwtAlgorithm::ALL
             .iter()
             .map(|&a| jwt_cred(&format!("ns/alice-{}", a.as_str()), a.as_str(), a))
             .collect();
@@ -813,7 +802,7 @@ QV/AXUGnX0ilqFn94K4wGbD5bo6qItmP
     #[test]
     fn a_token_of_each_algorithm_identifies_the_consumer() {
         let p = plugin(json!({}));
-        for alg in ALGORITHMS {
+        for alg in JwtAlgorithm::ALL {
             let t = token(
                 verification_algorithm(alg),
                 json!({"iss": alg.as_str(), "sub": "x"}),
@@ -964,7 +953,7 @@ QV/AXUGnX0ilqFn94K4wGbD5bo6qItmP
         .unwrap();
         assert_eq!(message(&refused(&*p, &wrong)), "Invalid signature");
         // A payload changed after signing, for each algorithm.
-        for alg in ALGORITHMS {
+        for alg in JwtAlgorithm::ALL {
             let t = token(verification_algorithm(alg), json!({"iss": alg.as_str()}));
             let parts: Vec<&str> = t.split('.').collect();
             let other = BASE64URL.encode(format!(r#"{{"iss":"{}","admin":true}}"#, alg.as_str()));

@@ -247,8 +247,7 @@ impl Plugin for KeyAuth {
             && !self.names.iter().any(|(name, h)| {
                 (self.in_header && req.headers.contains_key(h))
                     || (self.in_query
-                        && !params::values(req.uri.query().unwrap_or("").as_bytes(), name)
-                            .is_empty())
+                        && params::contains(req.uri.query().unwrap_or("").as_bytes(), name))
             })
     }
 
