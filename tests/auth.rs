@@ -227,6 +227,9 @@ spec: {credentials: [eve-key]}
             ("x-consumer-username", "admin"),
             ("x-consumer-groups", "admins"),
             ("x-credential-identifier", "x"),
+            ("x-consumer-id", "demo/root"),
+            ("x-consumer-custom-id", "1"),
+            ("x-anonymous-consumer", "false"),
             // What CGI-style servers read as X-Consumer-ID.
             ("x_consumer_id", "demo/root"),
         ],
@@ -238,6 +241,9 @@ spec: {credentials: [eve-key]}
         "x-consumer-username",
         "x-consumer-groups",
         "x-credential-identifier",
+        "x-consumer-id",
+        "x-consumer-custom-id",
+        "x-anonymous-consumer",
         "x_consumer_id",
     ] {
         assert!(h.get(name).is_none(), "{name} reached the upstream: {h}");
@@ -568,6 +574,12 @@ async fn jwt_from_the_documented_example() {
     // The token may come in the query too (`jwt`, Kong's default parameter).
     let r = get(&c, &format!("{url}?jwt={valid}"), &[]).await;
     assert_eq!(r.status, 200, "{r:?}");
+    assert_eq!(
+        upstream_header(&r, "x-consumer-id").as_deref(),
+        Some("demo/acme")
+    );
+    // The example does not hide credentials: the token goes on in the query.
+    assert_eq!(r.json()["query"], format!("jwt={valid}"));
 
     let r = get(&c, &url, &[]).await;
     assert_refused(&r, 401, "Unauthorized");

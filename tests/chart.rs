@@ -602,7 +602,15 @@ fn accepted_flags(sub: &str) -> BTreeSet<String> {
 fn assert_flags_accepted(o: &Objects) {
     for sub in ["proxy", "controller"] {
         let accepted = accepted_flags(sub);
-        assert!(accepted.contains("--listen") || accepted.contains("--proxy-admin"));
+        let own = if sub == "proxy" {
+            "--listen"
+        } else {
+            "--proxy-admin"
+        };
+        assert!(
+            accepted.contains(own),
+            "`weir {sub} --help` lists no {own}: {accepted:?}"
+        );
         for (flag, value) in o.flags(sub) {
             assert!(
                 accepted.contains(&flag),

@@ -593,15 +593,19 @@ fn request_body_plugins_see_every_chunk_and_the_upstream_gets_what_they_left() {
 }
 
 #[test]
-fn the_access_log_carries_the_correlation_id_clients_see() {
+fn the_access_log_carries_the_correlation_id_clients_see_and_the_consumer() {
     let echo = echo("e");
     let dir = temp_dir("cid-log");
     let access_log = dir.join("access.log");
     let table = format!(
-        "routes: [{{id: r, paths: [{{path: /}}], service: s}}]\n\
+        "routes: [{{id: r, paths: [{{path: /}}], service: s}}, {{id: auth, paths: [{{path: /auth}}], service: s}}]\n\
          services: [{{id: s, host: 127.0.0.1, port: {}}}]\n\
-         plugins: [{{id: c, name: correlation-id, config: {{header_name: x-request-id, echo_downstream: true}}}}]\n",
-        echo.port
+         consumers: [{{id: alice, credentials: [{{type: key-auth, id: alice-key, key_sha256: {}}}]}}]\n\
+         plugins:\n\
+         - {{id: c, name: correlation-id, config: {{header_name: x-request-id, echo_downstream: true}}}}\n\
+         - {{id: k, name: key-auth, route: auth}}\n",
+        echo.port,
+        weir_proxy::config::hash_key("k-1")
     );
     let out = std::fs::File::create(&access_log).unwrap();
     let w = Weir::start_with(&table, &[], Stdio::from(out));
@@ -630,4 +634,22 @@ fn the_access_log_carries_the_correlation_id_clients_see() {
     assert!(eventually(Duration::from_secs(5), || id_of("/given").is_some()));
     assert_eq!(id_of("/generated").unwrap(), generated.as_str());
     assert_eq!(id_of("/given").unwrap(), "client-42");
+
+    // The consumer an authentication plugin identified; none for a request it refused.
+    for (path, key) in [("/auth/in", "k-1"), ("/auth/out", "wrong")] {
+        let req =
+            format!("GET {path} HTTP/1.1\r\nHost: a\r\napikey: {key}\r\nConnection: close\r\n\r\n");
+        raw(w.proc.port, req.as_bytes(), Duration::from_secs(5));
+    }
+    let line_of = |path: &str| {
+        access_lines(&access_log)
+            .into_iter()
+            .find(|l| l["path"] == path)
+    };
+    assert!(eventually(Duration::from_secs(5), || line_of("/auth/out").is_some()));
+    assert_eq!(line_of("/auth/in").unwrap()["consumer"], "alice");
+    let out = line_of("/auth/out").unwrap();
+    assert_eq!(out["status"], 401);
+    assert!(out.get("consumer").is_none(), "{out}");
+    assert!(line_of("/given").unwrap().get("consumer").is_none());
 }

@@ -43,6 +43,11 @@ for _ in $(seq 1 100); do
   fi
   sleep 0.1
 done
+# Ready, and still the Weir this script started (not one left over on the admin port).
+if ! (ready) 2>/dev/null || ! kill -0 "$weir" 2>/dev/null; then
+  echo "Weir did not become ready within 10 s; see its log above" >&2
+  exit 1
+fi
 echo "Weir listens on http://127.0.0.1:8080 and https://127.0.0.1:8443 (admin on 127.0.0.1:8100). Try:"
 echo "  curl -i http://127.0.0.1:8080/echo/hello"
 echo "  curl -i http://127.0.0.1:8080/closed"
