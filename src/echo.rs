@@ -28,10 +28,25 @@ type EchoBody = http_body_util::combinators::BoxBody<Bytes, Infallible>;
 struct Echo {
     name: String,
     listen: SocketAddr,
+    behaviour: Behaviour,
+}
+
+/// How every answer of this echo behaves, besides what a request's query asks.
+#[derive(Default)]
+pub struct Behaviour {
+    /// Added to every answer's wait.
+    pub delay: Duration,
+    /// While it exists, the status every request gets (its content).
+    pub status_file: Option<std::path::PathBuf>,
 }
 
 /// Serves until the process is stopped.
-pub fn run(listen: SocketAddr, name: String, threads: usize) -> anyhow::Result<()> {
+pub fn run(
+    listen: SocketAddr,
+    name: String,
+    threads: usize,
+    behaviour: Behaviour,
+) -> anyhow::Result<()> {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(threads.max(1))
         .enable_all()
@@ -41,6 +56,7 @@ pub fn run(listen: SocketAddr, name: String, threads: usize) -> anyhow::Result<(
         let echo = Arc::new(Echo {
             name,
             listen: listener.local_addr()?,
+            behaviour,
         });
         tracing::info!(listen = %echo.listen, name = %echo.name, "weir echo started");
         let mut connections = 0u64;
@@ -107,7 +123,14 @@ impl Echo {
         }
         let query = req.uri().query().map(str::to_string);
         let q = query.as_deref();
-        let status = query_param::<u16>(q, "status")
+        let forced = self
+            .behaviour
+            .status_file
+            .as_ref()
+            .and_then(|f| std::fs::read_to_string(f).ok())
+            .and_then(|s| s.trim().parse::<u16>().ok());
+        let status = forced
+            .or_else(|| query_param::<u16>(q, "status"))
             .and_then(|s| StatusCode::from_u16(s).ok())
             .unwrap_or(StatusCode::OK);
         let (parts, mut body) = req.into_parts();
@@ -118,8 +141,10 @@ impl Echo {
                 Err(_) => break,
             }
         }
-        if let Some(ms) = query_param::<u64>(q, "delay_ms") {
-            tokio::time::sleep(Duration::from_millis(ms)).await;
+        let delay = self.behaviour.delay
+            + Duration::from_millis(query_param::<u64>(q, "delay_ms").unwrap_or(0));
+        if !delay.is_zero() {
+            tokio::time::sleep(delay).await;
         }
         let mut resp = Response::builder()
             .status(status)

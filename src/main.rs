@@ -201,6 +201,18 @@ struct ProxyArgs {
     /// Largest request body in bytes held in memory for plugins that read request bodies (413 above).
     #[arg(long, env = "WEIR_MAX_BUFFERED_BODY", default_value_t = 8 * 1024 * 1024)]
     max_buffered_body: u64,
+    /// Largest request body in bytes kept so that a service's `retry_on` can send an idempotent request again; larger bodies stream upstream once.
+    #[arg(long, env = "WEIR_MAX_RETRY_BODY", default_value_t = 64 * 1024)]
+    max_retry_body: u64,
+    /// Idle HTTP/1.1 connections kept per upstream (target and TLS settings) and worker.
+    #[arg(long, env = "WEIR_UPSTREAM_KEEPALIVE", default_value_t = 256)]
+    upstream_keepalive: usize,
+    /// How long an idle upstream connection is kept before it is closed.
+    #[arg(long, env = "WEIR_UPSTREAM_IDLE_TIMEOUT", default_value = "60s", value_parser = parse_duration)]
+    upstream_idle_timeout: Duration,
+    /// How long the addresses a target's host name (an ExternalName Service) resolved to are used before they are looked up again; a failed connection looks them up sooner.
+    #[arg(long, env = "WEIR_DNS_TTL", default_value = "30s", value_parser = parse_duration)]
+    dns_ttl: Duration,
     /// What `%2F`, `%5C` and `\` in request paths get: reject (400), keep, unescape-and-redirect (307 to the decoded path), unescape-and-forward.
     #[arg(long, env = "WEIR_ESCAPED_SLASHES", default_value = "reject")]
     escaped_slashes: EscapedSlashes,
@@ -297,6 +309,13 @@ struct EchoArgs {
     /// Worker threads.
     #[arg(long, env = "WEIR_ECHO_WORKER_THREADS", default_value_t = 1)]
     worker_threads: usize,
+    /// Milliseconds every answer waits (on top of a request's `delay_ms`): a slow upstream.
+    #[arg(long, env = "WEIR_ECHO_DELAY_MS", default_value_t = 0)]
+    delay_ms: u64,
+    /// While this file exists, every request is answered with the status it holds (e.g.
+    /// `500`): an upstream that starts and stops failing.
+    #[arg(long, env = "WEIR_ECHO_STATUS_FILE")]
+    status_file: Option<std::path::PathBuf>,
 }
 
 /// `250ms`, `10s`, `2m`, or a plain number of seconds.
@@ -336,7 +355,15 @@ fn main() -> anyhow::Result<()> {
             print!("{}", weir_crds::crds_yaml());
             Ok(())
         }
-        Command::Echo(args) => echo::run(args.listen, args.name, args.worker_threads),
+        Command::Echo(args) => echo::run(
+            args.listen,
+            args.name,
+            args.worker_threads,
+            echo::Behaviour {
+                delay: Duration::from_millis(args.delay_ms),
+                status_file: args.status_file,
+            },
+        ),
     }
 }
 
@@ -448,6 +475,10 @@ impl ProxyArgs {
             max_headers: self.max_headers,
             max_body_size: self.max_body_size,
             max_buffered_body: self.max_buffered_body,
+            max_retry_body: self.max_retry_body,
+            upstream_keepalive: self.upstream_keepalive,
+            upstream_idle_timeout: self.upstream_idle_timeout,
+            dns_ttl: self.dns_ttl,
             escaped_slashes: self.escaped_slashes,
             access_log: self.access_log,
             access_log_queue: self.access_log_queue,

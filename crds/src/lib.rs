@@ -20,10 +20,12 @@ use serde::{Deserialize, Serialize};
 pub const GROUP: &str = "weir.dev";
 /// The controller name an IngressClass's `spec.controller` must carry.
 pub const CONTROLLER_NAME: &str = "weir.dev/ingress-controller";
-/// Label that marks a Secret as Weir's: `"true"` on a Plugin's `configFrom` Secret, or the
-/// credential kind (`key-auth`, `basic-auth`, `jwt`) on a Consumer's credential Secret.
+/// Label that marks a Secret as Weir's: `"true"` on a Plugin's `configFrom` Secret or an
+/// Upstream's CA Secret (`spec.tls.caSecret`), or the credential kind (`key-auth`,
+/// `basic-auth`, `jwt`) on a Consumer's credential Secret.
 pub const CREDENTIAL_LABEL: &str = "weir.dev/credential";
-/// The [`CREDENTIAL_LABEL`] value of a Plugin `configFrom` Secret.
+/// The [`CREDENTIAL_LABEL`] value of a Plugin `configFrom` Secret (and of an Upstream's CA
+/// Secret that is not of type `kubernetes.io/tls`).
 pub const CONFIG_SECRET_LABEL_VALUE: &str = "true";
 
 /// A free-form object the API server keeps as is (validated by the proxy's plugin registry).
@@ -204,23 +206,29 @@ pub struct UpstreamSpec {
     /// The Service this Upstream configures (same namespace).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub target_ref: Option<TargetRef>,
-    /// Load-balancing algorithm.
+    /// Load-balancing algorithm (default `round-robin`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub algorithm: Option<Algorithm>,
-    /// What consistent hashing hashes on (with `algorithm: consistent-hashing`).
+    /// What consistent hashing hashes on (required with `algorithm: consistent-hashing`, used
+    /// with it only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hash_on: Option<HashOn>,
-    /// Connection retries on another target.
+    /// How many times a failed try is retried (default 5), each on another target while there
+    /// is one: connections that could not be made, and what `retryOn` adds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0, max = 32))]
     pub retries: Option<u32>,
+    /// Failures retried besides connections that could not be made; only idempotent requests
+    /// are tried again once a target has seen them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_on: Option<RetryOn>,
     /// Timeouts in milliseconds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeouts: Option<Timeouts>,
     /// Passive and active health checks.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub healthchecks: Option<Healthchecks>,
-    /// TLS towards the targets.
+    /// TLS towards the targets (with `weir.dev/protocol: https` or `grpcs` on the Service).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tls: Option<UpstreamTls>,
 }
@@ -237,13 +245,13 @@ pub struct TargetRef {
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum Algorithm {
-    /// Weighted round-robin.
+    /// Smooth weighted round-robin.
     RoundRobin,
-    /// Fewest requests in flight.
+    /// Fewest requests in flight, relative to the weight.
     LeastConnections,
-    /// Consistent hashing on `hashOn`.
+    /// Consistent hashing on `hashOn`: one key keeps its target.
     ConsistentHashing,
-    /// Lowest peak-EWMA latency.
+    /// Lowest latency × load of two targets picked at random.
     PeakEwma,
 }
 
@@ -253,8 +261,34 @@ pub enum Algorithm {
 pub struct HashOn {
     /// What to hash.
     pub by: HashBy,
-    /// Header, cookie or query-argument name (for those kinds).
+    /// Header, cookie or query-argument name (required for those kinds, not allowed for the
+    /// others).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 256))]
+    pub name: Option<String>,
+    /// What to hash when a request lacks the first input (not `cookie`); without it such
+    /// requests are spread round-robin.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fallback: Option<HashFallback>,
+    /// `Path` of the cookie the proxy sets when `by: cookie` finds none (default `/`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 1024))]
+    pub cookie_path: Option<String>,
+    /// `Max-Age` of that cookie in seconds; 0 (the default) makes a session cookie.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub cookie_ttl: Option<u64>,
+}
+
+/// The second input of consistent hashing.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct HashFallback {
+    /// What to hash (`ip`, `header`, `path` or `query-arg`; a fallback never sets a cookie).
+    pub by: HashBy,
+    /// Header or query-argument name (for those kinds).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 256))]
     pub name: Option<String>,
 }
 
@@ -266,12 +300,25 @@ pub enum HashBy {
     Ip,
     /// A request header.
     Header,
-    /// A cookie.
+    /// A cookie, set by the proxy when absent.
     Cookie,
-    /// The request path.
+    /// The request path (without the query).
     Path,
     /// A query argument.
     QueryArg,
+}
+
+/// Failures retried besides connections that could not be made.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct RetryOn {
+    /// Retry when a target does not answer within the read timeout.
+    #[serde(default)]
+    pub timeouts: bool,
+    /// Retry when a target answers one of these statuses.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(inner(range(min = 400, max = 599)))]
+    pub statuses: Vec<u16>,
 }
 
 /// Timeouts in milliseconds.
@@ -302,58 +349,123 @@ pub struct Healthchecks {
     /// Periodic probes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub active: Option<ActiveHealthcheck>,
+    /// When every target is unhealthy, use them all rather than answer 503.
+    #[serde(default)]
+    pub panic: bool,
 }
 
 /// Passive health checking thresholds.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema, Default)]
 #[serde(rename_all = "camelCase")]
 pub struct PassiveHealthcheck {
-    /// Consecutive failures (connect errors, timeouts, `unhealthyStatuses`) that mark a target down.
+    /// Consecutive failures (connections that could not be made, `unhealthyStatuses` answers)
+    /// that mark a target down (default 5); 0 counts none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 1, max = 255))]
+    #[schemars(range(min = 0, max = 255))]
     pub failures: Option<u32>,
-    /// Response statuses counted as failures.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub unhealthy_statuses: Vec<u16>,
+    /// Consecutive timeouts that mark a target down (default 5); 0 counts none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = 255))]
+    pub timeouts: Option<u32>,
+    /// Response statuses counted as failures (default 500, 502, 503, 504).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(inner(range(min = 100, max = 599)))]
+    pub unhealthy_statuses: Option<Vec<u16>>,
+    /// Seconds a target marked down stays out when no active check can bring it back
+    /// (default 30).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 86400))]
+    pub cooldown: Option<u64>,
 }
 
 /// Active health checking.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema, Default)]
 #[serde(rename_all = "camelCase")]
 pub struct ActiveHealthcheck {
-    /// Path probed with GET.
+    /// Probe over `http` (the default) or `https` (with the Upstream's `tls` settings).
+    #[serde(default, rename = "type", skip_serializing_if = "Option::is_none")]
+    pub type_: Option<ProbeType>,
+    /// Path probed with GET (default `/`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 1024))]
     pub path: Option<String>,
-    /// Seconds between probes.
+    /// `Host` header of probes (default the target's `address:port`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 255))]
+    pub host: Option<String>,
+    /// Seconds between two probes of a target (default 5).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = 3600))]
     pub interval: Option<u32>,
-    /// Consecutive successes that mark a target up again.
+    /// Seconds a probe may take (default 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 3600))]
+    pub timeout: Option<u32>,
+    /// Consecutive healthy answers that mark a target up again (default 2).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = 255))]
     pub healthy_threshold: Option<u32>,
-    /// Consecutive failures that mark a target down.
+    /// Consecutive failed probes that mark a target down (default 3).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = 255))]
     pub unhealthy_threshold: Option<u32>,
+    /// Statuses counted as healthy; any other is a failure (default 200–206, 300–304, 307,
+    /// 308).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(inner(range(min = 100, max = 599)))]
+    pub healthy_statuses: Option<Vec<u16>>,
+}
+
+/// The protocol of active probes.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum ProbeType {
+    /// Plain HTTP/1.1.
+    Http,
+    /// HTTP/1.1 over TLS.
+    Https,
 }
 
 /// TLS towards the targets.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema, Default)]
 #[serde(rename_all = "camelCase")]
 pub struct UpstreamTls {
-    /// Secret (key `ca.crt`) with the CA bundle to verify targets.
+    /// Secret (key `ca.crt`, PEM) with the CA bundle the targets' certificates must chain to;
+    /// of type `kubernetes.io/tls` or labelled `weir.dev/credential: "true"`. Default: the
+    /// public web's roots.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ca_secret: Option<String>,
-    /// `kubernetes.io/tls` Secret with a client certificate.
+    /// `kubernetes.io/tls` Secret with a client certificate (`tls.crt`, `tls.key`) shown to
+    /// targets that ask for one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub client_certificate_secret: Option<String>,
-    /// Server name sent in SNI and verified.
+    /// Server name sent in SNI and verified (default `<service>.<namespace>.svc`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 253))]
     pub sni: Option<String>,
     /// Verify the target's certificate (default true).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub verify: Option<bool>,
+    /// Most intermediate certificates accepted between a target's certificate and a trusted
+    /// CA (default: no limit).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = 10))]
+    pub verify_depth: Option<u8>,
+    /// Application protocol offered: `http/1.1` or `h2` (default `h2` for `grpcs`, else
+    /// `http/1.1`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub alpn: Option<Alpn>,
+}
+
+/// An ALPN protocol offered to the targets.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+pub enum Alpn {
+    /// HTTP/1.1.
+    #[serde(rename = "http/1.1")]
+    Http11,
+    /// HTTP/2.
+    #[serde(rename = "h2")]
+    H2,
 }
 
 /// A consumer of the API: who a request is, once an authentication plugin (`key-auth`,
@@ -613,6 +725,66 @@ mod tests {
         assert_eq!(c.spec.custom_id.as_deref(), Some("u-1"));
         assert_eq!(c.spec.credentials, ["alice-key"]);
         assert_eq!(c.spec.groups, ["staff"]);
+    }
+
+    #[test]
+    fn upstream_manifest_parses_every_field() {
+        let u: Upstream = serde_yaml::from_str(
+            "apiVersion: weir.dev/v1alpha1\nkind: Upstream\nmetadata: {name: api, namespace: shop}\n\
+             spec:\n  targetRef: {name: api}\n  algorithm: consistent-hashing\n\
+             \x20 hashOn: {by: cookie, name: session, fallback: {by: header, name: x-user}, cookiePath: /app, cookieTtl: 3600}\n\
+             \x20 retries: 2\n  retryOn: {timeouts: true, statuses: [502, 503]}\n\
+             \x20 healthchecks:\n    panic: true\n\
+             \x20   passive: {failures: 3, timeouts: 0, unhealthyStatuses: [500], cooldown: 10}\n\
+             \x20   active: {type: https, path: /healthz, host: api.local, interval: 2, timeout: 1, healthyThreshold: 1, unhealthyThreshold: 2, healthyStatuses: [200]}\n\
+             \x20 tls: {caSecret: api-ca, clientCertificateSecret: api-client, sni: api.internal, verify: true, verifyDepth: 2, alpn: h2}\n",
+        )
+        .unwrap();
+        let h = u.spec.hash_on.unwrap();
+        assert_eq!(h.fallback.unwrap().by, HashBy::Header);
+        assert_eq!(
+            (h.cookie_path.as_deref(), h.cookie_ttl),
+            (Some("/app"), Some(3600))
+        );
+        assert_eq!(u.spec.retry_on.unwrap().statuses, [502, 503]);
+        let hc = u.spec.healthchecks.unwrap();
+        assert!(hc.panic);
+        assert_eq!(hc.passive.unwrap().timeouts, Some(0));
+        let a = hc.active.unwrap();
+        assert_eq!((a.type_, a.timeout), (Some(ProbeType::Https), Some(1)));
+        let tls = u.spec.tls.unwrap();
+        assert_eq!((tls.verify_depth, tls.alpn), (Some(2), Some(Alpn::H2)));
+        let alpn: Alpn = serde_yaml::from_str("http/1.1").unwrap();
+        assert_eq!(alpn, Alpn::Http11);
+    }
+
+    #[test]
+    fn upstream_schema_bounds() {
+        let up = serde_json::to_value(Upstream::crd().spec.versions[0].schema.as_ref().unwrap())
+            .unwrap();
+        let spec = &up["openAPIV3Schema"]["properties"]["spec"]["properties"];
+        let retry = &spec["retryOn"]["properties"]["statuses"]["items"];
+        assert_eq!(
+            (retry["minimum"].as_f64(), retry["maximum"].as_f64()),
+            (Some(400.0), Some(599.0))
+        );
+        let hc = &spec["healthchecks"]["properties"];
+        for statuses in [
+            &hc["passive"]["properties"]["unhealthyStatuses"]["items"],
+            &hc["active"]["properties"]["healthyStatuses"]["items"],
+        ] {
+            assert_eq!(
+                (statuses["minimum"].as_f64(), statuses["maximum"].as_f64()),
+                (Some(100.0), Some(599.0))
+            );
+        }
+        assert_eq!(
+            hc["active"]["properties"]["type"]["enum"],
+            serde_json::json!(["http", "https"])
+        );
+        let tls = &spec["tls"]["properties"];
+        assert_eq!(tls["alpn"]["enum"], serde_json::json!(["http/1.1", "h2"]));
+        assert_eq!(tls["verifyDepth"]["maximum"].as_f64(), Some(10.0));
     }
 
     #[test]

@@ -113,6 +113,13 @@ async fn route(proxy: &Proxy, req: Request<Incoming>) -> Response<ProxyBody> {
                             c["key"] = json!(crate::config::REDACTED);
                         }
                     }
+                    if let Some(services) = v["services"].as_array_mut() {
+                        for s in services {
+                            if let Some(c) = s.pointer_mut("/tls/client_certificate") {
+                                c["key"] = json!(crate::config::REDACTED);
+                            }
+                        }
+                    }
                     // Nor do credentials, even hashed.
                     if let Some(consumers) = v["consumers"].as_array_mut() {
                         for (shown, c) in consumers.iter_mut().zip(&rt.config.consumers) {
@@ -157,14 +164,83 @@ async fn route(proxy: &Proxy, req: Request<Incoming>) -> Response<ProxyBody> {
                 }),
             )
         }
+        (&Method::GET, "/upstreams") => {
+            let rt = shared.runtime.load();
+            json_response(StatusCode::OK, json!({ "upstreams": upstreams(&rt) }))
+        }
         (&Method::GET, "/healthz") => json_response(StatusCode::OK, json!({ "status": "ok" })),
         (&Method::GET, "/readyz") => readyz(proxy),
         (&Method::GET, "/metrics") => metrics(proxy),
-        (_, "/config" | "/status" | "/healthz" | "/readyz" | "/metrics") => json_response(
-            StatusCode::METHOD_NOT_ALLOWED,
-            json!({ "message": "method not allowed" }),
-        ),
+        (_, "/config" | "/status" | "/upstreams" | "/healthz" | "/readyz" | "/metrics") => {
+            json_response(
+                StatusCode::METHOD_NOT_ALLOWED,
+                json!({ "message": "method not allowed" }),
+            )
+        }
         _ => json_response(StatusCode::NOT_FOUND, json!({ "message": "not found" })),
+    }
+}
+
+/// Every upstream's (or host-and-port service's) targets with their health and load, once
+/// each even when several services share an upstream.
+fn upstreams(rt: &crate::compile::Runtime) -> Vec<serde_json::Value> {
+    let mut seen = std::collections::HashSet::new();
+    let mut out = Vec::new();
+    for s in rt
+        .services
+        .iter()
+        .filter(|s| seen.insert(s.upstream.clone()))
+    {
+        let targets: Vec<_> = s
+            .balancer
+            .targets()
+            .iter()
+            .enumerate()
+            .map(|(i, t)| {
+                let health = match (&s.checks, s.health.get(i)) {
+                    (Some(c), Some(h)) if !c.is_healthy(h) => "unhealthy",
+                    (Some(_), Some(_)) => "healthy",
+                    _ => "unchecked",
+                };
+                json!({
+                    "target": &*t.addr,
+                    "health": health,
+                    "in_flight": t.load.in_flight(),
+                })
+            })
+            .collect();
+        out.push(json!({
+            "id": &*s.upstream,
+            "algorithm": format!("{:?}", s.balancer.algorithm()),
+            "targets": targets,
+        }));
+    }
+    out
+}
+
+/// `weir_upstream_target_health`: 1 or 0 per checked target.
+fn health_gauges(rt: &crate::compile::Runtime, out: &mut String) {
+    use std::fmt::Write;
+    let mut seen = std::collections::HashSet::new();
+    let mut header = false;
+    for s in &rt.services {
+        let Some(c) = &s.checks else { continue };
+        for h in &s.health {
+            if !seen.insert((h.upstream.clone(), h.target.clone())) {
+                continue;
+            }
+            if !header {
+                out.push_str("# HELP weir_upstream_target_health Whether a health-checked upstream target is in rotation (1) or ejected (0).\n# TYPE weir_upstream_target_health gauge\n");
+                header = true;
+            }
+            let _ = writeln!(
+                out,
+                "weir_upstream_target_health{{upstream=\"{}\",target=\"{}\"}} {}",
+                crate::metrics::escape(&h.upstream),
+                crate::metrics::escape(&h.target),
+                u8::from(c.is_healthy(h))
+            );
+        }
     }
 }
 
@@ -193,6 +269,7 @@ fn metrics(proxy: &Proxy) -> Response<ProxyBody> {
         shared.connections.load(Ordering::Relaxed) as f64,
     )];
     let mut text = shared.metrics.render(&gauges);
+    health_gauges(&shared.runtime.load(), &mut text);
     shared.registry.metrics(&mut text);
     Response::builder()
         .header(header::CONTENT_TYPE, "text/plain; version=0.0.4")

@@ -9,13 +9,19 @@ use std::time::Duration;
 
 use http::{HeaderValue, StatusCode};
 
-use crate::balancer::{Balancer, Target};
-use crate::config::{parse_target, Config, ConfigError, PluginConfig, Settings, UpstreamProtocol};
+use crate::balancer::hash_on::HashInput;
+use crate::balancer::{self, Balancer, Load, Target};
+use crate::config::{
+    parse_target, Algorithm, Config, ConfigError, PluginConfig, ProbeKind, RetryOn, Service,
+    Settings, Upstream, UpstreamProtocol,
+};
 use crate::consumers::Directory;
+use crate::health::{probe::Probe, Checks, Kept, TargetHealth, HEALTH};
 use crate::pipeline::RouteChain;
 use crate::plugins::{PluginInstance, Registry, Staged};
 use crate::router::Router;
 use crate::tls::CertStore;
+use crate::upstream::{Alpn as TlsAlpn, PoolKey, TlsClient, TlsSettings};
 
 /// A compiled routing table.
 pub struct Runtime {
@@ -24,19 +30,20 @@ pub struct Runtime {
     /// The table as it was received (for `GET /config`).
     pub config: Arc<Config>,
     /// Host/path matching.
-    pub router: Router,
+    pub router: Arc<Router>,
     /// Routes, in the order of `config.routes` (the router's indices).
-    pub routes: Vec<CompiledRoute>,
-    /// Services, referenced by index from routes.
-    pub services: Vec<CompiledService>,
+    pub routes: Arc<[CompiledRoute]>,
+    /// Services, referenced by index from routes. Each is shared with the next table when
+    /// neither it nor its upstream changed.
+    pub services: Vec<Arc<CompiledService>>,
     /// Global plugins (rewrite phase, and requests that match no route).
     pub global: Arc<[PluginInstance]>,
     /// Table-wide switches.
     pub settings: Settings,
     /// TLS certificates by server name.
-    pub certs: CertStore,
+    pub certs: Arc<CertStore>,
     /// The plugin instances of this table (handed to the registry when it goes into service).
-    pub plugins: Staged,
+    pub plugins: Arc<Staged>,
     /// Consumers and credentials, indexed for the authentication plugins.
     pub consumers: Arc<Directory>,
 }
@@ -75,12 +82,32 @@ pub struct CompiledService {
     pub read_timeout: Duration,
     /// Between-writes timeout for the request body.
     pub write_timeout: Duration,
-    /// Connection retries.
+    /// Tries after the first.
     pub retries: u32,
-    /// Speak HTTP/2 with prior knowledge.
+    /// What is retried besides connection failures.
+    pub retry_on: RetryOn,
+    /// Speak HTTP/2 (with prior knowledge, or by ALPN over TLS).
     pub h2: bool,
-    /// The targets.
+    /// TLS towards the targets.
+    pub tls: Option<Arc<TlsClient>>,
+    /// The upstream (or, without one, the service) whose targets these are: what health and
+    /// load are kept under.
+    pub upstream: Arc<str>,
+    /// The targets and the algorithm that picks among them.
     pub balancer: Balancer,
+    /// The pool key of each target, by the balancer's index.
+    pub keys: Vec<PoolKey>,
+    /// The upstream's health checks; `None` when nothing is checked.
+    pub checks: Option<Arc<Checks>>,
+    /// Each target's health, by the balancer's index (empty without checks).
+    pub health: Vec<Arc<TargetHealth>>,
+    /// The input of consistent hashing.
+    pub hash: Option<HashInput>,
+    /// TLS for `type: https` probes: the service's settings, offering only HTTP/1.1.
+    pub probe_tls: Option<Arc<TlsClient>>,
+    /// The algorithm weighs requests in flight and latency (least-connections, peak-EWMA):
+    /// only then are they counted.
+    pub counts_load: bool,
 }
 
 impl Runtime {
@@ -90,15 +117,75 @@ impl Runtime {
         Runtime {
             hash: config.hash.clone().unwrap_or_default().into(),
             config: Arc::new(config),
-            router: Router::default(),
-            routes: Vec::new(),
+            router: Arc::default(),
+            routes: Arc::from(Vec::new()),
             services: Vec::new(),
             global: Arc::from(Vec::new()),
             settings: Settings::default(),
-            certs: CertStore::default(),
-            plugins: Staged::default(),
+            certs: Arc::default(),
+            plugins: Arc::default(),
             consumers: Arc::default(),
         }
+    }
+
+    /// The table that follows `current` for `config`. When only upstreams changed (an
+    /// endpoint change), routes, plugins, consumers and certificates are `current`'s, and only
+    /// the services whose upstream changed are built again: the targets' health and load, and
+    /// their pooled connections, carry over. Anything else is a full [`Runtime::compile`].
+    pub fn next(
+        current: &Runtime,
+        config: Config,
+        registry: &Registry,
+    ) -> Result<Runtime, Vec<ConfigError>> {
+        if !config.differs_only_in_upstreams(&current.config) {
+            return Runtime::compile(config, registry);
+        }
+        config.validate_upstreams()?;
+        let config = config.with_hash();
+        let upstreams: HashMap<&str, &Upstream> = config
+            .upstreams
+            .iter()
+            .map(|u| (u.id.as_str(), u))
+            .collect();
+        let old: HashMap<&str, &Upstream> = current
+            .config
+            .upstreams
+            .iter()
+            .map(|u| (u.id.as_str(), u))
+            .collect();
+        let mut tls_clients = TlsClients::default();
+        let mut services = Vec::with_capacity(config.services.len());
+        for (s, before) in config.services.iter().zip(&current.services) {
+            let unchanged = match s.upstream.as_deref() {
+                Some(u) => old.get(u) == upstreams.get(u),
+                None => true,
+            };
+            if unchanged {
+                services.push(before.clone());
+                continue;
+            }
+            let service = compile_service(s, &upstreams, &mut tls_clients).map_err(|(f, m)| {
+                vec![ConfigError {
+                    entity: "service",
+                    id: s.id.clone(),
+                    field: f,
+                    message: m,
+                }]
+            })?;
+            services.push(Arc::new(service));
+        }
+        Ok(Runtime {
+            hash: config.hash.clone().unwrap_or_default().into(),
+            config: Arc::new(config),
+            router: current.router.clone(),
+            routes: current.routes.clone(),
+            services,
+            global: current.global.clone(),
+            settings: current.settings.clone(),
+            certs: current.certs.clone(),
+            plugins: current.plugins.clone(),
+            consumers: current.consumers.clone(),
+        })
     }
 
     /// Validates and compiles a table.
@@ -129,37 +216,19 @@ impl Runtime {
             instances.push((p, inst));
         }
 
-        let upstreams: HashMap<&str, &crate::config::Upstream> = config
+        let upstreams: HashMap<&str, &Upstream> = config
             .upstreams
             .iter()
             .map(|u| (u.id.as_str(), u))
             .collect();
         let mut services = Vec::with_capacity(config.services.len());
         let mut service_index = HashMap::new();
+        let mut tls_clients = TlsClients::default();
         for (i, s) in config.services.iter().enumerate() {
             service_index.insert(s.id.as_str(), i);
-            let targets: Vec<(Target, u32)> = match (&s.upstream, &s.host) {
-                (Some(u), _) => upstreams[u.as_str()]
-                    .targets
-                    .iter()
-                    .map(|t| {
-                        let (host, port) = parse_target(&t.target).expect("validated");
-                        (target(host, port), t.weight)
-                    })
-                    .collect(),
-                (None, Some(h)) => vec![(target(h, s.port.expect("validated")), 1)],
-                (None, None) => Vec::new(),
-            };
-            services.push(CompiledService {
-                id: s.id.as_str().into(),
-                path: s.path.clone(),
-                connect_timeout: Duration::from_millis(s.connect_timeout),
-                read_timeout: Duration::from_millis(s.read_timeout),
-                write_timeout: Duration::from_millis(s.write_timeout),
-                retries: s.retries,
-                h2: matches!(s.protocol, UpstreamProtocol::H2c | UpstreamProtocol::Grpc),
-                balancer: Balancer::new(targets),
-            });
+            let service = compile_service(s, &upstreams, &mut tls_clients)
+                .map_err(|(field, m)| internal("service", &s.id, &field, m))?;
+            services.push(Arc::new(service));
         }
 
         // Each consumer's own plugin entries: a route gets a list for a consumer only when one
@@ -171,11 +240,25 @@ impl Runtime {
                 consumer_plugins.entry(c).or_default().push(p);
             }
         }
-        let routes = config
+        let routes: Arc<[CompiledRoute]> = config
             .routes
             .iter()
             .map(|r| {
-                let service = r.service.as_deref().map(|s| service_index[s]);
+                let service = match r.service.as_deref() {
+                    Some(s) => Some(*service_index.get(s).ok_or_else(|| {
+                        internal(
+                            "route",
+                            &r.id,
+                            "service",
+                            format!("no service with id {s:?}"),
+                        )
+                    })?),
+                    None => None,
+                };
+                let https_redirect =
+                    StatusCode::from_u16(r.https_redirect_status_code).map_err(|e| {
+                        internal("route", &r.id, "https_redirect_status_code", e.to_string())
+                    })?;
                 let scope = Scope {
                     route: &r.id,
                     service: r.service.as_deref(),
@@ -195,12 +278,11 @@ impl Runtime {
                             .then(|| (Arc::from(*c), resolve_chain(&instances, &scope)))
                     })
                     .collect();
-                CompiledRoute {
+                Ok(CompiledRoute {
                     id: r.id.as_str().into(),
                     strip_path: r.strip_path,
                     preserve_host: r.preserve_host,
-                    https_redirect: StatusCode::from_u16(r.https_redirect_status_code)
-                        .expect("validated"),
+                    https_redirect,
                     service,
                     chain: RouteChain { base, by_consumer },
                     upgrade_protocols: r
@@ -221,9 +303,9 @@ impl Runtime {
                             .collect();
                         (rw.clone(), regexes)
                     }),
-                }
+                })
             })
-            .collect();
+            .collect::<Result<_, Vec<ConfigError>>>()?;
 
         let authenticates = instances.iter().any(|(_, i)| i.plugin.authenticates());
         let consumers = Arc::new(Directory::new(&config.consumers, authenticates));
@@ -238,18 +320,177 @@ impl Runtime {
             hash: config.hash.clone().unwrap_or_default().into(),
             settings: config.settings.clone(),
             config: Arc::new(config),
-            router,
+            router: Arc::new(router),
             routes,
             services,
             global,
-            certs,
-            plugins: staged,
+            certs: Arc::new(certs),
+            plugins: Arc::new(staged),
             consumers,
         })
     }
 }
 
-fn target(host: &str, port: u16) -> Target {
+/// Per-target load statistics, kept across tables like health.
+static LOAD: Kept<Load> = Kept::new();
+
+/// TLS clients by their settings: services with the same settings share one (and its
+/// parsed certificates).
+#[derive(Default)]
+struct TlsClients(HashMap<TlsSettings, Arc<TlsClient>>);
+
+impl TlsClients {
+    /// The client for a service's `tls` (defaults without one), offering h2 or HTTP/1.1.
+    fn get(&mut self, s: &Service, h2: bool) -> Result<Arc<TlsClient>, (String, String)> {
+        let settings = tls_settings(s, h2);
+        if let Some(c) = self.0.get(&settings) {
+            return Ok(c.clone());
+        }
+        let client = Arc::new(TlsClient::new(settings.clone()).map_err(|m| tls_error(&m))?);
+        self.0.insert(settings, client.clone());
+        Ok(client)
+    }
+}
+
+/// The TLS settings of a service's `tls` (the defaults without one), offering h2 or HTTP/1.1.
+pub fn tls_settings(s: &Service, h2: bool) -> TlsSettings {
+    let t = s.tls.clone().unwrap_or_default();
+    TlsSettings {
+        sni: t.sni.as_deref().map(Arc::from),
+        verify: t.verify,
+        verify_depth: t.verify_depth,
+        ca_pem: t.ca_certificates.as_deref().map(Arc::from),
+        client_cert: t
+            .client_certificate
+            .map(|c| (Arc::from(c.cert), Arc::from(c.key))),
+        alpn: if h2 { TlsAlpn::H2 } else { TlsAlpn::Http11 },
+    }
+}
+
+/// Checks that a service's TLS settings build (PEMs parse, the key fits the certificate):
+/// the same construction compiling does, so a table that passes cannot fail there.
+pub fn check_service_tls(s: &Service, h2: bool) -> Result<(), (String, String)> {
+    TlsClient::new(tls_settings(s, h2))
+        .map(drop)
+        .map_err(|m| tls_error(&m))
+}
+
+/// `TlsClient::new`'s `field: message` as (`tls.field`, message).
+fn tls_error(m: &str) -> (String, String) {
+    match m.split_once(": ") {
+        Some((field, rest)) if !field.contains(' ') => (format!("tls.{field}"), rest.to_string()),
+        _ => ("tls".to_string(), m.to_string()),
+    }
+}
+
+/// A service: its targets (from its upstream, or its own host and port), balancer, health
+/// checks and TLS client. Errors name the field.
+fn compile_service(
+    s: &Service,
+    upstreams: &HashMap<&str, &Upstream>,
+    tls_clients: &mut TlsClients,
+) -> Result<CompiledService, (String, String)> {
+    let upstream = match s.upstream.as_deref() {
+        Some(u) => Some(
+            *upstreams
+                .get(u)
+                .ok_or_else(|| ("upstream".to_string(), format!("no upstream with id {u:?}")))?,
+        ),
+        None => None,
+    };
+    let owner: Arc<str> = match upstream {
+        Some(u) => u.id.as_str().into(),
+        None => s.id.as_str().into(),
+    };
+    let mut targets: Vec<(Target, u32)> = Vec::new();
+    match (upstream, &s.host) {
+        (Some(u), _) => {
+            for t in &u.targets {
+                let (host, port) =
+                    parse_target(&t.target).map_err(|m| ("upstream".to_string(), m))?;
+                targets.push((target(&owner, host, port), t.weight));
+            }
+        }
+        (None, Some(h)) => {
+            let port = s
+                .port
+                .ok_or(("port".to_string(), "required with `host`".to_string()))?;
+            targets.push((target(&owner, h, port), 1));
+        }
+        (None, None) => {}
+    }
+    let h2 = matches!(
+        s.protocol,
+        UpstreamProtocol::H2c | UpstreamProtocol::Grpc | UpstreamProtocol::Grpcs
+    ) || s
+        .tls
+        .as_ref()
+        .is_some_and(|t| t.alpn == Some(crate::config::Alpn::H2));
+    let secure = matches!(
+        s.protocol,
+        UpstreamProtocol::Https | UpstreamProtocol::Grpcs
+    );
+    let tls = secure.then(|| tls_clients.get(s, h2)).transpose()?;
+    let wants_https_probe = upstream
+        .and_then(|u| u.healthchecks.active.as_ref())
+        .is_some_and(|a| a.kind == ProbeKind::Https);
+    let probe_tls = wants_https_probe
+        .then(|| tls_clients.get(s, false))
+        .transpose()?;
+    let keys = targets
+        .iter()
+        .map(|(t, _)| PoolKey {
+            target: t.addr.clone(),
+            h2,
+            tls: tls.clone(),
+        })
+        .collect();
+    let checks = upstream.and_then(|u| Checks::new(&u.healthchecks));
+    let health = match &checks {
+        Some(_) => targets
+            .iter()
+            .map(|(t, _)| {
+                HEALTH.get(&owner, &t.addr, || {
+                    TargetHealth::new(owner.clone(), t.addr.clone())
+                })
+            })
+            .collect(),
+        None => Vec::new(),
+    };
+    let algorithm = match upstream.map(|u| u.algorithm) {
+        None | Some(Algorithm::RoundRobin) => balancer::Algorithm::RoundRobin,
+        Some(Algorithm::LeastConnections) => balancer::Algorithm::LeastConnections,
+        Some(Algorithm::ConsistentHashing) => balancer::Algorithm::ConsistentHashing,
+        Some(Algorithm::PeakEwma) => balancer::Algorithm::PeakEwma,
+    };
+    Ok(CompiledService {
+        id: s.id.as_str().into(),
+        path: s.path.clone(),
+        connect_timeout: Duration::from_millis(s.connect_timeout),
+        read_timeout: Duration::from_millis(s.read_timeout),
+        write_timeout: Duration::from_millis(s.write_timeout),
+        retries: s.retries,
+        retry_on: s.retry_on.clone(),
+        h2,
+        tls,
+        upstream: owner,
+        balancer: Balancer::new(targets, algorithm),
+        keys,
+        checks,
+        health,
+        hash: upstream
+            .and_then(|u| u.hash_on.as_ref())
+            .map(HashInput::new),
+        probe_tls,
+        counts_load: matches!(
+            algorithm,
+            balancer::Algorithm::LeastConnections | balancer::Algorithm::PeakEwma
+        ),
+    })
+}
+
+/// A target's address (`host:port`, IPv6 bracketed) and the `Host` header that names it.
+pub fn target_address(host: &str, port: u16) -> (Arc<str>, HeaderValue) {
     let bracketed = if host.contains(':') {
         format!("[{host}]")
     } else {
@@ -257,10 +498,60 @@ fn target(host: &str, port: u16) -> Target {
     };
     let addr = format!("{bracketed}:{port}");
     let host_header = if port == 80 { bracketed } else { addr.clone() };
-    Target {
-        host_header: HeaderValue::from_str(&host_header)
+    (
+        addr.into(),
+        HeaderValue::from_str(&host_header)
             .unwrap_or_else(|_| HeaderValue::from_static("localhost")),
-        addr: addr.into(),
+    )
+}
+
+impl Runtime {
+    /// The active health probes of this table: one per target of each upstream with active
+    /// checks (once, however many services share the upstream).
+    pub fn probes(&self) -> Vec<Probe> {
+        let mut seen = std::collections::HashSet::new();
+        let mut probes = Vec::new();
+        for s in &self.services {
+            let (Some(checks), Some(active)) =
+                (&s.checks, s.checks.as_ref().and_then(|c| c.active.as_ref()))
+            else {
+                continue;
+            };
+            for (i, health) in s.health.iter().enumerate() {
+                if !seen.insert((s.upstream.clone(), health.target.clone())) {
+                    continue;
+                }
+                let tls = match active.kind {
+                    ProbeKind::Http => None,
+                    ProbeKind::Https => s.probe_tls.clone(),
+                };
+                let host = match &active.host {
+                    Some(h) => HeaderValue::from_str(h).ok(),
+                    None => None,
+                }
+                .unwrap_or_else(|| s.balancer.target(i).host_header.clone());
+                probes.push(Probe {
+                    checks: checks.clone(),
+                    health: health.clone(),
+                    key: PoolKey {
+                        target: health.target.clone(),
+                        h2: false,
+                        tls,
+                    },
+                    host,
+                });
+            }
+        }
+        probes
+    }
+}
+
+fn target(owner: &Arc<str>, host: &str, port: u16) -> Target {
+    let (addr, host_header) = target_address(host, port);
+    Target {
+        load: LOAD.get(owner, &addr, Load::default),
+        addr,
+        host_header,
     }
 }
 
@@ -413,10 +704,64 @@ mod tests {
     }
 
     #[test]
+    fn an_endpoint_change_rebuilds_only_the_changed_upstreams_services() {
+        let table = |b_targets: &str| {
+            format!(
+                "routes: [{{id: ra, service: a}}, {{id: rb, service: b}}]\n\
+                 services: [{{id: a, upstream: ua}}, {{id: b, upstream: ub}}]\n\
+                 upstreams:\n\
+                 - {{id: ua, targets: [{{target: '10.0.0.1:80'}}]}}\n\
+                 - {{id: ub, healthchecks: {{passive: {{failures: 1}}}}, targets: [{b_targets}]}}\n\
+                 plugins: [{{id: p, name: correlation-id}}]\n"
+            )
+        };
+        let registry = Registry::builtin();
+        let parse = |t: &str| Config::parse(t.as_bytes()).unwrap();
+        let first = Runtime::compile(parse(&table("{target: '10.0.0.2:80'}")), &registry).unwrap();
+        let kept = first.services[1].health[0].clone();
+        let next = Runtime::next(
+            &first,
+            parse(&table("{target: '10.0.0.2:80'}, {target: '10.0.0.3:80'}")),
+            &registry,
+        )
+        .unwrap();
+        assert!(Arc::ptr_eq(&first.router, &next.router));
+        assert!(Arc::ptr_eq(&first.routes, &next.routes));
+        assert!(Arc::ptr_eq(&first.plugins, &next.plugins));
+        assert!(Arc::ptr_eq(&first.certs, &next.certs));
+        assert!(
+            Arc::ptr_eq(&first.services[0], &next.services[0]),
+            "ua did not change"
+        );
+        assert!(!Arc::ptr_eq(&first.services[1], &next.services[1]));
+        assert_eq!(next.services[1].balancer.targets().len(), 2);
+        assert!(
+            Arc::ptr_eq(&kept, &next.services[1].health[0]),
+            "the unchanged target keeps its health"
+        );
+        assert!(Arc::ptr_eq(
+            &first.services[1].balancer.target(0).load,
+            &next.services[1].balancer.target(0).load
+        ));
+        assert_ne!(first.hash, next.hash);
+        assert_eq!(next.hash.as_ref(), next.config.content_hash());
+
+        // A bad target is refused on the fast path too, naming it.
+        let errs = Runtime::next(&first, parse(&table("{target: 'nope'}")), &registry)
+            .err()
+            .unwrap();
+        assert_eq!(errs[0].field, "targets[0].target");
+        // Anything else changing is a full compile.
+        let other = table("{target: '10.0.0.2:80'}").replace("id: p,", "id: q,");
+        let full = Runtime::next(&first, parse(&other), &registry).unwrap();
+        assert!(!Arc::ptr_eq(&first.routes, &full.routes));
+    }
+
+    #[test]
     fn targets_and_host_headers() {
-        let t = target("::1", 8080);
-        assert_eq!(&*t.addr, "[::1]:8080");
-        let t = target("example.org", 80);
-        assert_eq!(t.host_header, "example.org");
+        let (addr, _) = target_address("::1", 8080);
+        assert_eq!(&*addr, "[::1]:8080");
+        let (_, host) = target_address("example.org", 80);
+        assert_eq!(host, "example.org");
     }
 }

@@ -16,6 +16,7 @@ pub mod consumers;
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzzing;
+pub mod health;
 pub mod metrics;
 pub mod pipeline;
 pub mod plugins;

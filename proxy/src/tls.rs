@@ -26,7 +26,15 @@ pub fn provider() -> Arc<CryptoProvider> {
 ///
 /// On error, returns the offending field (`cert` or `key`) and what is wrong with it.
 pub fn parse_certificate(c: &Certificate) -> Result<CertifiedKey, (&'static str, String)> {
-    let chain = CertificateDer::pem_slice_iter(c.cert.as_bytes())
+    parse_cert_and_key(&c.cert, &c.key)
+}
+
+/// Parses a PEM certificate chain and its PEM key (a served or a client certificate) and
+/// checks that they belong together.
+///
+/// On error, returns the offending part (`cert` or `key`) and what is wrong with it.
+pub fn parse_cert_and_key(cert: &str, key: &str) -> Result<CertifiedKey, (&'static str, String)> {
+    let chain = CertificateDer::pem_slice_iter(cert.as_bytes())
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| {
             (
@@ -37,7 +45,7 @@ pub fn parse_certificate(c: &Certificate) -> Result<CertifiedKey, (&'static str,
     if chain.is_empty() {
         return Err(("cert", "no `BEGIN CERTIFICATE` block".to_string()));
     }
-    let key = PrivateKeyDer::from_pem_slice(c.key.as_bytes()).map_err(|e| {
+    let key = PrivateKeyDer::from_pem_slice(key.as_bytes()).map_err(|e| {
         (
             "key",
             format!(
@@ -58,7 +66,7 @@ pub fn parse_certificate(c: &Certificate) -> Result<CertifiedKey, (&'static str,
 
 /// What is wrong with a PEM text, in words that never quote it: the parser's own messages
 /// carry the offending line, which for a key with lost newlines is the whole key.
-fn pem_error(e: &pem::Error) -> &'static str {
+pub fn pem_error(e: &pem::Error) -> &'static str {
     match e {
         pem::Error::MissingSectionEnd { .. } => {
             "a BEGIN line without its END line (were the newlines lost?)"
@@ -164,6 +172,59 @@ pub fn server_config(resolver: Arc<dyn ResolvesServerCert>) -> rustls::ServerCon
         .with_cert_resolver(resolver);
     config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     config
+}
+
+/// A server certificate verifier that accepts any certificate, for `verify: false`: the
+/// handshake's signatures are still checked (with the provider's algorithms), so the peer must
+/// at least hold the key of the certificate it shows.
+#[derive(Debug)]
+pub struct AcceptAnyServerCert;
+
+impl rustls::client::danger::ServerCertVerifier for AcceptAnyServerCert {
+    fn verify_server_cert(
+        &self,
+        _end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _server_name: &rustls::pki_types::ServerName<'_>,
+        _ocsp_response: &[u8],
+        _now: rustls::pki_types::UnixTime,
+    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
+        Ok(rustls::client::danger::ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &provider().signature_verification_algorithms,
+        )
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &provider().signature_verification_algorithms,
+        )
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        provider()
+            .signature_verification_algorithms
+            .supported_schemes()
+    }
 }
 
 #[cfg(test)]

@@ -86,6 +86,12 @@ impl Proc {
 
 /// Starts `weir echo` named `name` on a free port.
 pub fn echo(name: &str) -> Proc {
+    echo_with(name, &[])
+}
+
+/// Starts `weir echo` named `name` on a free port with extra flags (`--delay-ms`,
+/// `--status-file`).
+pub fn echo_with(name: &str, extra: &[&str]) -> Proc {
     let port = free_port();
     let child = Command::new(WEIR)
         .args([
@@ -95,6 +101,7 @@ pub fn echo(name: &str) -> Proc {
             "--name",
             name,
         ])
+        .args(extra)
         .env("RUST_LOG", "warn")
         .stdout(Stdio::null())
         .spawn()
@@ -108,6 +115,8 @@ pub struct Weir {
     pub proc: Proc,
     pub admin: u16,
     pub dir: PathBuf,
+    /// Where the log is kept ([`Weir::start_logged`]).
+    pub log_dir: Option<PathBuf>,
 }
 
 pub fn temp_dir(tag: &str) -> PathBuf {
@@ -127,6 +136,25 @@ impl Weir {
     }
 
     pub fn start_with(config: &str, extra: &[&str], stdout: Stdio) -> Weir {
+        Weir::start_full(config, extra, stdout, Stdio::inherit())
+    }
+
+    /// Starts the proxy with its log (stderr) kept in a file, read by [`Weir::log`].
+    pub fn start_logged(config: &str, extra: &[&str]) -> Weir {
+        let dir = temp_dir("proxy-log");
+        let file = std::fs::File::create(dir.join("stderr.log")).unwrap();
+        let mut w = Weir::start_full(config, extra, Stdio::null(), Stdio::from(file));
+        w.log_dir = Some(dir);
+        w
+    }
+
+    /// The log of a proxy started with [`Weir::start_logged`].
+    pub fn log(&self) -> String {
+        let dir = self.log_dir.as_ref().expect("started with start_logged");
+        std::fs::read_to_string(dir.join("stderr.log")).unwrap_or_default()
+    }
+
+    fn start_full(config: &str, extra: &[&str], stdout: Stdio, stderr: Stdio) -> Weir {
         let dir = temp_dir("proxy");
         let cfg = dir.join("config.yaml");
         std::fs::write(&cfg, config).unwrap();
@@ -148,12 +176,14 @@ impl Weir {
             .args(&args)
             .env("RUST_LOG", "warn")
             .stdout(stdout)
+            .stderr(stderr)
             .spawn()
             .expect("spawn weir proxy");
         let w = Weir {
             proc: Proc { child, port },
             admin,
             dir,
+            log_dir: None,
         };
         wait_for_port(port);
         wait_for_port(admin);
@@ -183,6 +213,9 @@ impl Weir {
 impl Drop for Weir {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.dir);
+        if let Some(d) = &self.log_dir {
+            let _ = std::fs::remove_dir_all(d);
+        }
     }
 }
 

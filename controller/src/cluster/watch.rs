@@ -250,8 +250,10 @@ pub fn start(client: &Client, namespaces: &Option<Vec<String>>, shared: &Arc<Sha
         Object::EndpointSlice,
         shared,
     );
-    // Only TLS Secrets and Secrets labelled `weir.dev/credential` (with any value: `"true"` for
-    // Plugin configurations, the credential kind for Consumers' credentials) are read.
+    // Only TLS Secrets (Ingress certificates, Upstream client certificates and CA bundles) and
+    // Secrets labelled `weir.dev/credential` (with any value: `"true"` for Plugin
+    // configurations and Upstream CA bundles, the credential kind for Consumers' credentials)
+    // are read.
     let tls = all.clone().fields("type=kubernetes.io/tls");
     spawn::<Secret>(
         client,

@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::networking::v1::{Ingress, IngressBackend};
 use weir_crds::annotations as a;
-use weir_proxy::config::{PathKind, PathRule, PluginConfig, Route};
+use weir_proxy::config::{check_host, PathKind, PathRule, PluginConfig, Route};
 
 use super::annotations::{self, IngressAnnotations};
 use super::{obj, Translator};
@@ -36,23 +36,13 @@ fn path_rule(path: &str, path_type: &str) -> Result<PathRule, String> {
             ))
         }
     };
-    match kind {
-        PathKind::Regex => {
-            // Compiled as the router does (anchored and grouped), so `(?x)` comments and the
-            // like cannot break the group.
-            weir_proxy::router::anchored_regex(&path)
-                .map_err(|e| format!("invalid regex after \"/~\": {e}"))?;
-        }
-        _ => {
-            if !path.starts_with('/') {
-                return Err(format!("{path:?} must start with \"/\""));
-            }
-            if path.contains(['?', '#', ' ']) || path.chars().any(|c| c.is_control()) {
-                return Err(format!("{path:?} contains characters not allowed in a path (?, #, spaces, control characters)"));
-            }
-        }
-    }
-    Ok(PathRule { path, kind })
+    let rule = PathRule { path, kind };
+    // The proxy's own check, so the two never disagree.
+    weir_proxy::config::check_path_rule(&rule).map_err(|m| match rule.kind {
+        PathKind::Regex => m.replacen("invalid regex", "invalid regex after \"/~\"", 1),
+        _ => m,
+    })?;
+    Ok(rule)
 }
 
 /// A `request-termination` entry that makes a route answer 503 with the reason.
@@ -82,26 +72,6 @@ struct RouteContext<'a> {
     plugins: &'a [super::plugins::Resolved],
     /// Why the Ingress's routes answer 503, if they do.
     disabled: Option<&'static str>,
-}
-
-/// A DNS name, optionally with one leading `*.` label (Kubernetes Ingress host rules).
-fn check_host(h: &str) -> Result<(), String> {
-    let name = h.strip_prefix("*.").unwrap_or(h);
-    let ok = !name.is_empty()
-        && name.len() <= 253
-        && name.split('.').all(|l| {
-            !l.is_empty()
-                && l.len() <= 63
-                && !l.starts_with('-')
-                && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
-        });
-    if ok {
-        Ok(())
-    } else {
-        Err(format!(
-            "{h:?} is not a DNS name (optionally with a leading \"*.\"; no port)"
-        ))
-    }
 }
 
 fn kind_name(k: PathKind) -> &'static str {

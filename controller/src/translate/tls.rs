@@ -9,7 +9,8 @@ use super::{obj, secret_text, Translator};
 use crate::problem::Reason;
 use crate::store::{Key, Kind};
 
-const TLS_TYPE: &str = "kubernetes.io/tls";
+/// The Secret type of certificates (Ingress `tls`, an Upstream's client certificate).
+pub(super) const TLS_TYPE: &str = "kubernetes.io/tls";
 
 impl Translator<'_> {
     pub(super) fn tls(&mut self, key: &Key, ing: &Ingress) {
@@ -75,7 +76,7 @@ impl Translator<'_> {
 }
 
 /// The Secret's certificate and key, checked the way the proxy will load them.
-fn read_pair(secret: &Secret) -> Result<(String, String), String> {
+pub(super) fn read_pair(secret: &Secret) -> Result<(String, String), String> {
     let text = |key: &str| secret_text(secret, key).ok_or_else(|| format!("has no readable {key}"));
     let (cert, key) = (text("tls.crt")?, text("tls.key")?);
     let probe = Certificate {

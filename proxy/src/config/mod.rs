@@ -9,6 +9,7 @@
 //! without pulling in the data plane.
 
 mod secrets;
+mod upstream;
 mod validate;
 
 use std::collections::BTreeMap;
@@ -17,7 +18,11 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 pub use secrets::{mark_secret_fields, redact_plugin_config, REDACTED};
-pub use validate::{ConfigError, PluginValidator};
+pub use upstream::{
+    ActiveHealthcheck, Algorithm, Alpn, ClientCertificate, HashBy, HashFallback, HashOn,
+    Healthchecks, PassiveHealthcheck, ProbeKind, RetryOn, ServiceTls, Target, Upstream,
+};
+pub use validate::{check_host, check_path_rule, ConfigError, PluginValidator};
 
 /// The version of the routing-table format this proxy understands.
 pub const CONFIG_VERSION: u32 = 1;
@@ -85,6 +90,9 @@ pub struct Settings {
     /// Collapse `//` into `/` when normalising request paths before routing.
     #[serde(default = "yes")]
     pub merge_slashes: bool,
+    /// Add `X-Weir-Upstream-Tries` (how many tries the answer took) to proxied responses.
+    #[serde(default)]
+    pub upstream_tries_header: bool,
 }
 
 impl Default for Settings {
@@ -92,6 +100,7 @@ impl Default for Settings {
         Settings {
             latency_headers: true,
             merge_slashes: true,
+            upstream_tries_header: false,
         }
     }
 }
@@ -219,9 +228,15 @@ pub struct Service {
     /// Milliseconds between two successful writes of the request body to the upstream.
     #[serde(default = "default_timeout")]
     pub write_timeout: u64,
-    /// How many times a failed connection attempt is retried (on another target if any).
+    /// How many times a failed try is retried, each on another target while there is one.
     #[serde(default = "default_retries")]
     pub retries: u32,
+    /// Failures retried besides connections that could not be made (idempotent requests only).
+    #[serde(default, skip_serializing_if = "RetryOn::is_off")]
+    pub retry_on: RetryOn,
+    /// TLS towards the targets, for `https` and `grpcs`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls: Option<ServiceTls>,
 }
 
 fn default_timeout() -> u64 {
@@ -247,44 +262,6 @@ pub enum UpstreamProtocol {
     Grpc,
     /// gRPC over TLS.
     Grpcs,
-}
-
-/// A named group of targets.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Upstream {
-    /// Unique id.
-    pub id: String,
-    /// How a target is chosen for each request.
-    #[serde(default)]
-    pub algorithm: Algorithm,
-    /// The targets; an empty list answers 503.
-    #[serde(default)]
-    pub targets: Vec<Target>,
-}
-
-/// Load-balancing algorithm.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Algorithm {
-    /// Weighted round-robin.
-    #[default]
-    RoundRobin,
-}
-
-/// One target of an upstream.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Target {
-    /// `ip:port`, `[ipv6]:port` or `hostname:port`.
-    pub target: String,
-    /// Relative share of requests; 0 takes the target out of rotation.
-    #[serde(default = "default_weight")]
-    pub weight: u32,
-}
-
-fn default_weight() -> u32 {
-    100
 }
 
 /// Splits a target into host and port: `ip:port`, `[ipv6]:port` or `hostname:port`.
@@ -646,8 +623,30 @@ impl Config {
 
     /// Returns the table with `hash` set to [`Config::content_hash`].
     pub fn with_hash(mut self) -> Config {
-        self.hash = Some(self.content_hash());
+        // Without a copy of the table (10,000 routes are megabytes).
+        self.hash = None;
+        let bytes = serde_json::to_vec(&self).expect("a Config always serialises");
+        self.hash = Some(hex(&Sha256::digest(&bytes)));
         self
+    }
+
+    /// Whether `self` and `other` differ at most in their upstreams' targets, algorithms,
+    /// hashing and health checks (the same upstream ids, everything else equal): what an
+    /// endpoint change is.
+    pub fn differs_only_in_upstreams(&self, other: &Config) -> bool {
+        self.version == other.version
+            && self.settings == other.settings
+            && self.upstreams.len() == other.upstreams.len()
+            && self
+                .upstreams
+                .iter()
+                .zip(&other.upstreams)
+                .all(|(a, b)| a.id == b.id)
+            && self.services == other.services
+            && self.certificates == other.certificates
+            && self.consumers == other.consumers
+            && self.plugins == other.plugins
+            && self.routes == other.routes
     }
 }
 

@@ -3,7 +3,7 @@
 use std::collections::{HashMap, HashSet};
 use std::fmt;
 
-use super::{Config, PathKind};
+use super::{Config, PathKind, UpstreamProtocol};
 
 /// One problem in a routing table.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
@@ -116,7 +116,272 @@ fn ids<'a>(
     seen
 }
 
+fn statuses(
+    errs: &mut Errors,
+    entity: &'static str,
+    id: &str,
+    field: &str,
+    list: &[u16],
+    range: std::ops::RangeInclusive<u16>,
+) {
+    for (i, code) in list.iter().enumerate() {
+        if !range.contains(code) {
+            errs.push(
+                entity,
+                id,
+                format!("{field}[{i}]"),
+                format!(
+                    "{code} is not a status between {} and {}",
+                    range.start(),
+                    range.end()
+                ),
+            );
+        }
+    }
+}
+
+/// A service's retry and TLS settings.
+fn check_service_balancing(s: &super::Service, errs: &mut Errors) {
+    statuses(
+        errs,
+        "service",
+        &s.id,
+        "retry_on.statuses",
+        &s.retry_on.statuses,
+        400..=599,
+    );
+    let Some(tls) = &s.tls else { return };
+    if !matches!(
+        s.protocol,
+        UpstreamProtocol::Https | UpstreamProtocol::Grpcs
+    ) {
+        errs.push(
+            "service",
+            &s.id,
+            "tls",
+            "applies only to protocol https or grpcs",
+        );
+    }
+    if let Some(sni) = &tls.sni {
+        if !is_dns_name(sni) {
+            errs.push(
+                "service",
+                &s.id,
+                "tls.sni",
+                format!("{sni:?} is not a DNS name"),
+            );
+        }
+    }
+    if tls.alpn == Some(super::Alpn::Http11) && s.protocol == UpstreamProtocol::Grpcs {
+        errs.push("service", &s.id, "tls.alpn", "gRPC needs h2");
+    }
+    // The PEMs, built as compiling builds them.
+    if let Err((field, m)) = crate::compile::check_service_tls(s, false) {
+        errs.push("service", &s.id, field, m);
+    }
+}
+
+/// Whether `name` is a DNS host name (letters, digits, `-`, `_`, dots; no IP literal).
+fn is_dns_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 253
+        && name.parse::<std::net::IpAddr>().is_err()
+        && name.split('.').all(|label| {
+            !label.is_empty()
+                && label.len() <= 63
+                && label
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+        })
+}
+
+/// One upstream: targets, hashing input and health checks.
+fn check_upstream(u: &super::Upstream, errs: &mut Errors) {
+    for (i, t) in u.targets.iter().enumerate() {
+        if let Err(m) = super::parse_target(&t.target) {
+            errs.push("upstream", &u.id, format!("targets[{i}].target"), m);
+        }
+        if t.weight > 65_535 {
+            errs.push(
+                "upstream",
+                &u.id,
+                format!("targets[{i}].weight"),
+                "must be between 0 and 65535",
+            );
+        }
+    }
+    check_upstream_balancing(u, errs);
+}
+
+/// An upstream's hashing input and health checks.
+fn check_upstream_balancing(u: &super::Upstream, errs: &mut Errors) {
+    use super::{Algorithm, HashBy};
+    let named = |errs: &mut Errors, field: &str, by: HashBy, name: &Option<String>| {
+        let needs = matches!(by, HashBy::Header | HashBy::Cookie | HashBy::QueryArg);
+        match name {
+            None if needs => errs.push(
+                "upstream",
+                &u.id,
+                field,
+                format!("required with by: {}", by.as_str()),
+            ),
+            Some(_) if !needs => errs.push(
+                "upstream",
+                &u.id,
+                field,
+                format!("not used with by: {}", by.as_str()),
+            ),
+            Some(n)
+                if by == HashBy::Header && http::HeaderName::from_bytes(n.as_bytes()).is_err() =>
+            {
+                errs.push(
+                    "upstream",
+                    &u.id,
+                    field,
+                    format!("{n:?} is not a header name"),
+                )
+            }
+            Some(n) if n.is_empty() || !n.bytes().all(is_token_byte) => errs.push(
+                "upstream",
+                &u.id,
+                field,
+                format!("{n:?} is not a cookie or argument name"),
+            ),
+            _ => {}
+        }
+    };
+    match (&u.hash_on, u.algorithm) {
+        (Some(_), a) if a != Algorithm::ConsistentHashing => errs.push(
+            "upstream",
+            &u.id,
+            "hash_on",
+            "used only with algorithm: consistent-hashing",
+        ),
+        (None, Algorithm::ConsistentHashing) => errs.push(
+            "upstream",
+            &u.id,
+            "hash_on",
+            "required with algorithm: consistent-hashing",
+        ),
+        _ => {}
+    }
+    if let Some(h) = &u.hash_on {
+        named(errs, "hash_on.name", h.by, &h.name);
+        if let Some(f) = &h.fallback {
+            if f.by == HashBy::Cookie {
+                errs.push("upstream", &u.id, "hash_on.fallback.by", "cannot be cookie");
+            } else {
+                named(errs, "hash_on.fallback.name", f.by, &f.name);
+            }
+        }
+        if !h.cookie_path.starts_with('/')
+            || !h
+                .cookie_path
+                .bytes()
+                .all(|b| b.is_ascii_graphic() && b != b';')
+        {
+            errs.push(
+                "upstream",
+                &u.id,
+                "hash_on.cookie_path",
+                format!("{:?} is not a cookie path", h.cookie_path),
+            );
+        }
+    }
+    let hc = &u.healthchecks;
+    if let Some(p) = &hc.passive {
+        statuses(
+            errs,
+            "upstream",
+            &u.id,
+            "healthchecks.passive.unhealthy_statuses",
+            &p.unhealthy_statuses,
+            100..=599,
+        );
+        if p.cooldown == 0 {
+            errs.push(
+                "upstream",
+                &u.id,
+                "healthchecks.passive.cooldown",
+                "must be at least 1 second",
+            );
+        }
+    }
+    if let Some(a) = &hc.active {
+        let field = |f: &str| format!("healthchecks.active.{f}");
+        statuses(
+            errs,
+            "upstream",
+            &u.id,
+            &field("healthy_statuses"),
+            &a.healthy_statuses,
+            100..=599,
+        );
+        if !a.path.starts_with('/') || !a.path.bytes().all(|b| b.is_ascii_graphic()) {
+            errs.push(
+                "upstream",
+                &u.id,
+                field("path"),
+                format!("{:?} is not an absolute path", a.path),
+            );
+        }
+        if let Some(h) = &a.host {
+            if h.is_empty() || !h.bytes().all(|b| b.is_ascii_graphic()) {
+                errs.push(
+                    "upstream",
+                    &u.id,
+                    field("host"),
+                    format!("{h:?} is not a host"),
+                );
+            }
+        }
+        if a.interval < 100 {
+            errs.push(
+                "upstream",
+                &u.id,
+                field("interval"),
+                "must be at least 100 milliseconds",
+            );
+        }
+        if a.timeout == 0 {
+            errs.push(
+                "upstream",
+                &u.id,
+                field("timeout"),
+                "must be at least 1 millisecond",
+            );
+        }
+        for (f, v) in [
+            ("healthy_threshold", a.healthy_threshold),
+            ("unhealthy_threshold", a.unhealthy_threshold),
+        ] {
+            if v == 0 {
+                errs.push("upstream", &u.id, field(f), "must be at least 1");
+            }
+        }
+    }
+}
+
+/// RFC 9110 token characters (cookie and query-argument names are kept to these).
+fn is_token_byte(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
+}
+
 impl Config {
+    /// Checks the upstreams alone: enough for a table that differs from a valid one only in
+    /// them ([`Config::differs_only_in_upstreams`]).
+    pub fn validate_upstreams(&self) -> Result<(), Vec<ConfigError>> {
+        let mut errs = Errors(Vec::new());
+        for u in &self.upstreams {
+            check_upstream(u, &mut errs);
+        }
+        if errs.0.is_empty() {
+            Ok(())
+        } else {
+            Err(errs.0)
+        }
+    }
+
     /// Checks references, syntax and plugin configs; returns every problem found.
     pub fn validate(&self, plugins: &dyn PluginValidator) -> Result<(), Vec<ConfigError>> {
         let mut errs = Errors(Vec::new());
@@ -170,33 +435,8 @@ impl Config {
                 }
             }
             for (i, p) in r.paths.iter().enumerate() {
-                let field = format!("paths[{i}].path");
-                match p.kind {
-                    PathKind::Exact | PathKind::Prefix => {
-                        if !p.path.starts_with('/') {
-                            errs.push(
-                                "route",
-                                &r.id,
-                                field,
-                                format!("{:?} must start with \"/\"", p.path),
-                            );
-                        } else if p.path.contains(['?', '#'])
-                            || p.path.chars().any(|c| c.is_ascii_control() || c == ' ')
-                        {
-                            errs.push(
-                                "route",
-                                &r.id,
-                                field,
-                                format!("{:?} contains characters not allowed in a path", p.path),
-                            );
-                        }
-                    }
-                    PathKind::Regex => {
-                        // Anchored exactly as router::anchored_regex does.
-                        if let Err(e) = regex::Regex::new(&format!("^(?:{})", p.path)) {
-                            errs.push("route", &r.id, field, format!("invalid regex: {e}"));
-                        }
-                    }
+                if let Err(m) = check_path_rule(p) {
+                    errs.push("route", &r.id, format!("paths[{i}].path"), m);
                 }
             }
             for (i, m) in r.methods.iter().enumerate() {
@@ -376,35 +616,11 @@ impl Config {
                     errs.push("service", &s.id, field, "must be at least 1 millisecond");
                 }
             }
-            if !matches!(
-                s.protocol,
-                super::UpstreamProtocol::Http
-                    | super::UpstreamProtocol::H2c
-                    | super::UpstreamProtocol::Grpc
-            ) {
-                errs.push(
-                    "service",
-                    &s.id,
-                    "protocol",
-                    "upstream TLS (https, grpcs) is not supported by this proxy version",
-                );
-            }
+            check_service_balancing(s, &mut errs);
         }
 
         for u in &self.upstreams {
-            for (i, t) in u.targets.iter().enumerate() {
-                if let Err(m) = super::parse_target(&t.target) {
-                    errs.push("upstream", &u.id, format!("targets[{i}].target"), m);
-                }
-                if t.weight > 65_535 {
-                    errs.push(
-                        "upstream",
-                        &u.id,
-                        format!("targets[{i}].weight"),
-                        "must be between 0 and 65535",
-                    );
-                }
-            }
+            check_upstream(u, &mut errs);
         }
 
         // (name, route, service, consumer) → the first plugin id with that exact scope.
@@ -483,8 +699,32 @@ impl Config {
     }
 }
 
-/// Checks a route host: a DNS name, optionally with one leading `*.` label.
-fn check_host(h: &str) -> Result<(), String> {
+/// Checks a route path rule as the router reads it: a literal path starts with `/` and has
+/// no `?`, `#`, space or control character; a regex compiles as the router anchors it. The
+/// controller checks Ingress paths with this same function.
+pub fn check_path_rule(p: &super::PathRule) -> Result<(), String> {
+    match p.kind {
+        PathKind::Exact | PathKind::Prefix => {
+            if !p.path.starts_with('/') {
+                Err(format!("{:?} must start with \"/\"", p.path))
+            } else if p.path.contains(['?', '#', ' ']) || p.path.chars().any(char::is_control) {
+                Err(format!(
+                    "{:?} contains characters not allowed in a path (?, #, spaces, control characters)",
+                    p.path
+                ))
+            } else {
+                Ok(())
+            }
+        }
+        PathKind::Regex => crate::router::anchored_regex(&p.path)
+            .map(drop)
+            .map_err(|e| format!("invalid regex: {e}")),
+    }
+}
+
+/// Checks a route host: a DNS name (labels of letters, digits, `-` and `_`), optionally
+/// with one leading `*.` label. The controller checks Ingress hosts with this same function.
+pub fn check_host(h: &str) -> Result<(), String> {
     let name = h.strip_prefix("*.").unwrap_or(h);
     if name.is_empty() || name.len() > 253 {
         return Err(format!("{h:?} is not a valid host"));
@@ -566,6 +806,46 @@ mod tests {
         for w in want {
             assert!(e.iter().any(|l| l.contains(w)), "missing {w:?} in {e:#?}");
         }
+    }
+
+    #[test]
+    fn balancing_problems_name_their_field() {
+        let e = errors(
+            "services:\n\
+             - {id: a, upstream: u, retry_on: {statuses: [200]}}\n\
+             - {id: b, host: h, port: 1, tls: {sni: '10.0.0.1'}}\n\
+             - {id: c, protocol: grpcs, host: h, port: 1, tls: {alpn: http/1.1}}\n\
+             - {id: d, protocol: https, host: h, port: 1, tls: {ca_certificates: 'not a pem'}}\n\
+             upstreams:\n\
+             - {id: u, algorithm: consistent-hashing, hash_on: {by: header, fallback: {by: cookie, name: c}, cookie_path: x}}\n\
+             - {id: v, hash_on: {by: ip, name: x}, healthchecks: {passive: {cooldown: 0, unhealthy_statuses: [99]}, \
+             active: {path: nope, interval: 5, timeout: 0, healthy_threshold: 0, healthy_statuses: [600]}}}\n\
+             - {id: w, algorithm: consistent-hashing}\n",
+        );
+        let want = [
+            "service \"a\": retry_on.statuses[0]: 200 is not a status between 400 and 599",
+            "service \"b\": tls: applies only to protocol https or grpcs",
+            "service \"b\": tls.sni: \"10.0.0.1\" is not a DNS name",
+            "service \"c\": tls.alpn: gRPC needs h2",
+            "service \"d\": tls.ca_certificates",
+            "upstream \"u\": hash_on.name: required with by: header",
+            "upstream \"u\": hash_on.fallback.by: cannot be cookie",
+            "upstream \"u\": hash_on.cookie_path",
+            "upstream \"v\": hash_on: used only with algorithm: consistent-hashing",
+            "upstream \"v\": hash_on.name: not used with by: ip",
+            "upstream \"v\": healthchecks.passive.unhealthy_statuses[0]",
+            "upstream \"v\": healthchecks.passive.cooldown",
+            "upstream \"v\": healthchecks.active.healthy_statuses[0]",
+            "upstream \"v\": healthchecks.active.path",
+            "upstream \"v\": healthchecks.active.interval",
+            "upstream \"v\": healthchecks.active.timeout",
+            "upstream \"v\": healthchecks.active.healthy_threshold",
+            "upstream \"w\": hash_on: required with algorithm: consistent-hashing",
+        ];
+        for w in want {
+            assert!(e.iter().any(|l| l.contains(w)), "missing {w:?} in {e:#?}");
+        }
+        assert_eq!(e.len(), want.len(), "{e:#?}");
     }
 
     #[test]

@@ -59,8 +59,10 @@ pub struct RequestCtx {
     /// ([`Plugin::body_before_access`](crate::plugins::Plugin::body_before_access)). A plugin
     /// may replace it; it is what goes upstream (with its exact length).
     pub request_body: Option<Bytes>,
-    /// Balancer data: every connection attempt made for this request.
+    /// Balancer data: every try made for this request, in order.
     pub tries: Vec<Try>,
+    /// The target chosen by a plugin, bypassing the balancer ([`RequestCtx::set_target`]).
+    pub upstream_target: Option<ChosenTarget>,
     /// The plugins collected in access, replayed by the later phases.
     pub(crate) plugins: Arc<[PluginInstance]>,
     /// The table's consumers, when it has any or authenticates.
@@ -83,12 +85,32 @@ pub struct Timings {
 }
 
 /// One attempt to reach a target.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize)]
 pub struct Try {
     /// The target (`host:port`).
     pub target: Arc<str>,
     /// Why the attempt failed, if it did.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// The status the target answered, if it did.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub status: Option<u16>,
+    /// From the start of the try to its answer's head or its failure (`ms` in the log).
+    #[serde(rename = "ms", serialize_with = "ser_ms")]
+    pub elapsed: Duration,
+}
+
+fn ser_ms<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_f64(ms(*d))
+}
+
+/// A target a plugin chose for a request ([`RequestCtx::set_target`]).
+#[derive(Debug, Clone)]
+pub struct ChosenTarget {
+    /// `host:port`.
+    pub addr: Arc<str>,
+    /// The `Host` header sent when the route does not keep the client's.
+    pub host_header: http::HeaderValue,
 }
 
 impl RequestCtx {
@@ -113,10 +135,21 @@ impl RequestCtx {
             upstream_uri: None,
             request_body: None,
             tries: Vec::new(),
+            upstream_target: None,
             plugins: global,
             directory: None,
             consumer_scope: None,
         }
+    }
+
+    /// Sends this request to `host:port` instead of a target the balancer picks (Kong's
+    /// `kong.service.set_target`), with the service's protocol, TLS settings and timeouts. Set
+    /// before the balancer phase; health checks and the algorithm do not apply.
+    pub fn set_target(&mut self, host: &str, port: u16) -> Result<(), String> {
+        let (addr, host_header) = crate::compile::target_address(host, port);
+        crate::config::parse_target(&addr)?;
+        self.upstream_target = Some(ChosenTarget { addr, host_header });
+        Ok(())
     }
 
     /// The plugins that later phases run for this request.
@@ -444,8 +477,11 @@ pub struct LogRecord {
     pub service: Option<Arc<str>>,
     /// The target that answered.
     pub target: Option<Arc<str>>,
-    /// Connection attempts made.
+    /// Tries made.
     pub tries: usize,
+    /// Every try, when there was more than one.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub upstream_tries: Vec<Try>,
     /// Request body bytes received.
     pub request_bytes: u64,
     /// Response body bytes sent.
@@ -689,6 +725,7 @@ mod tests {
             service: None,
             target: None,
             tries: 0,
+            upstream_tries: Vec::new(),
             request_bytes: 0,
             response_bytes: 0,
             latencies: Latencies::default(),

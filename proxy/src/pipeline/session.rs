@@ -27,6 +27,8 @@ pub(crate) struct Session {
     pub _guard: Option<InFlight>,
     /// A gRPC call's content type: Weir's own answers are gRPC statuses in that type.
     pub grpc: Option<http::HeaderValue>,
+    /// The request counted in flight on its target, until it ends.
+    pub upstream_load: Option<crate::balancer::InFlight>,
 }
 
 impl Drop for Session {

@@ -407,7 +407,7 @@ fn client_tls_config(verify: bool) -> Result<rustls::ClientConfig, String> {
     } else {
         builder
             .dangerous()
-            .with_custom_certificate_verifier(Arc::new(NoVerify))
+            .with_custom_certificate_verifier(Arc::new(crate::tls::AcceptAnyServerCert))
             .with_no_client_auth()
     };
     Ok(config)
@@ -432,55 +432,4 @@ fn system_roots() -> Result<Vec<CertificateDer<'static>>, String> {
         }
     }
     Err("ssl_verify: no CA bundle found (set SSL_CERT_FILE)".into())
-}
-
-/// Accepts any certificate: what `ssl_verify: false` asks for.
-#[derive(Debug)]
-struct NoVerify;
-
-impl rustls::client::danger::ServerCertVerifier for NoVerify {
-    fn verify_server_cert(
-        &self,
-        _end_entity: &CertificateDer<'_>,
-        _intermediates: &[CertificateDer<'_>],
-        _server_name: &ServerName<'_>,
-        _ocsp_response: &[u8],
-        _now: rustls::pki_types::UnixTime,
-    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
-        Ok(rustls::client::danger::ServerCertVerified::assertion())
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &rustls::DigitallySignedStruct,
-    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(
-            message,
-            cert,
-            dss,
-            &crate::tls::provider().signature_verification_algorithms,
-        )
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &rustls::DigitallySignedStruct,
-    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(
-            message,
-            cert,
-            dss,
-            &crate::tls::provider().signature_verification_algorithms,
-        )
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
-        crate::tls::provider()
-            .signature_verification_algorithms
-            .supported_schemes()
-    }
 }

@@ -18,6 +18,7 @@ use super::tunnel;
 use super::Shared;
 use crate::compile::{CompiledRoute, CompiledService};
 use crate::config::ClientProtocol;
+use crate::health::Outcome;
 use crate::pipeline::{
     self, BodyStop, ConnActivity, InFlight, LogRecord, ProxyBody, RequestCtx, Session, Try,
 };
@@ -31,6 +32,7 @@ use crate::upstream::{self, Added, BodyStats, PoolKey, UpstreamBody};
 const SERVER: HeaderValue = HeaderValue::from_static("weir");
 const PROXY_LATENCY: HeaderName = HeaderName::from_static("x-weir-proxy-latency");
 const UPSTREAM_LATENCY: HeaderName = HeaderName::from_static("x-weir-upstream-latency");
+const UPSTREAM_TRIES: HeaderName = HeaderName::from_static("x-weir-upstream-tries");
 
 /// What the handler knows about the client connection (built once per connection).
 #[derive(Debug)]
@@ -157,6 +159,7 @@ pub async fn handle(
         service: None,
         target: None,
         tries: 0,
+        upstream_tries: Vec::new(),
         request_bytes: 0,
         response_bytes: 0,
         latencies: Default::default(),
@@ -178,6 +181,7 @@ pub async fn handle(
             request_bytes: None,
             _guard: Some(guard),
             grpc,
+            upstream_load: None,
         }),
         shared,
     };
@@ -343,6 +347,14 @@ pub async fn handle(
     if body.is_some() || p.s.ctx.request_body.is_some() {
         head.headers.remove(header::EXPECT);
     }
+    // Consistent hashing reads the request as the plugins left it, before it is rewritten.
+    let (hash_key, set_cookie) = match &service.hash {
+        Some(h) => {
+            let k = h.key(p.s.ctx.client_ip, &head.headers, path, head.uri.query());
+            (k.hash, k.set_cookie)
+        }
+        None => (None, None),
+    };
     let mut added = Added::default();
     prepare_request_headers(
         &mut head,
@@ -371,6 +383,35 @@ pub async fn handle(
     {
         return p.too_large(max_body);
     }
+    // A request that may be sent again after the upstream saw it (`retry_on`) keeps its body:
+    // idempotent, not a tunnel, and small enough (a large upload streams, and is sent once).
+    let replayable = !service.retry_on.is_off()
+        && asked_upgrade.is_none()
+        && headers::is_idempotent(&head.method);
+    let keep_limit = p.shared.opts.max_retry_body;
+    let mut body = body;
+    if replayable
+        && body.as_ref().is_some_and(|b| !b.is_end_stream())
+        && content_length(&head).is_some_and(|n| n <= keep_limit.min(buffered_limit(max_body, &p)))
+        && !pipeline::reads_request_body(&p.s.ctx)
+        && early.is_none()
+    {
+        let idle = p.shared.opts.header_read_timeout;
+        let limit = keep_limit.min(buffered_limit(max_body, &p));
+        let read = match body.take() {
+            Some(b) => pipeline::read_body_before_access(&mut p.s.ctx, b, limit, idle).await,
+            None => Ok((bytes::Bytes::new(), 0)),
+        };
+        match read {
+            Ok((bytes, received)) => {
+                p.s.record.request_bytes = received;
+                p.s.ctx.request_body = Some(bytes);
+            }
+            Err(stop) => return body_stopped(p, stop, limit),
+        }
+    }
+    let early = early.or_else(|| p.s.ctx.request_body.take());
+    let mut kept: Option<bytes::Bytes> = None;
     let body = match body {
         // request_body: the plugins that read bodies see it (also an empty one: a plugin that
         // requires a body must see it missing) before anything goes upstream.
@@ -398,6 +439,9 @@ pub async fn handle(
                     // The length changed with the plugins' edits: the encoder frames it anew.
                     head.headers.remove(header::CONTENT_LENGTH);
                     head.headers.remove(header::TRANSFER_ENCODING);
+                    if replayable && bytes.len() as u64 <= keep_limit {
+                        kept = Some(bytes.clone());
+                    }
                     UpstreamBody::full(bytes)
                 }
                 Err(stop) => return body_stopped(p, stop, limit),
@@ -406,14 +450,23 @@ pub async fn handle(
         _ if early.is_some() => {
             head.headers.remove(header::CONTENT_LENGTH);
             head.headers.remove(header::TRANSFER_ENCODING);
-            UpstreamBody::full(early.unwrap_or_default())
+            let bytes = early.unwrap_or_default();
+            if replayable && bytes.len() as u64 <= keep_limit {
+                kept = Some(bytes.clone());
+            }
+            UpstreamBody::full(bytes)
         }
         Some(body) if !body.is_end_stream() => {
             let stats = BodyStats::new();
             p.s.request_bytes = Some(stats.clone());
             UpstreamBody::streamed(body, stats, max_body)
         }
-        _ => UpstreamBody::empty(),
+        _ => {
+            if replayable {
+                kept = Some(bytes::Bytes::new());
+            }
+            UpstreamBody::empty()
+        }
     };
     // Most routes forward the client's own path and query: its parsed URI is reused.
     let unchanged = head.uri.scheme().is_none()
@@ -425,16 +478,25 @@ pub async fn handle(
         };
     }
     head.version = http::Version::HTTP_11;
+    let replay = kept.map(|body| Replay {
+        method: head.method.clone(),
+        uri: head.uri.clone(),
+        headers: head.headers.clone(),
+        body,
+    });
     let mut request = Request::from_parts(head, body);
 
-    // balancer: pick, connect, send; retry connection failures on another target.
-    let mut excluded: Vec<Arc<str>> = Vec::new();
+    // balancer: pick, connect, send; retry on another target what failed.
+    let mut excluded: Vec<usize> = Vec::new();
     let mut last_timeout = false;
     // One failure on a kept-alive connection may be the upstream's idle close crossing the
     // request: that retry keeps the target eligible. A second one counts against the target.
     let mut stale_retried = false;
+    let checks = service.checks.as_deref();
+    let healthy = |i: usize| checks.is_none_or(|c| c.is_healthy(&service.health[i]));
     let response = loop {
-        if p.s.ctx.tries.len() > service.retries as usize {
+        let tries = p.s.ctx.tries.len();
+        if tries > service.retries as usize {
             let status = if last_timeout {
                 StatusCode::GATEWAY_TIMEOUT
             } else {
@@ -445,37 +507,71 @@ pub async fn handle(
                 "An invalid response was received from the upstream server",
             );
         }
-        let Some(target) = service.balancer.pick(&excluded) else {
-            return p.error(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "no healthy upstream targets",
-            );
+        let (target, key, host_value) = match &p.s.ctx.upstream_target {
+            // A plugin chose the target (Kong's `set_target`): no balancing.
+            Some(chosen) => (
+                None,
+                PoolKey {
+                    target: chosen.addr.clone(),
+                    h2: service.h2,
+                    tls: service.tls.clone(),
+                },
+                chosen.host_header.clone(),
+            ),
+            None => {
+                let balancer = &service.balancer;
+                let picked = balancer
+                    .pick(hash_key, |i| healthy(i) && !excluded.contains(&i))
+                    // Every healthy target was tried: one of them again, rather than none.
+                    .or_else(|| balancer.pick(hash_key, healthy))
+                    // Panic mode: with none healthy, all of them.
+                    .or_else(|| {
+                        checks
+                            .filter(|c| c.panic)
+                            .and_then(|_| balancer.pick(hash_key, |_| true))
+                    });
+                let Some(i) = picked else {
+                    return p.error(
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        "no healthy upstream targets",
+                    );
+                };
+                let host = service.balancer.target(i).host_header.clone();
+                (Some(i), service.keys[i].clone(), host)
+            }
         };
+        let began = Instant::now();
         p.s.ctx.tries.push(Try {
-            target: target.addr.clone(),
+            target: key.target.clone(),
             error: None,
+            status: None,
+            elapsed: Duration::ZERO,
         });
-        p.s.record.target = Some(target.addr.clone());
+        p.s.record.target = Some(key.target.clone());
         if let Some(h) = &route.host_header {
             request.headers_mut().insert(header::HOST, h.clone());
         } else if !route.preserve_host {
-            request
-                .headers_mut()
-                .insert(header::HOST, target.host_header.clone());
+            request.headers_mut().insert(header::HOST, host_value);
         }
         if service.h2 {
-            set_absolute_uri(&mut request, &target.addr);
+            set_absolute_uri(&mut request, &key.target, key.tls.is_some());
         }
-        let key = PoolKey {
-            target: target.addr.clone(),
-            h2: service.h2,
+        // Held until the request ends, for the algorithms that weigh load.
+        if service.counts_load {
+            p.s.upstream_load = target.map(|i| service.balancer.target(i).load.start());
+        }
+        let report = |outcome| {
+            if let (Some(c), Some(i)) = (checks, target) {
+                c.report(&service.health[i], outcome);
+            }
         };
         let conn = match upstream::checkout(&key, service.connect_timeout).await {
             Ok(c) => c,
             Err(e) => {
                 last_timeout = matches!(e, upstream::ConnectError::Timeout(_));
-                fail_try(&mut p.s.ctx, &e.to_string());
-                excluded.push(target.addr.clone());
+                report(Outcome::ConnectFailure);
+                fail_try(&mut p.s.ctx, e.to_string(), began);
+                excluded.extend(target);
                 continue;
             }
         };
@@ -494,23 +590,51 @@ pub async fn handle(
             deadline,
         )
         .await;
+        let retry_left = tries < service.retries as usize;
         match sent {
-            Ok(Ok(resp)) => break resp,
+            Ok(Ok(resp)) => {
+                let status = resp.status().as_u16();
+                let now = Instant::now();
+                p.s.ctx.timings.upstream_headers = Some(now);
+                if let (true, Some(i)) = (service.counts_load, target) {
+                    service.balancer.target(i).load.observe(now - sent_at);
+                }
+                report(Outcome::Status(status));
+                if let Some(t) = p.s.ctx.tries.last_mut() {
+                    t.status = Some(status);
+                    t.elapsed = now - began;
+                }
+                let again = match &replay {
+                    Some(r) if retry_left && service.retry_on.statuses.contains(&status) => r,
+                    _ => break resp,
+                };
+                fail_try(&mut p.s.ctx, format!("status {status}"), began);
+                excluded.extend(target);
+                request = again.request();
+                last_timeout = false;
+            }
             Ok(Err(e)) => match e.unsent {
                 Some(unsent) => {
                     // Never acted on: safe to send again. A kept-alive connection the target
                     // closed says nothing about the target, so it stays eligible.
-                    fail_try(&mut p.s.ctx, &e.error.to_string());
                     if reused && !stale_retried {
                         stale_retried = true;
+                        // Common and harmless: not worth a warning.
+                        tracing::debug!(target = %key.target, error = %e.error, "kept-alive upstream connection was closed; sending again");
+                        if let Some(t) = p.s.ctx.tries.last_mut() {
+                            t.error = Some(e.error.to_string());
+                            t.elapsed = began.elapsed();
+                        }
                     } else {
-                        excluded.push(target.addr.clone());
+                        fail_try(&mut p.s.ctx, e.error.to_string(), began);
+                        report(Outcome::ConnectFailure);
+                        excluded.extend(target);
                     }
                     request = unsent;
                     last_timeout = false;
                 }
                 None => {
-                    fail_try(&mut p.s.ctx, &e.error.to_string());
+                    fail_try(&mut p.s.ctx, e.error.to_string(), began);
                     // A malformed or cut request body is the client's fault (nginx: 400).
                     if p.s
                         .request_bytes
@@ -526,20 +650,41 @@ pub async fn handle(
                     {
                         return p.too_large(max_body);
                     }
-                    return p.error(
-                        StatusCode::BAD_GATEWAY,
-                        "An invalid response was received from the upstream server",
-                    );
+                    report(Outcome::ConnectFailure);
+                    match &replay {
+                        Some(r) if retry_left => {
+                            excluded.extend(target);
+                            request = r.request();
+                            last_timeout = false;
+                        }
+                        _ => {
+                            return p.error(
+                                StatusCode::BAD_GATEWAY,
+                                "An invalid response was received from the upstream server",
+                            )
+                        }
+                    }
                 }
             },
             Err(TimedOut) => {
-                fail_try(&mut p.s.ctx, "upstream timed out");
+                fail_try(&mut p.s.ctx, "upstream timed out".into(), began);
+                report(Outcome::Timeout);
+                let client_deadline = deadline.is_some_and(|d| Instant::now() >= d);
+                match &replay {
+                    Some(r) if retry_left && service.retry_on.timeouts && !client_deadline => {
+                        excluded.extend(target);
+                        request = r.request();
+                        last_timeout = true;
+                        continue;
+                    }
+                    _ => {}
+                }
                 let mut early = EarlyResponse::message(
                     StatusCode::GATEWAY_TIMEOUT,
                     "The upstream server is timing out",
                 );
                 // The gRPC client's own deadline passed (not only the service's timeout).
-                if deadline.is_some_and(|d| Instant::now() >= d) {
+                if client_deadline {
                     early.headers.insert(
                         grpc::GRPC_STATUS,
                         HeaderValue::from(grpc::code::DEADLINE_EXCEEDED),
@@ -549,8 +694,10 @@ pub async fn handle(
             }
         }
     };
-    p.s.ctx.timings.upstream_headers = Some(Instant::now());
     p.s.record.tries = p.s.ctx.tries.len();
+    if p.s.record.tries > 1 {
+        p.s.record.upstream_tries = p.s.ctx.tries.clone();
+    }
 
     // header_filter.
     let (mut parts, mut body) = response.into_parts();
@@ -606,6 +753,14 @@ pub async fn handle(
             .headers
             .insert(UPSTREAM_LATENCY, millis_value(upstream_ms));
     }
+    if let Some(cookie) = set_cookie {
+        parts.headers.append(header::SET_COOKIE, cookie);
+    }
+    if rt.settings.upstream_tries_header {
+        parts
+            .headers
+            .insert(UPSTREAM_TRIES, HeaderValue::from(p.s.ctx.tries.len()));
+    }
     pipeline::header_filter(&mut p.s.ctx, &mut parts);
     parts
         .headers
@@ -620,15 +775,34 @@ pub async fn handle(
     Response::from_parts(parts, body)
 }
 
-fn fail_try(ctx: &mut RequestCtx, error: &str) {
-    if let Some(t) = ctx.tries.last_mut() {
-        t.error = Some(error.to_string());
+/// Records why the last try failed, and logs it naming the target.
+fn fail_try(ctx: &mut RequestCtx, error: String, began: Instant) {
+    let Some(t) = ctx.tries.last_mut() else {
+        return;
+    };
+    if t.elapsed.is_zero() {
+        t.elapsed = began.elapsed();
     }
-    tracing::debug!(
-        target = ctx.tries.last().map(|t| &*t.target),
-        error,
-        "upstream try failed"
-    );
+    tracing::warn!(target = %t.target, error = %error, "upstream try failed");
+    t.error = Some(error);
+}
+
+/// What is needed to send a request again after the upstream saw it.
+struct Replay {
+    method: http::Method,
+    uri: http::Uri,
+    headers: http::HeaderMap,
+    body: bytes::Bytes,
+}
+
+impl Replay {
+    fn request(&self) -> Request<UpstreamBody> {
+        let mut r = Request::new(UpstreamBody::full(self.body.clone()));
+        *r.method_mut() = self.method.clone();
+        *r.uri_mut() = self.uri.clone();
+        *r.headers_mut() = self.headers.clone();
+        r
+    }
 }
 
 /// How much of a request body may be held in memory: `--max-buffered-body`, or the body limit
@@ -825,13 +999,15 @@ fn millis_value(ms: u64) -> HeaderValue {
     }
 }
 
-fn set_absolute_uri(req: &mut Request<UpstreamBody>, authority: &str) {
+fn set_absolute_uri(req: &mut Request<UpstreamBody>, authority: &str, tls: bool) {
     let pq = req
         .uri()
         .path_and_query()
         .map_or("/", |p| p.as_str())
         .to_string();
-    if let Ok(uri) = format!("http://{authority}{pq}").parse() {
+    // `:scheme` says how the upstream was reached.
+    let scheme = if tls { "https" } else { "http" };
+    if let Ok(uri) = format!("{scheme}://{authority}{pq}").parse() {
         *req.uri_mut() = uri;
     }
     *req.version_mut() = http::Version::HTTP_2;
@@ -945,8 +1121,17 @@ mod tests {
             read_timeout: Duration::from_secs(1),
             write_timeout: Duration::from_secs(1),
             retries: 0,
+            retry_on: Default::default(),
             h2: false,
-            balancer: Balancer::new(vec![]),
+            tls: None,
+            upstream: "s".into(),
+            balancer: Balancer::new(vec![], crate::balancer::Algorithm::RoundRobin),
+            keys: Vec::new(),
+            checks: None,
+            health: Vec::new(),
+            hash: None,
+            probe_tls: None,
+            counts_load: false,
         }
     }
 

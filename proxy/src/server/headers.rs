@@ -189,6 +189,16 @@ pub fn remove_hop_by_hop(headers: &mut HeaderMap, keep_upgrade: bool) -> bool {
     trailers
 }
 
+/// Whether sending `method` twice has the effect of sending it once (RFC 9110 §9.2.2): what
+/// may be retried after an upstream saw it.
+pub fn is_idempotent(method: &http::Method) -> bool {
+    use http::Method;
+    matches!(
+        *method,
+        Method::GET | Method::HEAD | Method::OPTIONS | Method::TRACE | Method::PUT | Method::DELETE
+    )
+}
+
 /// Whether a request asks to switch protocols (`Connection: upgrade` plus `Upgrade`).
 pub fn is_upgrade(headers: &HeaderMap) -> bool {
     headers.contains_key(header::UPGRADE)

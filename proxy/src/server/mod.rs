@@ -64,6 +64,15 @@ pub struct ProxyOptions {
     pub max_body_size: u64,
     /// Largest request body held in memory for plugins that read request bodies (413 above it).
     pub max_buffered_body: u64,
+    /// Largest request body kept to be sent again when a service's `retry_on` retries a
+    /// request the upstream saw; larger bodies stream and are sent once.
+    pub max_retry_body: u64,
+    /// Idle HTTP/1.1 connections kept per upstream pool key and worker.
+    pub upstream_keepalive: usize,
+    /// How long an idle upstream connection is kept.
+    pub upstream_idle_timeout: Duration,
+    /// How long the addresses a target's host name resolved to are used.
+    pub dns_ttl: Duration,
     /// What `%2F`, `%5C` and `\` in request paths get.
     pub escaped_slashes: crate::router::EscapedSlashes,
     /// Access-log lines that may wait for the writer thread; more are dropped and counted.
@@ -193,6 +202,10 @@ impl Default for ProxyOptions {
             max_headers: 100,
             max_body_size: 0,
             max_buffered_body: 8 * 1024 * 1024,
+            max_retry_body: 64 * 1024,
+            upstream_keepalive: 256,
+            upstream_idle_timeout: Duration::from_secs(60),
+            dns_ttl: Duration::from_secs(30),
             escaped_slashes: crate::router::EscapedSlashes::Reject,
             access_log_queue: 16_384,
             shutdown_grace: Duration::from_secs(30),
@@ -217,6 +230,8 @@ pub(crate) struct Shared {
     /// The access log's writer thread, when the access log is on.
     access_log: Option<AccessLog>,
     apply_lock: Mutex<()>,
+    /// Counts the tables swapped in: the active health checks follow it.
+    tables: watch::Sender<u64>,
 }
 
 impl LogSink for Shared {
@@ -254,6 +269,11 @@ pub struct Proxy {
 impl Proxy {
     /// A proxy with an empty table (every request 404, not ready) and the given plugins.
     pub fn new(opts: ProxyOptions, registry: Registry) -> Proxy {
+        crate::upstream::configure(crate::upstream::PoolSettings {
+            max_idle_per_key: opts.upstream_keepalive,
+            idle_timeout: opts.upstream_idle_timeout,
+        });
+        crate::upstream::set_dns_ttl(opts.dns_ttl);
         let workers = opts.worker_threads.max(1);
         let access_log = opts
             .access_log
@@ -270,6 +290,7 @@ impl Proxy {
                 started: Instant::now(),
                 connections: AtomicUsize::new(0),
                 apply_lock: Mutex::new(()),
+                tables: watch::Sender::new(0),
             }),
         }
     }
@@ -284,12 +305,18 @@ impl Proxy {
             .lock()
             .unwrap_or_else(|e| e.into_inner());
         let started = Instant::now();
-        match Runtime::compile(config, &self.shared.registry) {
+        let current = self.shared.runtime.load_full();
+        match Runtime::next(&current, config, &self.shared.registry) {
             Ok(rt) => {
                 let hash = rt.hash.clone();
                 let rt = Arc::new(rt);
                 self.shared.runtime.store(rt.clone());
-                self.shared.registry.activate(&rt.plugins);
+                crate::upstream::retire(removed_targets(&current, &rt));
+                // An endpoint change keeps the plugins as they are.
+                if !Arc::ptr_eq(&rt.plugins, &current.plugins) {
+                    self.shared.registry.activate(&rt.plugins);
+                }
+                self.shared.tables.send_modify(|n| *n += 1);
                 self.shared.ready.store(true, Ordering::Release);
                 self.shared
                     .metrics
@@ -355,6 +382,20 @@ impl Proxy {
                     .spawn(move || worker(i, shared, l, stop))?,
             );
         }
+
+        std::thread::Builder::new()
+            .name("weir-health".into())
+            .spawn({
+                let shared = self.shared.clone();
+                let stop = stop_rx.clone();
+                move || match tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                {
+                    Ok(rt) => rt.block_on(health_checks(shared, stop)),
+                    Err(e) => tracing::error!(error = %e, "health checks could not start"),
+                }
+            })?;
 
         let main_rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
@@ -469,6 +510,42 @@ fn bind_reuseport(addr: SocketAddr, flag: &str) -> io::Result<std::net::TcpListe
     socket.listen(4096)?;
     socket.set_nonblocking(true)?;
     Ok(socket.into())
+}
+
+/// The targets of `old` that `new` does not have.
+fn removed_targets(old: &Runtime, new: &Runtime) -> std::collections::HashSet<Arc<str>> {
+    let targets = |rt: &Runtime| -> std::collections::HashSet<Arc<str>> {
+        rt.services
+            .iter()
+            .flat_map(|s| s.keys.iter().map(|k| k.target.clone()))
+            .collect()
+    };
+    let kept = targets(new);
+    targets(old)
+        .into_iter()
+        .filter(|t| !kept.contains(t))
+        .collect()
+}
+
+/// Runs the active health probes of the table in service, and those of the next one when it
+/// is swapped in, until the proxy stops.
+async fn health_checks(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
+    let mut tables = shared.tables.subscribe();
+    loop {
+        tables.borrow_and_update();
+        let probes = shared.runtime.load().probes();
+        let run = async {
+            if probes.is_empty() {
+                std::future::pending::<()>().await;
+            }
+            crate::health::probe::run_all(probes).await;
+        };
+        tokio::select! {
+            () = run => return,
+            changed = tables.changed() => if changed.is_err() { return },
+            _ = stop.changed() => return,
+        }
+    }
 }
 
 fn worker(

@@ -1,10 +1,15 @@
-//! Talking to upstream targets: a per-worker connection pool, Weir's HTTP/1.1 client, and the
-//! streamed bodies in both directions.
+//! Talking to upstream targets: a per-worker connection pool, Weir's HTTP/1.1 client, the
+//! streamed bodies in both directions, and TLS towards targets that ask for it.
 
 mod added;
 mod body;
+mod dns;
 pub(crate) mod h1;
 mod pool;
+mod stream;
+mod tls;
+#[cfg(test)]
+mod tls_tests;
 
 use std::pin::Pin;
 use std::task::{Context, Poll};
@@ -14,14 +19,19 @@ use http_body::{Body, Frame, SizeHint};
 
 pub use added::Added;
 pub use body::{BodyStats, UpstreamBody};
+pub use dns::set_ttl as set_dns_ttl;
 pub use h1::Upgraded;
-pub use pool::{checkout, sweep_idle, Conn, ConnectError, PoolKey, SendError};
+pub use pool::{
+    checkout, configure, retire, sweep_idle, Conn, ConnectError, PoolKey, PoolSettings, SendError,
+};
+pub use stream::Stream;
+pub use tls::{Alpn, TlsClient, TlsSettings};
 
 /// A response body from an upstream, over either protocol.
 pub enum ResponseBody {
     /// From Weir's HTTP/1.1 client; holds the connection until the body ends.
     H1(h1::ResponseBody),
-    /// From an h2c connection (hyper's client).
+    /// From an HTTP/2 connection, h2c or over TLS (hyper's client).
     H2(hyper::body::Incoming),
     /// Abandoned mid-response (a read timeout); its connection is closed.
     Done,

@@ -2,40 +2,120 @@
 //!
 //! Each worker runs a current-thread runtime, so its pool is a thread-local map with no lock.
 //! An HTTP/1.1 connection is taken out of the pool for one request and put back by its response
-//! body once read to its end ([`h1`]); an h2c connection (hyper's client) is shared by
+//! body once read to its end ([`h1`]); an HTTP/2 connection (hyper's client) is shared by
 //! concurrent requests.
-//! The key is everything that makes two connections interchangeable (the target and the
-//! protocol; TLS settings join it when upstream TLS arrives).
+//! The key is everything that makes two connections interchangeable: the target, the
+//! protocol and the TLS settings (SNI, verification, CAs, client certificate, ALPN), so a
+//! connection verified one way is never handed to a service that asked for another.
 
 use std::cell::RefCell;
-use std::collections::HashMap;
-use std::hash::BuildHasherDefault;
-use std::net::SocketAddr;
-use std::sync::Arc;
+use std::collections::{HashMap, HashSet};
+use std::hash::{BuildHasherDefault, Hash, Hasher};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, LazyLock};
+
+use arc_swap::ArcSwap;
 use std::time::Duration;
 
 use hyper::client::conn::http2;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use tokio::net::TcpStream;
 
+use super::stream::Stream;
+use super::tls::TlsClient;
 use super::{h1, Added, ResponseBody, UpstreamBody};
 use crate::router::Fnv;
 
-/// Idle HTTP/1.1 connections kept per key; more are closed when released.
-const MAX_IDLE_PER_KEY: usize = 256;
-/// How often each worker sweeps its idle connections.
-const SWEEP_EVERY: Duration = Duration::from_secs(10);
-/// Sweeps an idle HTTP/1.1 connection may stay unused: about a minute, under the keep-alive
-/// timeouts upstreams commonly use (nginx 75 s), so the upstream rarely closes one first.
-const MAX_IDLE_SWEEPS: u64 = 6;
+/// Longest time between two sweeps of a worker's idle connections.
+const MAX_SWEEP_EVERY: Duration = Duration::from_secs(10);
+/// Sweeps an idle connection lives through at least, when the idle timeout is short enough
+/// to sweep more often than [`MAX_SWEEP_EVERY`].
+const MIN_IDLE_SWEEPS: u64 = 6;
+
+/// Limits on idle connections, the same for every worker.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PoolSettings {
+    /// Idle HTTP/1.1 connections kept per key (and worker); more are closed when released.
+    pub max_idle_per_key: usize,
+    /// How long an idle HTTP/1.1 connection is kept unused (to within a sweep); zero keeps
+    /// none.
+    pub idle_timeout: Duration,
+}
+
+impl Default for PoolSettings {
+    /// 256 per key, and about a minute: under the keep-alive timeouts upstreams commonly use
+    /// (nginx 75 s), so the upstream rarely closes a connection first.
+    fn default() -> Self {
+        PoolSettings {
+            max_idle_per_key: 256,
+            idle_timeout: Duration::from_secs(60),
+        }
+    }
+}
+
+/// The settings in force; atomics rather than a lock because every release reads one.
+static MAX_IDLE_PER_KEY: AtomicUsize = AtomicUsize::new(256);
+
+/// Targets the last routing-table swap removed; each worker's next sweep closes their idle
+/// connections.
+static RETIRED: LazyLock<ArcSwap<HashSet<Arc<str>>>> = LazyLock::new(ArcSwap::default);
+
+/// Records the targets a routing-table swap removed (those of the previous table that the
+/// new one lacks), for the workers' next sweeps.
+pub fn retire(targets: HashSet<Arc<str>>) {
+    RETIRED.store(Arc::new(targets));
+}
+static IDLE_TIMEOUT_MS: AtomicU64 = AtomicU64::new(60_000);
+
+/// Sets the pool's limits for the whole process; call it before the workers start (each
+/// reads the idle timeout once, when its sweeper starts).
+pub fn configure(settings: PoolSettings) {
+    let idle_ms = u64::try_from(settings.idle_timeout.as_millis()).unwrap_or(u64::MAX);
+    // Kept for no time at all is not kept.
+    let max = if idle_ms == 0 {
+        0
+    } else {
+        settings.max_idle_per_key
+    };
+    MAX_IDLE_PER_KEY.store(max, Ordering::Relaxed);
+    IDLE_TIMEOUT_MS.store(idle_ms, Ordering::Relaxed);
+}
+
+/// How often to sweep, and after how many sweeps an idle connection is closed, for an idle
+/// timeout: sweeps every 10 s at most, and at least 6 sweeps per timeout, so that a
+/// connection is closed within a sixth of the timeout past it (and never before 5/6 of it).
+fn sweep_schedule(idle_timeout: Duration) -> (Duration, u64) {
+    let every =
+        (idle_timeout / MIN_IDLE_SWEEPS as u32).clamp(Duration::from_millis(10), MAX_SWEEP_EVERY);
+    let sweeps = idle_timeout.as_nanos().div_ceil(every.as_nanos()).max(1);
+    (every, u64::try_from(sweeps).unwrap_or(u64::MAX))
+}
 
 /// What identifies interchangeable upstream connections.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PoolKey {
     /// `host:port` of the target.
     pub target: Arc<str>,
-    /// HTTP/2 with prior knowledge instead of HTTP/1.1.
+    /// HTTP/2 (with prior knowledge over TCP, agreed by ALPN over TLS) instead of HTTP/1.1.
     pub h2: bool,
+    /// TLS settings, `None` for plain TCP; built once per distinct settings (see
+    /// [`TlsClient`]).
+    pub tls: Option<Arc<TlsClient>>,
+}
+
+/// By hand so that a plain key hashes exactly what it did before TLS (the target and one
+/// byte), and a TLS key only the client's precomputed digest on top.
+impl Hash for PoolKey {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.target.hash(state);
+        match &self.tls {
+            None => state.write_u8(u8::from(self.h2)),
+            Some(tls) => {
+                state.write_u8(u8::from(self.h2) | 2);
+                tls.hash(state);
+            }
+        }
+    }
 }
 
 enum Sender {
@@ -55,25 +135,33 @@ thread_local! {
 /// the upstream closed would sit in CLOSE_WAIT until taken again, which for a target gone
 /// from the table is never. Runs until the worker's runtime stops.
 pub async fn sweep_idle() {
-    let mut tick = tokio::time::interval(SWEEP_EVERY);
+    let idle = Duration::from_millis(IDLE_TIMEOUT_MS.load(Ordering::Relaxed));
+    let (every, max_sweeps) = sweep_schedule(idle);
+    let mut tick = tokio::time::interval(every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     tick.tick().await;
     loop {
         tick.tick().await;
-        sweep_once();
+        sweep_once(max_sweeps);
     }
 }
 
-/// One sweep of this worker's idle connections.
-fn sweep_once() {
+/// One sweep of this worker's idle connections, closing those idle for `max_sweeps` sweeps.
+fn sweep_once(max_sweeps: u64) {
     let now = SWEEPS.with(|s| {
         s.set(s.get() + 1);
         s.get()
     });
+    let retired = RETIRED.load();
     IDLE.with(|m| {
-        m.borrow_mut().retain(|_, list| {
+        m.borrow_mut().retain(|key, list| {
+            // A target gone from the table is never asked for again: close its connections
+            // now rather than when the upstream or the idle timeout does.
+            if retired.contains(&key.target) {
+                return false;
+            }
             list.retain(|s| match s {
-                Sender::H1(c, since) => now - since < MAX_IDLE_SWEEPS && c.is_usable(),
+                Sender::H1(c, since) => now - since < max_sweeps && c.is_usable(),
                 Sender::H2(s) => !s.is_closed(),
             });
             !list.is_empty()
@@ -90,9 +178,13 @@ pub enum ConnectError {
     /// TCP connect failed.
     #[error("connect to {0} failed: {1}")]
     Connect(Arc<str>, std::io::Error),
-    /// TCP connect took longer than the service's connect timeout.
+    /// Connecting (TCP, then TLS and HTTP/2 handshakes) took longer than the service's connect
+    /// timeout.
     #[error("connect to {0} timed out")]
     Timeout(Arc<str>),
+    /// The TLS handshake failed (certificate refused, no common protocol, ALPN not agreed…).
+    #[error("TLS handshake with {0} failed: {1}")]
+    Tls(Arc<str>, String),
     /// The HTTP/2 handshake failed.
     #[error("handshake with {0} failed: {1}")]
     Handshake(Arc<str>, hyper::Error),
@@ -123,7 +215,7 @@ pub async fn checkout(key: &PoolKey, connect_timeout: Duration) -> Result<Conn, 
             reused: true,
         });
     }
-    // The connect timeout covers resolution, TCP connect and the HTTP handshake.
+    // The connect timeout covers resolution, TCP connect, and the TLS and HTTP/2 handshakes.
     match tokio::time::timeout(connect_timeout, connect(key)).await {
         Ok(r) => r,
         Err(_) => Err(ConnectError::Timeout(key.target.clone())),
@@ -131,11 +223,17 @@ pub async fn checkout(key: &PoolKey, connect_timeout: Duration) -> Result<Conn, 
 }
 
 async fn connect(key: &PoolKey) -> Result<Conn, ConnectError> {
-    let addr = resolve(&key.target).await?;
-    let stream = TcpStream::connect(addr)
-        .await
-        .map_err(|e| ConnectError::Connect(key.target.clone(), e))?;
-    let _ = stream.set_nodelay(true);
+    let addr = super::dns::resolve(&key.target).await?;
+    let tcp = TcpStream::connect(addr).await.map_err(|e| {
+        // A host name's other addresses are tried (and looked up again) next time.
+        super::dns::failed(&key.target);
+        ConnectError::Connect(key.target.clone(), e)
+    })?;
+    let _ = tcp.set_nodelay(true);
+    let stream = match &key.tls {
+        None => Stream::Tcp(tcp),
+        Some(tls) => tls.handshake(&key.target, tcp, key.h2).await?,
+    };
     let sender = if key.h2 {
         let (sender, conn) = http2::Builder::new(TokioExecutor::new())
             .handshake(TokioIo::new(stream))
@@ -180,18 +278,6 @@ fn take_idle(key: &PoolKey) -> Option<Sender> {
     })
 }
 
-async fn resolve(target: &Arc<str>) -> Result<SocketAddr, ConnectError> {
-    if let Ok(a) = target.parse::<SocketAddr>() {
-        return Ok(a);
-    }
-    let mut addrs = tokio::net::lookup_host(&**target)
-        .await
-        .map_err(|e| ConnectError::Resolve(target.clone(), e.to_string()))?;
-    addrs
-        .next()
-        .ok_or_else(|| ConnectError::Resolve(target.clone(), "no addresses".into()))
-}
-
 impl Conn {
     /// Sends a request; on failure, hands the request back if the upstream cannot have acted
     /// on it. An HTTP/1.1 connection travels on inside the response body.
@@ -226,14 +312,15 @@ impl Conn {
 /// Returns an HTTP/1.1 connection whose response was read to its end to this worker's pool.
 pub(super) fn release_h1(key: &PoolKey, mut conn: h1::Connection) {
     conn.prepare_idle();
+    let max = MAX_IDLE_PER_KEY.load(Ordering::Relaxed);
     let idle = Sender::H1(conn, SWEEPS.with(|s| s.get()));
     IDLE.with(|m| {
         let mut m = m.borrow_mut();
         if let Some(list) = m.get_mut(key) {
-            if list.len() < MAX_IDLE_PER_KEY {
+            if list.len() < max {
                 list.push(idle);
             }
-        } else {
+        } else if max > 0 {
             m.insert(key.clone(), vec![idle]);
         }
     });
@@ -257,8 +344,9 @@ mod tests {
         let key = PoolKey {
             target: addr.to_string().into(),
             h2: false,
+            tls: None,
         };
-        release_h1(&key, h1::Connection::new(client));
+        release_h1(&key, h1::Connection::new(Stream::Tcp(client)));
         (key, server)
     }
 
@@ -266,13 +354,13 @@ mod tests {
     async fn sweeps_close_connections_the_upstream_closed() {
         let (key, server) = pooled().await;
         let (kept, _server2) = pooled().await;
-        sweep_once();
+        sweep_once(6);
         assert_eq!((idle(&key), idle(&kept)), (1, 1));
         drop(server);
         // Let the runtime see the close.
         for _ in 0..100 {
             tokio::time::sleep(Duration::from_millis(5)).await;
-            sweep_once();
+            sweep_once(6);
             if idle(&key) == 0 {
                 break;
             }
@@ -286,13 +374,61 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn sweeps_close_connections_of_retired_targets() {
+        let (gone, _server) = pooled().await;
+        let (kept, _server2) = pooled().await;
+        retire([gone.target.clone()].into_iter().collect());
+        sweep_once(6);
+        assert_eq!((idle(&gone), idle(&kept)), (0, 1));
+        retire(HashSet::new());
+    }
+
+    #[tokio::test]
     async fn sweeps_close_connections_idle_for_about_a_minute() {
         let (key, _server) = pooled().await;
-        for _ in 1..MAX_IDLE_SWEEPS {
-            sweep_once();
+        let (_, sweeps) = sweep_schedule(PoolSettings::default().idle_timeout);
+        for _ in 1..sweeps {
+            sweep_once(sweeps);
         }
         assert_eq!(idle(&key), 1, "closed before its time");
-        sweep_once();
-        assert_eq!(idle(&key), 0, "kept past {MAX_IDLE_SWEEPS} sweeps");
+        sweep_once(sweeps);
+        assert_eq!(idle(&key), 0, "kept past {sweeps} sweeps");
+    }
+
+    #[test]
+    fn sweep_schedule_follows_the_idle_timeout() {
+        let s = |secs: f64| sweep_schedule(Duration::from_secs_f64(secs));
+        // The default is what the pool always did: every 10 s, closed after 6 sweeps.
+        assert_eq!(s(60.0), (Duration::from_secs(10), 6));
+        // Longer: still every 10 s, more sweeps.
+        assert_eq!(s(125.0), (Duration::from_secs(10), 13));
+        // Shorter: sweeps more often, so that the timeout is kept to within a sixth.
+        assert_eq!(s(3.0), (Duration::from_millis(500), 6));
+        assert_eq!(s(0.001), (Duration::from_millis(10), 1));
+    }
+
+    #[test]
+    fn plain_keys_hash_as_before_tls() {
+        // Hashed per request: a plain key costs what it did when the key had no TLS field.
+        #[derive(Hash)]
+        struct Before {
+            target: Arc<str>,
+            h2: bool,
+        }
+        let hash = |v: &dyn Fn(&mut Fnv)| {
+            let mut h = Fnv::default();
+            v(&mut h);
+            h.finish()
+        };
+        let key = PoolKey {
+            target: "10.0.0.1:80".into(),
+            h2: true,
+            tls: None,
+        };
+        let before = Before {
+            target: key.target.clone(),
+            h2: true,
+        };
+        assert_eq!(hash(&|h| key.hash(h)), hash(&|h| before.hash(h)));
     }
 }

@@ -29,6 +29,7 @@ pub(super) fn factories() -> Vec<Arc<dyn PluginFactory>> {
         simple("test-panic", 400, build_panic),
         simple("test-body", 300, build_body),
         simple("test-counter", 600, build_counter),
+        simple("test-set-target", 450, build_set_target),
         Arc::new(waiting::AWAIT),
         simple("test-request-body", 450, waiting::build_request_body),
         Arc::new(lifecycle::Lifecycle::default()),
@@ -129,6 +130,46 @@ impl Plugin for Phases {
         {
             let _ = writeln!(f, "{line}");
         }
+    }
+}
+
+/// A canary in miniature: a request carrying `x-test-target: PORT` is sent to 127.0.0.1:PORT
+/// through [`RequestCtx::set_target`]; every response gets `x-test-tries` (the tries the
+/// balancer made, as plugins read them) and `x-test-targets` (their targets).
+struct SetTarget;
+
+fn build_set_target(_: &serde_json::Value) -> Result<Arc<dyn Plugin>, String> {
+    Ok(Arc::new(SetTarget))
+}
+
+impl Plugin for SetTarget {
+    fn access<'a>(&'a self, ctx: &'a mut RequestCtx, req: &'a mut RequestHead) -> Handled<'a> {
+        let port = req
+            .headers
+            .get("x-test-target")
+            .and_then(|v| v.to_str().ok()?.parse::<u16>().ok());
+        match port {
+            Some(p) => ctx
+                .set_target("127.0.0.1", p)
+                .map(|()| Flow::Continue)
+                .map_err(PluginError)
+                .into(),
+            None => Ok(Flow::Continue).into(),
+        }
+    }
+
+    fn header_filter(
+        &self,
+        ctx: &mut RequestCtx,
+        resp: &mut ResponseHead,
+    ) -> Result<(), PluginError> {
+        resp.headers
+            .insert("x-test-tries", HeaderValue::from(ctx.tries.len()));
+        let targets: Vec<&str> = ctx.tries.iter().map(|t| &*t.target).collect();
+        if let Ok(v) = HeaderValue::from_str(&targets.join(",")) {
+            resp.headers.insert("x-test-targets", v);
+        }
+        Ok(())
     }
 }
 

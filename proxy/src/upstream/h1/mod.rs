@@ -13,17 +13,17 @@ mod upload;
 use std::future::poll_fn;
 use std::io;
 use std::pin::Pin;
-use std::task::{ready, Context, Poll, Waker};
+use std::task::{ready, Context, Poll};
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use http::{Method, Request, Response, StatusCode};
 use http_body::{Body as _, Frame, SizeHint};
 use tokio::io::AsyncWriteExt;
-use tokio::net::TcpStream;
 
 use super::body::UpstreamBody;
 use super::pool::{self, PoolKey, SendError};
+use super::stream::Stream;
 use super::Added;
 pub use chunked::ChunkError;
 use chunked::{ChunkedDecoder, Decoded};
@@ -58,7 +58,7 @@ pub enum Error {
 
 /// An HTTP/1.1 connection to one upstream target.
 pub struct Connection {
-    stream: TcpStream,
+    stream: Stream,
     /// Bytes read and not yet consumed.
     buf: BytesMut,
     /// The request head being written, kept to reuse its allocation.
@@ -94,15 +94,15 @@ enum BodyState {
 
 /// An upstream connection switched to another protocol, with bytes already read from it.
 pub struct Upgraded {
-    /// The connection.
-    pub stream: TcpStream,
+    /// The connection (plain or TLS).
+    pub stream: Stream,
     /// Bytes the upstream sent after its 101 response head.
     pub read_ahead: Bytes,
 }
 
 impl Connection {
-    /// Wraps a connected stream.
-    pub fn new(stream: TcpStream) -> Connection {
+    /// Wraps a connected stream (after its TLS handshake, if any).
+    pub fn new(stream: Stream) -> Connection {
         Connection {
             stream,
             buf: BytesMut::new(),
@@ -123,16 +123,7 @@ impl Connection {
     /// Whether an idle connection may carry a request: the upstream has neither closed it nor
     /// sent anything unasked. Costs no system call unless the socket became readable.
     pub fn is_usable(&self) -> bool {
-        let mut cx = Context::from_waker(Waker::noop());
-        match self.stream.poll_read_ready(&mut cx) {
-            Poll::Pending => true,
-            Poll::Ready(Err(_)) => false,
-            // Readiness may be stale (the last read filled its buffer exactly): look.
-            Poll::Ready(Ok(())) => matches!(
-                self.stream.try_read(&mut [0u8; 1]),
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock
-            ),
-        }
+        self.stream.is_idle_usable()
     }
 
     /// Writes `req` and reads the response head. `reused` says the connection came from the
@@ -154,7 +145,12 @@ impl Connection {
             body.size_hint().exact(),
         );
         head::encode_request(&parts, added, &key.target, framing, &mut self.head);
-        if let Err(e) = self.stream.write_all(&self.head).await {
+        let mut wrote = self.stream.write_all(&self.head).await;
+        // TLS may hold back what the socket did not take, and the response is awaited next.
+        if wrote.is_ok() && matches!(self.stream, Stream::Tls(_)) {
+            wrote = self.stream.flush().await;
+        }
+        if let Err(e) = wrote {
             // The upstream never saw a whole request head.
             return Err(failed(e.into(), Some(Request::from_parts(parts, body))));
         }
@@ -236,11 +232,18 @@ impl Connection {
             self.buf.reserve(self.read_size);
         }
         let spare = self.buf.capacity() - self.buf.len();
-        let n = ready!(tokio_util::io::poll_read_buf(
+        let n = match ready!(tokio_util::io::poll_read_buf(
             Pin::new(&mut self.stream),
             cx,
             &mut self.buf
-        ))?;
+        )) {
+            Ok(n) => n,
+            // A TLS upstream that closed without close_notify: many do, so it is read as the
+            // end of the stream (as nginx does), which still fails a body cut short of its
+            // announced length.
+            Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => 0,
+            Err(e) => return Poll::Ready(Err(e)),
+        };
         // A read that filled the buffer suggests a large body: read more at once next time.
         if n == spare && self.read_size < MAX_READ {
             self.read_size *= 2;
@@ -254,7 +257,7 @@ impl Connection {
 fn poll_upload(
     upload: &mut Option<Box<Upload>>,
     cx: &mut Context<'_>,
-    stream: &mut TcpStream,
+    stream: &mut Stream,
 ) -> Result<(), Error> {
     let Some(up) = upload.as_mut() else {
         return Ok(());

@@ -10,11 +10,12 @@ use std::task::{ready, Context, Poll};
 use bytes::buf::Chain;
 use bytes::{Buf, Bytes};
 use http_body::Body;
-use tokio::net::TcpStream;
+use tokio::io::AsyncWrite;
 
 use super::head::RequestFraming;
 use super::Error;
 use crate::upstream::body::UpstreamBody;
+use crate::upstream::stream::Stream;
 
 /// Bytes of one body frame on the wire: the chunk-size line, the data, the chunk's CRLF.
 type Out = Chain<Chain<Bytes, Bytes>, &'static [u8]>;
@@ -58,11 +59,11 @@ impl Upload {
     }
 
     /// Writes until the socket or the client's body has nothing more to give; `Ready(Ok)`
-    /// once the whole body (and the last chunk) is written.
+    /// once the whole body (and the last chunk) is written and flushed.
     pub fn poll_send(
         &mut self,
         cx: &mut Context<'_>,
-        stream: &mut TcpStream,
+        stream: &mut Stream,
     ) -> Poll<Result<(), Error>> {
         loop {
             while self.out.has_remaining() {
@@ -75,16 +76,26 @@ impl Upload {
                     return Poll::Ready(Err(Error::Io(std::io::ErrorKind::WriteZero.into())));
                 }
             }
-            if self.ended {
-                return Poll::Ready(Ok(()));
-            }
             // All announced bytes are out: done, without waiting for the client's body to
             // say so (hyper may only say it when the client's next request arrives).
-            if self.length.is_some_and(|(_, left)| left == 0) {
+            if self.ended || self.length.is_some_and(|(_, left)| left == 0) {
                 self.ended = true;
+                // TLS may hold back what the socket did not take: out before saying done.
+                ready!(Pin::new(&mut *stream).poll_flush(cx))?;
                 return Poll::Ready(Ok(()));
             }
-            match ready!(Pin::new(&mut self.body).poll_frame(cx)) {
+            let frame = match Pin::new(&mut self.body).poll_frame(cx) {
+                Poll::Ready(f) => f,
+                Poll::Pending => {
+                    // Waiting on the client: what TLS holds back goes out meanwhile (a
+                    // streaming client may wait for the answer to what it sent so far).
+                    if let Poll::Ready(Err(e)) = Pin::new(&mut *stream).poll_flush(cx) {
+                        return Poll::Ready(Err(e.into()));
+                    }
+                    return Poll::Pending;
+                }
+            };
+            match frame {
                 None => {
                     if let Some((n, left)) = self.length {
                         if left > 0 {

@@ -1,0 +1,416 @@
+//! TLS towards upstream targets (services with `https` or `grpcs`).
+//!
+//! A [`TlsClient`] is built once per distinct set of settings when the routing table is
+//! compiled (parsing PEMs and root stores costs milliseconds) and shared by every worker; it
+//! joins the pool key, so connections made with different settings are never exchanged.
+//! Its equality and hash come from a digest of the settings taken at construction, so a pool
+//! lookup hashes eight bytes rather than PEM texts.
+
+use std::fmt;
+use std::hash::{Hash, Hasher};
+use std::io;
+use std::sync::{Arc, OnceLock};
+
+use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::client::{ResolvesClientCert, WebPkiServerVerifier};
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
+use rustls::sign::CertifiedKey;
+use rustls::{
+    CertificateError, ClientConfig, DigitallySignedStruct, OtherError, RootCertStore,
+    SignatureScheme,
+};
+use sha2::{Digest, Sha256};
+use tokio::net::TcpStream;
+
+use super::pool::ConnectError;
+use super::stream::Stream;
+use crate::tls::{parse_cert_and_key, pem_error, provider, AcceptAnyServerCert};
+
+/// The application protocol offered in the handshake (ALPN).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Alpn {
+    /// `http/1.1`; a server that picks none is fine too.
+    Http11,
+    /// `h2` alone: HTTP/2 is spoken (gRPC needs it), so a server that does not pick it is refused.
+    H2,
+}
+
+/// How connections to a service's targets are secured; hashable so that the routing table's
+/// compiler can build one [`TlsClient`] per distinct settings.
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct TlsSettings {
+    /// Server name sent (SNI) and verified. `None`: the target's host; for an IP address no
+    /// SNI is sent and the certificate must name the address.
+    pub sni: Option<Arc<str>>,
+    /// Verify the target's certificate (chain to a trusted CA, name, validity dates).
+    pub verify: bool,
+    /// Most intermediate certificates between the target's certificate and a trusted root
+    /// (OpenSSL's verify depth); `None`: no limit beyond rustls's own.
+    pub verify_depth: Option<u8>,
+    /// PEM bundle of the trusted CAs. `None`: the public web's roots (Mozilla's list, built
+    /// into the binary so that no image needs a CA bundle).
+    pub ca_pem: Option<Arc<str>>,
+    /// PEM certificate chain and PEM key shown to targets that ask for a client certificate.
+    pub client_cert: Option<(Arc<str>, Arc<str>)>,
+    /// The protocol offered; must agree with the pool key's `h2`.
+    pub alpn: Alpn,
+}
+
+/// Without the PEMs: debug output ends up in logs, and the client key is a secret.
+impl fmt::Debug for TlsSettings {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TlsSettings")
+            .field("sni", &self.sni)
+            .field("verify", &self.verify)
+            .field("verify_depth", &self.verify_depth)
+            .field("ca_pem", &self.ca_pem.is_some())
+            .field("client_cert", &self.client_cert.is_some())
+            .field("alpn", &self.alpn)
+            .finish()
+    }
+}
+
+/// A rustls client configuration for one set of [`TlsSettings`]; compared and hashed by its
+/// settings, so that it can be part of a pool key.
+pub struct TlsClient {
+    settings: TlsSettings,
+    /// SHA-256 of every setting: equal digests mean equal settings.
+    digest: [u8; 32],
+    /// `settings.sni` parsed.
+    server_name: Option<ServerName<'static>>,
+    config: Arc<ClientConfig>,
+}
+
+impl TlsClient {
+    /// Builds the configuration for `settings`; the error names the offending field
+    /// (`sni`, `ca_certificates`, `client_certificate.cert`, `client_certificate.key`).
+    pub fn new(settings: TlsSettings) -> Result<TlsClient, String> {
+        let server_name = match &settings.sni {
+            Some(sni) => Some(
+                ServerName::try_from(sni.to_string())
+                    .map_err(|_| format!("sni: {sni:?} is not a DNS name or an IP address"))?,
+            ),
+            None => None,
+        };
+        let builder = ClientConfig::builder_with_provider(provider())
+            .with_safe_default_protocol_versions()
+            .map_err(|e| format!("tls: {e}"))?;
+        let builder = if settings.verify {
+            let roots = match &settings.ca_pem {
+                Some(pem) => Arc::new(parse_roots(pem)?),
+                None => public_roots(),
+            };
+            let webpki = WebPkiServerVerifier::builder_with_provider(roots.clone(), provider())
+                .build()
+                .map_err(|e| format!("ca_certificates: {e}"))?;
+            match settings.verify_depth {
+                None => builder.with_webpki_verifier(webpki),
+                Some(max) => builder
+                    .dangerous()
+                    .with_custom_certificate_verifier(Arc::new(DepthLimited {
+                        inner: webpki,
+                        roots,
+                        max,
+                    })),
+            }
+        } else {
+            builder
+                .dangerous()
+                .with_custom_certificate_verifier(Arc::new(AcceptAnyServerCert))
+        };
+        let mut config = match &settings.client_cert {
+            None => builder.with_no_client_auth(),
+            Some((cert, key)) => {
+                let key = parse_cert_and_key(cert, key)
+                    .map_err(|(part, e)| format!("client_certificate.{part}: {e}"))?;
+                builder.with_client_cert_resolver(Arc::new(ClientCert(Arc::new(key))))
+            }
+        };
+        config.alpn_protocols = vec![match settings.alpn {
+            Alpn::Http11 => b"http/1.1".to_vec(),
+            Alpn::H2 => b"h2".to_vec(),
+        }];
+        Ok(TlsClient {
+            digest: digest(&settings),
+            settings,
+            server_name,
+            config: Arc::new(config),
+        })
+    }
+
+    /// The settings this client was built from.
+    pub fn settings(&self) -> &TlsSettings {
+        &self.settings
+    }
+
+    /// Does the handshake on a connected socket to `target` (`host:port`); `h2` says HTTP/2
+    /// will be spoken, which the server must have agreed to.
+    pub(super) async fn handshake(
+        &self,
+        target: &Arc<str>,
+        tcp: TcpStream,
+        h2: bool,
+    ) -> Result<Stream, ConnectError> {
+        let fail = |reason: String| ConnectError::Tls(target.clone(), reason);
+        let name = match &self.server_name {
+            Some(n) => n.clone(),
+            None => target_name(target).ok_or_else(|| {
+                fail("the target's host is not a valid server name (set `sni`)".into())
+            })?,
+        };
+        let tls = tokio_rustls::TlsConnector::from(self.config.clone())
+            .connect(name, tcp)
+            .await
+            .map_err(|e| fail(reason(&e)))?;
+        let agreed_h2 = tls.get_ref().1.alpn_protocol() == Some(b"h2");
+        if h2 && !agreed_h2 {
+            return Err(fail("the server did not agree to HTTP/2 (ALPN h2)".into()));
+        }
+        if agreed_h2 && !h2 {
+            return Err(fail(
+                "the server chose HTTP/2 (ALPN h2) for HTTP/1.1".into(),
+            ));
+        }
+        Ok(Stream::Tls(Box::new(tls)))
+    }
+}
+
+impl fmt::Debug for TlsClient {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.settings.fmt(f)
+    }
+}
+
+impl PartialEq for TlsClient {
+    fn eq(&self, other: &Self) -> bool {
+        // Usually the very same client (one per distinct settings per routing table).
+        std::ptr::eq(self, other) || self.digest == other.digest
+    }
+}
+
+impl Eq for TlsClient {}
+
+impl Hash for TlsClient {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        let mut head = [0u8; 8];
+        head.copy_from_slice(&self.digest[..8]);
+        state.write_u64(u64::from_le_bytes(head));
+    }
+}
+
+/// A digest of every setting, each field tagged and length-prefixed so that no two
+/// different settings write the same bytes.
+fn digest(s: &TlsSettings) -> [u8; 32] {
+    fn text(h: &mut Sha256, t: Option<&str>) {
+        match t {
+            None => h.update([0]),
+            Some(t) => {
+                h.update([1]);
+                h.update((t.len() as u64).to_le_bytes());
+                h.update(t.as_bytes());
+            }
+        }
+    }
+    let mut h = Sha256::new();
+    text(&mut h, s.sni.as_deref());
+    h.update([
+        u8::from(s.verify),
+        u8::from(s.verify_depth.is_some()),
+        s.verify_depth.unwrap_or(0),
+        match s.alpn {
+            Alpn::Http11 => 0,
+            Alpn::H2 => 1,
+        },
+    ]);
+    text(&mut h, s.ca_pem.as_deref());
+    text(&mut h, s.client_cert.as_ref().map(|c| &*c.0));
+    text(&mut h, s.client_cert.as_ref().map(|c| &*c.1));
+    h.finalize().into()
+}
+
+/// The server name of a `host:port` target: a DNS name, or an IP address (then no SNI).
+fn target_name(target: &str) -> Option<ServerName<'static>> {
+    let (host, _) = target.rsplit_once(':')?;
+    let host = host
+        .strip_prefix('[')
+        .and_then(|h| h.strip_suffix(']'))
+        .unwrap_or(host);
+    ServerName::try_from(host.to_string()).ok()
+}
+
+/// What went wrong in a handshake, in rustls's words.
+fn reason(e: &io::Error) -> String {
+    let rustls = e.get_ref().and_then(|e| e.downcast_ref::<rustls::Error>());
+    match rustls {
+        // Shown as the error itself, not as rustls's debug form of a wrapped error.
+        Some(rustls::Error::InvalidCertificate(CertificateError::Other(o))) => {
+            format!("invalid peer certificate: {o}")
+        }
+        Some(r) => r.to_string(),
+        None => e.to_string(),
+    }
+}
+
+/// The trusted CAs of a PEM bundle.
+fn parse_roots(pem: &str) -> Result<RootCertStore, String> {
+    let certs = CertificateDer::pem_slice_iter(pem.as_bytes())
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| {
+            format!(
+                "ca_certificates: not a PEM certificate bundle: {}",
+                pem_error(&e)
+            )
+        })?;
+    if certs.is_empty() {
+        return Err("ca_certificates: no `BEGIN CERTIFICATE` block".into());
+    }
+    let mut roots = RootCertStore::empty();
+    for (i, cert) in certs.into_iter().enumerate() {
+        roots
+            .add(cert)
+            .map_err(|e| format!("ca_certificates: certificate {} is unusable: {e}", i + 1))?;
+    }
+    Ok(roots)
+}
+
+/// The public web's roots, parsed once per process.
+fn public_roots() -> Arc<RootCertStore> {
+    static ROOTS: OnceLock<Arc<RootCertStore>> = OnceLock::new();
+    ROOTS
+        .get_or_init(|| {
+            let mut roots = RootCertStore::empty();
+            roots.add_parsable_certificates(
+                webpki_root_certs::TLS_SERVER_ROOT_CERTS.iter().cloned(),
+            );
+            Arc::new(roots)
+        })
+        .clone()
+}
+
+/// The client certificate, shown whenever a server asks.
+struct ClientCert(Arc<CertifiedKey>);
+
+impl fmt::Debug for ClientCert {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("ClientCert")
+    }
+}
+
+impl ResolvesClientCert for ClientCert {
+    fn resolve(
+        &self,
+        _root_hint_subjects: &[&[u8]],
+        _sigschemes: &[SignatureScheme],
+    ) -> Option<Arc<CertifiedKey>> {
+        Some(self.0.clone())
+    }
+
+    fn has_certs(&self) -> bool {
+        true
+    }
+}
+
+/// Full verification, then a limit on the intermediates the chain goes through.
+#[derive(Debug)]
+struct DepthLimited {
+    inner: Arc<WebPkiServerVerifier>,
+    roots: Arc<RootCertStore>,
+    /// Most intermediates allowed.
+    max: u8,
+}
+
+/// A chain verified only through more intermediates than `verify_depth` allows.
+#[derive(Debug)]
+struct TooDeep {
+    max: u8,
+}
+
+impl fmt::Display for TooDeep {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "the chain needs more than the {} intermediate certificate(s) verify_depth allows",
+            self.max
+        )
+    }
+}
+
+impl std::error::Error for TooDeep {}
+
+impl ServerCertVerifier for DepthLimited {
+    fn verify_server_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        server_name: &ServerName<'_>,
+        ocsp_response: &[u8],
+        now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        let verified = self.inner.verify_server_cert(
+            end_entity,
+            intermediates,
+            server_name,
+            ocsp_response,
+            now,
+        )?;
+        let max = usize::from(self.max);
+        // A chain presented no longer than allowed cannot go through more.
+        if intermediates.len() <= max {
+            return Ok(verified);
+        }
+        // A longer one may still verify through fewer (a server may send its root too, or
+        // spare cross-signed certificates): the path is built again, and only paths within the
+        // limit are accepted, as OpenSSL counts its verified chain.
+        let too_deep = || {
+            rustls::Error::InvalidCertificate(CertificateError::Other(OtherError(Arc::new(
+                TooDeep { max: self.max },
+            ))))
+        };
+        let cert = webpki::EndEntityCert::try_from(end_entity).map_err(|_| too_deep())?;
+        let within = |path: &webpki::VerifiedPath<'_>| {
+            if path.intermediate_certificates().count() <= max {
+                Ok(())
+            } else {
+                Err(webpki::Error::MaximumPathDepthExceeded)
+            }
+        };
+        cert.verify_for_usage(
+            provider().signature_verification_algorithms.all,
+            &self.roots.roots,
+            intermediates,
+            now,
+            webpki::KeyUsage::server_auth(),
+            None,
+            Some(&within),
+        )
+        .map(|_| verified)
+        .map_err(|_| too_deep())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.inner.verify_tls12_signature(message, cert, dss)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.inner.verify_tls13_signature(message, cert, dss)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.inner.supported_verify_schemes()
+    }
+
+    fn root_hint_subjects(&self) -> Option<&[rustls::DistinguishedName]> {
+        self.inner.root_hint_subjects()
+    }
+}
