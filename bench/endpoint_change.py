@@ -32,8 +32,8 @@ compile instead gives the reference. The weir binary allocates with a statically
 mimalloc, which dhat cannot see; a small preloaded library (SHIM below, compiled with gcc into
 the temporary folder) makes valgrind replace the binary's mi_malloc, mi_free, ... with glibc's
 malloc, free, ..., which dhat counts: the figures are the Rust allocation requests, whatever
-allocator serves them. Valgrind runs the proxy some 50x slower; `--dhat-routes` sets a smaller
-table for these runs.
+allocator serves them. At 10,000 routes one run under valgrind takes from 15 s to a few
+minutes; `--dhat-routes` sets a smaller table for these runs.
 
 Prints a table; writes bench/results/endpoint_change.json. Needs valgrind, its headers and gcc
 (unless --no-dhat).

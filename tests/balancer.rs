@@ -291,9 +291,7 @@ async fn listed_statuses_are_retried_for_idempotent_requests_and_a_large_upload_
         &["--max-retry-body", "1024"],
     );
     let c = client();
-    let total = |s: &Seen, m: &str| {
-        s.lock().unwrap().iter().filter(|(x, _)| x == m).count()
-    };
+    let total = |s: &Seen, m: &str| s.lock().unwrap().iter().filter(|(x, _)| x == m).count();
 
     // A GET is tried three times (retries: 2), on both targets, and the last answer passes.
     let r = get(&c, &w.url("/"), &[]).await;

@@ -179,6 +179,32 @@ struct TonicServer {
 
 impl TonicServer {
     fn start() -> TonicServer {
+        TonicServer::serve(None)
+    }
+
+    /// Over TLS with the fixtures' `a.example.test` certificate, offering only `h2`.
+    fn start_tls() -> TonicServer {
+        use rustls::pki_types::pem::PemObject;
+        let chain = vec![tls::fixture_der("a.example.test.crt")];
+        let key = rustls::pki_types::PrivateKeyDer::from_pem_slice(
+            tls::fixture("a.example.test.key").as_bytes(),
+        )
+        .unwrap();
+        let mut config = rustls::ServerConfig::builder_with_provider(std::sync::Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(chain, key)
+        .unwrap();
+        config.alpn_protocols = vec![b"h2".to_vec()];
+        TonicServer::serve(Some(tokio_rustls::TlsAcceptor::from(std::sync::Arc::new(
+            config,
+        ))))
+    }
+
+    fn serve(tls: Option<tokio_rustls::TlsAcceptor>) -> TonicServer {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let port = listener.local_addr().unwrap().port();
         listener.set_nonblocking(true).unwrap();
@@ -195,15 +221,23 @@ impl TonicServer {
                         let Ok((io, _)) = listener.accept().await else {
                             continue;
                         };
+                        let tls = tls.clone();
                         tokio::spawn(async move {
-                            let _ = hyper::server::conn::http2::Builder::new(
+                            let h2 = hyper::server::conn::http2::Builder::new(
                                 hyper_util::rt::TokioExecutor::new(),
-                            )
-                            .serve_connection(
-                                hyper_util::rt::TokioIo::new(io),
-                                hyper::service::service_fn(dispatch),
-                            )
-                            .await;
+                            );
+                            let service = hyper::service::service_fn(dispatch);
+                            let _ = match tls {
+                                None => {
+                                    h2.serve_connection(hyper_util::rt::TokioIo::new(io), service)
+                                        .await
+                                }
+                                Some(tls) => {
+                                    let Ok(io) = tls.accept(io).await else { return };
+                                    h2.serve_connection(hyper_util::rt::TokioIo::new(io), service)
+                                        .await
+                                }
+                            };
                         });
                     }
                 };
@@ -450,7 +484,44 @@ fn table(server: u16) -> String {
     .to_string()
 }
 
+/// The table of [`table`] with the Echo service reached over TLS (`grpcs`), verified with the
+/// fixtures' CA for `a.example.test`.
+fn table_grpcs(server: u16) -> String {
+    let mut t: Value = serde_json::from_str(&table(server)).unwrap();
+    t["services"][0]["protocol"] = json!("grpcs");
+    t["services"][0]["tls"] = json!({
+        "ca_certificates": tls::fixture("ca.crt"),
+        "sni": "a.example.test",
+    });
+    t.to_string()
+}
+
 // ---- The tests. ----
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tonic_and_grpcio_through_weir_to_tls_upstreams_of_both() {
+    // A tonic server over TLS: every call kind from tonic, and grpcio's unary.
+    let server = TonicServer::start_tls();
+    let w = Weir::start(&table_grpcs(server.port), &[]);
+    assert_tonic_calls(&tonic_calls(&h2c(w.proc.port).await).await);
+    let got = grpcio_client(format!("127.0.0.1:{}", w.proc.port)).await;
+    assert_eq!(got["Unary"]["code"], "OK", "{}", got["Unary"]);
+    assert_eq!(got["Bidi"]["value"], json!(["echo:x", "echo:y"]));
+    assert_eq!(got["Fail"]["code"], "INVALID_ARGUMENT", "{}", got["Fail"]);
+
+    // gRPC's C core serving TLS: tonic's calls arrive, statuses and trailers intact.
+    let server = grpc_server_tls();
+    let w = Weir::start(&table_grpcs(server.port), &[]);
+    let got = tonic_calls(&h2c(w.proc.port).await).await;
+    assert_tonic_calls(&got);
+    assert_eq!(
+        got["Unary"]
+            .metadata
+            .get("x-trailer")
+            .and_then(|v| v.to_str().ok()),
+        Some("unary")
+    );
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tonic_client_to_tonic_server_over_h2c_and_tls() {

@@ -4,7 +4,7 @@
 //! either the old table or the new one, never a mix.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
 use http::{HeaderValue, StatusCode};
@@ -402,20 +402,30 @@ fn compile_service(
         Some(u) => u.id.as_str().into(),
         None => s.id.as_str().into(),
     };
+    let algorithm = match upstream.map(|u| u.algorithm) {
+        None | Some(Algorithm::RoundRobin) => balancer::Algorithm::RoundRobin,
+        Some(Algorithm::LeastConnections) => balancer::Algorithm::LeastConnections,
+        Some(Algorithm::ConsistentHashing) => balancer::Algorithm::ConsistentHashing,
+        Some(Algorithm::PeakEwma) => balancer::Algorithm::PeakEwma,
+    };
+    let counts_load = matches!(
+        algorithm,
+        balancer::Algorithm::LeastConnections | balancer::Algorithm::PeakEwma
+    );
     let mut targets: Vec<(Target, u32)> = Vec::new();
     match (upstream, &s.host) {
         (Some(u), _) => {
             for t in &u.targets {
                 let (host, port) =
                     parse_target(&t.target).map_err(|m| ("upstream".to_string(), m))?;
-                targets.push((target(&owner, host, port), t.weight));
+                targets.push((target(&owner, host, port, counts_load), t.weight));
             }
         }
         (None, Some(h)) => {
             let port = s
                 .port
                 .ok_or(("port".to_string(), "required with `host`".to_string()))?;
-            targets.push((target(&owner, h, port), 1));
+            targets.push((target(&owner, h, port, counts_load), 1));
         }
         (None, None) => {}
     }
@@ -457,12 +467,6 @@ fn compile_service(
             .collect(),
         None => Vec::new(),
     };
-    let algorithm = match upstream.map(|u| u.algorithm) {
-        None | Some(Algorithm::RoundRobin) => balancer::Algorithm::RoundRobin,
-        Some(Algorithm::LeastConnections) => balancer::Algorithm::LeastConnections,
-        Some(Algorithm::ConsistentHashing) => balancer::Algorithm::ConsistentHashing,
-        Some(Algorithm::PeakEwma) => balancer::Algorithm::PeakEwma,
-    };
     Ok(CompiledService {
         id: s.id.as_str().into(),
         path: s.path.clone(),
@@ -479,13 +483,10 @@ fn compile_service(
         checks,
         health,
         hash: upstream
-            .and_then(|u| u.hash_on.as_ref())
+            .and_then(|u| u.hash_on.as_deref())
             .map(HashInput::new),
         probe_tls,
-        counts_load: matches!(
-            algorithm,
-            balancer::Algorithm::LeastConnections | balancer::Algorithm::PeakEwma
-        ),
+        counts_load,
     })
 }
 
@@ -546,13 +547,26 @@ impl Runtime {
     }
 }
 
-fn target(owner: &Arc<str>, host: &str, port: u16) -> Target {
+/// A target; its load statistics are kept across tables when the algorithm weighs them, and
+/// shared (never read) otherwise: a 10,000-service table then makes no per-target state.
+fn target(owner: &Arc<str>, host: &str, port: u16, counts_load: bool) -> Target {
+    static UNCOUNTED: LazyLock<Arc<Load>> = LazyLock::new(Arc::default);
     let (addr, host_header) = target_address(host, port);
     Target {
-        load: LOAD.get(owner, &addr, Load::default),
+        load: if counts_load {
+            LOAD.get(owner, &addr, Load::default)
+        } else {
+            UNCOUNTED.clone()
+        },
         addr,
         host_header,
     }
+}
+
+/// Forgets the kept per-target state of targets no table holds any more.
+pub fn prune_kept_state() {
+    LOAD.prune();
+    HEALTH.prune();
 }
 
 #[derive(Clone, Copy)]
@@ -711,7 +725,7 @@ mod tests {
                  services: [{{id: a, upstream: ua}}, {{id: b, upstream: ub}}]\n\
                  upstreams:\n\
                  - {{id: ua, targets: [{{target: '10.0.0.1:80'}}]}}\n\
-                 - {{id: ub, healthchecks: {{passive: {{failures: 1}}}}, targets: [{b_targets}]}}\n\
+                 - {{id: ub, algorithm: least-connections, healthchecks: {{passive: {{failures: 1}}}}, targets: [{b_targets}]}}\n\
                  plugins: [{{id: p, name: correlation-id}}]\n"
             )
         };

@@ -14,9 +14,22 @@ pub const PEER: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/grpc/peer.py"
 
 /// A grpcio server for `weir.test.Echo` on a free port, killed when dropped.
 pub fn grpc_server() -> Proc {
+    grpc_server_with(&[])
+}
+
+/// A grpcio server serving over TLS with the fixtures' `a.example.test` certificate.
+pub fn grpc_server_tls() -> Proc {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/tls");
+    let cert = format!("{dir}/a.example.test.crt");
+    let key = format!("{dir}/a.example.test.key");
+    grpc_server_with(&["--tls", &cert, &key])
+}
+
+fn grpc_server_with(extra: &[&str]) -> Proc {
     let port = free_port();
     let mut child = Command::new("python3")
         .args([PEER, "serve", &port.to_string()])
+        .args(extra)
         .stdout(Stdio::piped())
         .spawn()
         .expect("python3 is needed for the gRPC tests");

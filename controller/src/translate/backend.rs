@@ -221,7 +221,7 @@ impl Translator<'_> {
                 .or(up_spec.and_then(|u| u.retries))
                 .unwrap_or(default.retries),
             retry_on: balancing.retry_on,
-            tls,
+            tls: tls.map(Box::new),
             ..default
         };
 
@@ -245,7 +245,7 @@ impl Translator<'_> {
         self.config.upstreams.push(config::Upstream {
             id: id.clone(),
             algorithm: balancing.algorithm,
-            hash_on: balancing.hash_on,
+            hash_on: balancing.hash_on.map(Box::new),
             targets,
             healthchecks: balancing.healthchecks,
         });
@@ -315,7 +315,7 @@ impl Translator<'_> {
         let probe = config::Service {
             id: "s".into(),
             protocol,
-            tls: Some(tls.clone()),
+            tls: Some(Box::new(tls.clone())),
             ..default_service()
         };
         let rejected: Vec<ConfigError> = self
@@ -395,7 +395,7 @@ impl Translator<'_> {
         let upstream = config::Upstream {
             id: "u".into(),
             algorithm: b.algorithm,
-            hash_on: b.hash_on.clone(),
+            hash_on: b.hash_on.clone().map(Box::new),
             targets: Vec::new(),
             healthchecks: b.healthchecks.clone(),
         };
@@ -813,8 +813,8 @@ fn balancing(spec: Option<&UpstreamSpec>, secure: bool) -> Balancing {
         algorithm,
         hash_on,
         healthchecks: config::Healthchecks {
-            passive,
-            active,
+            passive: passive.map(Box::new),
+            active: active.map(Box::new),
             panic: hc.panic,
         },
         retry_on,

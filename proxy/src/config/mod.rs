@@ -234,9 +234,9 @@ pub struct Service {
     /// Failures retried besides connections that could not be made (idempotent requests only).
     #[serde(default, skip_serializing_if = "RetryOn::is_off")]
     pub retry_on: RetryOn,
-    /// TLS towards the targets, for `https` and `grpcs`.
+    /// TLS towards the targets, for `https` and `grpcs` (boxed: most services have none).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub tls: Option<ServiceTls>,
+    pub tls: Option<Box<ServiceTls>>,
 }
 
 fn default_timeout() -> u64 {
@@ -615,19 +615,40 @@ impl Config {
 
     /// The hex SHA-256 of the table's canonical JSON, excluding `hash` itself.
     pub fn content_hash(&self) -> String {
+        if self.hash.is_none() {
+            return self.digest();
+        }
         let mut unhashed = self.clone();
         unhashed.hash = None;
-        let bytes = serde_json::to_vec(&unhashed).expect("a Config always serialises");
-        hex(&Sha256::digest(&bytes))
+        unhashed.digest()
     }
 
     /// Returns the table with `hash` set to [`Config::content_hash`].
     pub fn with_hash(mut self) -> Config {
         // Without a copy of the table (10,000 routes are megabytes).
         self.hash = None;
-        let bytes = serde_json::to_vec(&self).expect("a Config always serialises");
-        self.hash = Some(hex(&Sha256::digest(&bytes)));
+        self.hash = Some(self.digest());
         self
+    }
+
+    /// SHA-256 of the table's JSON, hashed as it is written (no buffer of the whole table).
+    fn digest(&self) -> String {
+        struct Hashing(Sha256);
+        impl std::io::Write for Hashing {
+            fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+                self.0.update(b);
+                Ok(b.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let mut h = std::io::BufWriter::with_capacity(64 * 1024, Hashing(Sha256::new()));
+        serde_json::to_writer(&mut h, self).expect("a Config always serialises");
+        let h = h
+            .into_inner()
+            .unwrap_or_else(|_| unreachable!("hashing never fails"));
+        hex(&h.0.finalize())
     }
 
     /// Whether `self` and `other` differ at most in their upstreams' targets, algorithms,

@@ -12,9 +12,10 @@ pub struct Upstream {
     /// How a target is chosen for each request.
     #[serde(default)]
     pub algorithm: Algorithm,
-    /// The input of `consistent-hashing`.
+    /// The input of `consistent-hashing` (boxed, as the optional parts below: tables of
+    /// thousands of upstreams mostly leave them out).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub hash_on: Option<HashOn>,
+    pub hash_on: Option<Box<HashOn>>,
     /// The targets; an empty list answers 503.
     #[serde(default)]
     pub targets: Vec<Target>,
@@ -124,10 +125,10 @@ impl HashBy {
 pub struct Healthchecks {
     /// Failures counted from real traffic.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub passive: Option<PassiveHealthcheck>,
+    pub passive: Option<Box<PassiveHealthcheck>>,
     /// Periodic probes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub active: Option<ActiveHealthcheck>,
+    pub active: Option<Box<ActiveHealthcheck>>,
     /// When every target is unhealthy, use them all instead of answering 503.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub panic: bool,

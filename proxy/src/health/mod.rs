@@ -34,8 +34,8 @@ impl Checks {
     pub fn new(config: &Healthchecks) -> Option<Arc<Checks>> {
         (!config.is_off()).then(|| {
             Arc::new(Checks {
-                passive: config.passive.clone(),
-                active: config.active.clone(),
+                passive: config.passive.as_deref().cloned(),
+                active: config.active.as_deref().cloned(),
                 panic: config.panic,
             })
         })
@@ -234,11 +234,16 @@ impl<T> Kept<T> {
         if let Some(t) = map.get(&key).and_then(Weak::upgrade) {
             return t;
         }
-        // Forget the states no table holds any more.
-        map.retain(|_, w| w.strong_count() > 0);
         let t = Arc::new(make());
         map.insert(key, Arc::downgrade(&t));
         t
+    }
+
+    /// Forgets the states no table holds any more; called once per table swapped in (not per
+    /// target: that made compiling a table quadratic in its targets).
+    pub fn prune(&self) {
+        let mut map = self.map.lock().unwrap_or_else(|e| e.into_inner());
+        map.retain(|_, w| w.strong_count() > 0);
     }
 }
 
@@ -378,6 +383,11 @@ mod tests {
         let other = kept.get(&"v".into(), &a, || TargetHealth::new(u.clone(), a.clone()));
         assert!(!Arc::ptr_eq(&first, &other), "another upstream's target");
         drop((first, again));
+        kept.prune();
+        assert!(
+            kept.map.lock().unwrap().len() == 1,
+            "only v's target is held"
+        );
         let fresh = kept.get(&u, &a, || TargetHealth::new(u.clone(), a.clone()));
         assert!(fresh.healthy(), "not the dropped state");
     }

@@ -61,8 +61,9 @@ pub struct RequestCtx {
     pub request_body: Option<Bytes>,
     /// Balancer data: every try made for this request, in order.
     pub tries: Vec<Try>,
-    /// The target chosen by a plugin, bypassing the balancer ([`RequestCtx::set_target`]).
-    pub upstream_target: Option<ChosenTarget>,
+    /// The target chosen by a plugin, bypassing the balancer ([`RequestCtx::set_target`]);
+    /// boxed, as most requests have none and every request moves the context.
+    pub upstream_target: Option<Box<ChosenTarget>>,
     /// The plugins collected in access, replayed by the later phases.
     pub(crate) plugins: Arc<[PluginInstance]>,
     /// The table's consumers, when it has any or authenticates.
@@ -84,24 +85,57 @@ pub struct Timings {
     pub end: Option<Instant>,
 }
 
-/// One attempt to reach a target.
+/// One attempt to reach a target. Kept as small as before it had a status and a time: every
+/// request moves one.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct Try {
     /// The target (`host:port`).
     pub target: Arc<str>,
     /// Why the attempt failed, if it did.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub error: Option<String>,
-    /// The status the target answered, if it did.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub status: Option<u16>,
-    /// From the start of the try to its answer's head or its failure (`ms` in the log).
-    #[serde(rename = "ms", serialize_with = "ser_ms")]
-    pub elapsed: Duration,
+    pub error: Option<Box<str>>,
+    /// The status the target answered, 0 if it did not.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub status: u16,
+    /// Microseconds from the start of the try to its answer's head or its failure (`ms` in
+    /// the log). Filled in for the try that answered only when there was more than one try
+    /// (the request's `latencies.upstream` is that time otherwise).
+    #[serde(rename = "ms", serialize_with = "ser_micros_as_ms")]
+    pub micros: u32,
 }
 
-fn ser_ms<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
-    s.serialize_f64(ms(*d))
+impl Try {
+    /// A try of `target`, under way.
+    pub fn new(target: Arc<str>) -> Try {
+        Try {
+            target,
+            error: None,
+            status: 0,
+            micros: 0,
+        }
+    }
+
+    /// The target answered `status` after `elapsed`.
+    pub fn answered(&mut self, status: u16, elapsed: Duration) {
+        self.status = status;
+        self.micros = u32::try_from(elapsed.as_micros()).unwrap_or(u32::MAX);
+    }
+
+    /// The try failed for `error`; `elapsed` counts unless an answer already set the time.
+    pub fn failed(&mut self, error: String, elapsed: Duration) {
+        if self.micros == 0 {
+            self.micros = u32::try_from(elapsed.as_micros()).unwrap_or(u32::MAX);
+        }
+        self.error = Some(error.into_boxed_str());
+    }
+}
+
+fn is_zero(n: &u16) -> bool {
+    *n == 0
+}
+
+fn ser_micros_as_ms<S: serde::Serializer>(us: &u32, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_f64(f64::from(*us) / 1000.0)
 }
 
 /// A target a plugin chose for a request ([`RequestCtx::set_target`]).
@@ -148,7 +182,7 @@ impl RequestCtx {
     pub fn set_target(&mut self, host: &str, port: u16) -> Result<(), String> {
         let (addr, host_header) = crate::compile::target_address(host, port);
         crate::config::parse_target(&addr)?;
-        self.upstream_target = Some(ChosenTarget { addr, host_header });
+        self.upstream_target = Some(Box::new(ChosenTarget { addr, host_header }));
         Ok(())
     }
 
@@ -480,8 +514,8 @@ pub struct LogRecord {
     /// Tries made.
     pub tries: usize,
     /// Every try, when there was more than one.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub upstream_tries: Vec<Try>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub upstream_tries: Option<Box<[Try]>>,
     /// Request body bytes received.
     pub request_bytes: u64,
     /// Response body bytes sent.
@@ -725,7 +759,7 @@ mod tests {
             service: None,
             target: None,
             tries: 0,
-            upstream_tries: Vec::new(),
+            upstream_tries: None,
             request_bytes: 0,
             response_bytes: 0,
             latencies: Latencies::default(),

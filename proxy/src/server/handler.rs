@@ -159,7 +159,7 @@ pub async fn handle(
         service: None,
         target: None,
         tries: 0,
-        upstream_tries: Vec::new(),
+        upstream_tries: None,
         request_bytes: 0,
         response_bytes: 0,
         latencies: Default::default(),
@@ -541,12 +541,7 @@ pub async fn handle(
             }
         };
         let began = Instant::now();
-        p.s.ctx.tries.push(Try {
-            target: key.target.clone(),
-            error: None,
-            status: None,
-            elapsed: Duration::ZERO,
-        });
+        p.s.ctx.tries.push(Try::new(key.target.clone()));
         p.s.record.target = Some(key.target.clone());
         if let Some(h) = &route.host_header {
             request.headers_mut().insert(header::HOST, h.clone());
@@ -577,7 +572,8 @@ pub async fn handle(
         };
         let reused = conn.reused;
         p.s.record.upstream_reused = Some(reused);
-        let sent_at = Instant::now();
+        // A pooled connection was taken at once: the try's start is when the request went.
+        let sent_at = if reused { began } else { Instant::now() };
         p.s.ctx.timings.upstream_sent = Some(sent_at);
         // Pinned where it is built: passed by value, the send future (hundreds of bytes) was
         // copied twice more per request.
@@ -591,26 +587,32 @@ pub async fn handle(
         )
         .await;
         let retry_left = tries < service.retries as usize;
+        // The answer is looked at in place: the response is large, and each move of it is a
+        // copy on every request.
+        let mut again = None;
+        if let Ok(Ok(resp)) = &sent {
+            let status = resp.status().as_u16();
+            let now = Instant::now();
+            p.s.ctx.timings.upstream_headers = Some(now);
+            if let (true, Some(i)) = (service.counts_load, target) {
+                service.balancer.target(i).load.observe(now - sent_at);
+            }
+            report(Outcome::Status(status));
+            if let Some(t) = p.s.ctx.tries.last_mut() {
+                t.status = status;
+            }
+            again = replay
+                .as_ref()
+                .filter(|_| retry_left && service.retry_on.statuses.contains(&status))
+                .map(|r| (r, status));
+        }
         match sent {
-            Ok(Ok(resp)) => {
-                let status = resp.status().as_u16();
-                let now = Instant::now();
-                p.s.ctx.timings.upstream_headers = Some(now);
-                if let (true, Some(i)) = (service.counts_load, target) {
-                    service.balancer.target(i).load.observe(now - sent_at);
-                }
-                report(Outcome::Status(status));
-                if let Some(t) = p.s.ctx.tries.last_mut() {
-                    t.status = Some(status);
-                    t.elapsed = now - began;
-                }
-                let again = match &replay {
-                    Some(r) if retry_left && service.retry_on.statuses.contains(&status) => r,
-                    _ => break resp,
-                };
+            Ok(Ok(resp)) if again.is_none() => break resp,
+            Ok(Ok(_)) => {
+                let (r, status) = again.expect("checked above");
                 fail_try(&mut p.s.ctx, format!("status {status}"), began);
                 excluded.extend(target);
-                request = again.request();
+                request = r.request();
                 last_timeout = false;
             }
             Ok(Err(e)) => match e.unsent {
@@ -622,8 +624,7 @@ pub async fn handle(
                         // Common and harmless: not worth a warning.
                         tracing::debug!(target = %key.target, error = %e.error, "kept-alive upstream connection was closed; sending again");
                         if let Some(t) = p.s.ctx.tries.last_mut() {
-                            t.error = Some(e.error.to_string());
-                            t.elapsed = began.elapsed();
+                            t.failed(e.error.to_string(), began.elapsed());
                         }
                     } else {
                         fail_try(&mut p.s.ctx, e.error.to_string(), began);
@@ -696,7 +697,15 @@ pub async fn handle(
     };
     p.s.record.tries = p.s.ctx.tries.len();
     if p.s.record.tries > 1 {
-        p.s.record.upstream_tries = p.s.ctx.tries.clone();
+        // The answered try's time, only when the tries are logged (not on every request).
+        if let (Some(t), Some(sent), Some(head)) = (
+            p.s.ctx.tries.last_mut(),
+            p.s.ctx.timings.upstream_sent,
+            p.s.ctx.timings.upstream_headers,
+        ) {
+            t.answered(t.status, head - sent);
+        }
+        p.s.record.upstream_tries = Some(p.s.ctx.tries.as_slice().into());
     }
 
     // header_filter.
@@ -780,11 +789,8 @@ fn fail_try(ctx: &mut RequestCtx, error: String, began: Instant) {
     let Some(t) = ctx.tries.last_mut() else {
         return;
     };
-    if t.elapsed.is_zero() {
-        t.elapsed = began.elapsed();
-    }
     tracing::warn!(target = %t.target, error = %error, "upstream try failed");
-    t.error = Some(error);
+    t.failed(error, began.elapsed());
 }
 
 /// What is needed to send a request again after the upstream saw it.

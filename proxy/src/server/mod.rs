@@ -316,6 +316,10 @@ impl Proxy {
                 if !Arc::ptr_eq(&rt.plugins, &current.plugins) {
                     self.shared.registry.activate(&rt.plugins);
                 }
+                // The old table's targets that are gone lose their kept state (once requests
+                // still on the old table are done, at the latest on the next swap).
+                drop(current);
+                crate::compile::prune_kept_state();
                 self.shared.tables.send_modify(|n| *n += 1);
                 self.shared.ready.store(true, Ordering::Release);
                 self.shared
