@@ -319,6 +319,13 @@ async fn listed_statuses_are_retried_for_idempotent_requests_and_a_large_upload_
     let r = send(&c, "POST", &w.url("/"), &[], vec![b'y'; 100]).await;
     assert_eq!(r.status, 503);
     assert_eq!(total(&seen_one, "POST") + total(&seen_two, "POST"), 1);
+    let r = send(&c, "POST", &w.url("/"), &[], vec![b'p'; 4 * 1024 * 1024]).await;
+    assert_eq!(r.status, 503);
+    assert_eq!(
+        total(&seen_one, "POST") + total(&seen_two, "POST"),
+        2,
+        "the large POST went once"
+    );
     let r = send(&c, "PUT", &w.url("/"), &[], vec![b'z'; 4 * 1024 * 1024]).await;
     assert_eq!(r.status, 503);
     let big: Vec<usize> = seen_one

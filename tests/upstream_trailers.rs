@@ -121,3 +121,83 @@ async fn a_chunked_response_without_trailers_ends_without_them() {
     }
     assert_eq!(up.accepted.load(Ordering::SeqCst), 1);
 }
+
+/// An h2c upstream that answers every request with JSON of the body and trailers it received.
+async fn trailer_echo() -> u16 {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        loop {
+            let Ok((io, _)) = listener.accept().await else {
+                return;
+            };
+            tokio::spawn(async move {
+                let service = hyper::service::service_fn(
+                    |req: http::Request<hyper::body::Incoming>| async move {
+                        let collected = req.into_body().collect().await.unwrap();
+                        let trailers: serde_json::Map<String, serde_json::Value> = collected
+                            .trailers()
+                            .map(|t| {
+                                t.iter()
+                                    .map(|(k, v)| (k.to_string(), v.to_str().unwrap().into()))
+                                    .collect()
+                            })
+                            .unwrap_or_default();
+                        let body = String::from_utf8(collected.to_bytes().to_vec()).unwrap();
+                        let json = serde_json::json!({"body": body, "trailers": trailers});
+                        Ok::<_, std::convert::Infallible>(http::Response::new(Full::new(
+                            Bytes::from(json.to_string()),
+                        )))
+                    },
+                );
+                let _ = hyper::server::conn::http2::Builder::new(TokioExecutor::new())
+                    .serve_connection(hyper_util::rt::TokioIo::new(io), service)
+                    .await;
+            });
+        }
+    });
+    port
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn request_trailers_reach_an_h2_upstream_also_when_a_plugin_reads_the_body() {
+    let up = trailer_echo().await;
+    let config = format!(
+        "routes:\n\
+         - {{id: stream, paths: [{{path: /stream}}], service: s}}\n\
+         - {{id: read, paths: [{{path: /read}}], service: s}}\n\
+         services: [{{id: s, protocol: h2c, host: 127.0.0.1, port: {up}}}]\n\
+         plugins: [{{id: upper, name: test-request-body, route: read, config: {{upper: true}}}}]\n"
+    );
+    let w = Weir::start(&config, &["--access-log", "false"]);
+    type Frames = http_body_util::StreamBody<
+        futures::stream::Iter<
+            std::vec::IntoIter<Result<http_body::Frame<Bytes>, std::convert::Infallible>>,
+        >,
+    >;
+    let client: Client<_, Frames> = Client::builder(TokioExecutor::new())
+        .http2_only(true)
+        .build_http();
+    for (path, body) in [("/stream", "abc"), ("/read", "ABC")] {
+        let mut trailers = http::HeaderMap::new();
+        trailers.insert("x-checksum", "c0ffee".parse().unwrap());
+        let frames = vec![
+            Ok(http_body::Frame::data(Bytes::from_static(b"abc"))),
+            Ok(http_body::Frame::trailers(trailers)),
+        ];
+        let req = http::Request::post(w.url(path))
+            .body(http_body_util::StreamBody::new(futures::stream::iter(
+                frames,
+            )))
+            .unwrap();
+        let resp = tokio::time::timeout(Duration::from_secs(10), client.request(req))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(resp.status(), 200, "{path}");
+        let got: serde_json::Value =
+            serde_json::from_slice(&resp.into_body().collect().await.unwrap().to_bytes()).unwrap();
+        assert_eq!(got["body"], body, "{path}: {got}");
+        assert_eq!(got["trailers"]["x-checksum"], "c0ffee", "{path}: {got}");
+    }
+}

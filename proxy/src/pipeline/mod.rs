@@ -340,7 +340,7 @@ pub async fn request_body<B>(
     body: B,
     limit: u64,
     idle: Duration,
-) -> Result<(Bytes, u64), BodyStop>
+) -> Result<Collected, BodyStop>
 where
     B: Body<Data = Bytes> + Unpin,
     B::Error: std::fmt::Display,
@@ -357,7 +357,7 @@ pub async fn read_body_before_access<B>(
     body: B,
     limit: u64,
     idle: Duration,
-) -> Result<(Bytes, u64), BodyStop>
+) -> Result<Collected, BodyStop>
 where
     B: Body<Data = Bytes> + Unpin,
     B::Error: std::fmt::Display,
@@ -373,19 +373,31 @@ pub fn body_before_access(chain: &RouteChain, req: &RequestHead) -> bool {
         .any(|p| p.body_before_access && p.plugin.body_before_access(req))
 }
 
+/// A request body read whole.
+#[derive(Debug, Default)]
+pub struct Collected {
+    /// The body, as the plugins left it.
+    pub bytes: Bytes,
+    /// Bytes received from the client.
+    pub received: u64,
+    /// The client's trailers, forwarded after the body (to HTTP/2 upstreams).
+    pub trailers: Option<http::HeaderMap>,
+}
+
 async fn collect<B>(
     ctx: &mut RequestCtx,
     mut body: B,
     limit: u64,
     idle: Duration,
     chain: &[PluginInstance],
-) -> Result<(Bytes, u64), BodyStop>
+) -> Result<Collected, BodyStop>
 where
     B: Body<Data = Bytes> + Unpin,
     B::Error: std::fmt::Display,
 {
     let mut out = BytesMut::new();
     let mut received = 0u64;
+    let mut trailers = None;
     let mut eof = body.is_end_stream();
     loop {
         let data = if eof {
@@ -403,7 +415,6 @@ where
                     Bytes::new()
                 }
                 Some(Err(e)) => return Err(BodyStop::Client(e.to_string())),
-                // Trailers are not forwarded on a body the plugins read.
                 Some(Ok(frame)) => match frame.into_data() {
                     Ok(d) => {
                         received += d.len() as u64;
@@ -413,7 +424,11 @@ where
                         eof = body.is_end_stream();
                         d
                     }
-                    Err(_) => continue,
+                    // Kept for after the body; the plugins see the data only.
+                    Err(frame) => {
+                        trailers = frame.into_trailers().ok();
+                        continue;
+                    }
                 },
             }
         };
@@ -436,7 +451,11 @@ where
             return Err(BodyStop::TooLarge);
         }
         if eof {
-            return Ok((out.freeze(), received));
+            return Ok(Collected {
+                bytes: out.freeze(),
+                received,
+                trailers,
+            });
         }
     }
 }
@@ -882,9 +901,9 @@ mod tests {
             vec![inst("waits", 50, Arc::new(Waits { panic: false }))].into();
         let body = parts(vec!["ab", "cd"]);
         let mut ctx = RequestCtx::new([127, 0, 0, 1].into(), 1, chain.clone());
-        let (out, received) =
-            block_on(request_body(&mut ctx, body, 0, Duration::from_secs(5))).unwrap();
-        assert_eq!((&out[..], received), (&b"ABCD!"[..], 4));
+        let read = block_on(request_body(&mut ctx, body, 0, Duration::from_secs(5))).unwrap();
+        assert_eq!((&read.bytes[..], read.received), (&b"ABCD!"[..], 4));
+        assert!(read.trailers.is_none());
 
         let body = parts(vec!["ab", "stop", "cd"]);
         let mut ctx = RequestCtx::new([127, 0, 0, 1].into(), 1, chain.clone());

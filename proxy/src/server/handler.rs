@@ -182,6 +182,7 @@ pub async fn handle(
             _guard: Some(guard),
             grpc,
             upstream_load: None,
+            request_trailers: None,
         }),
         shared,
     };
@@ -290,17 +291,13 @@ pub async fn handle(
                 return p.too_large(limit);
             }
             let idle = p.shared.opts.header_read_timeout;
-            let read = match body.take() {
-                Some(b) => pipeline::read_body_before_access(&mut p.s.ctx, b, limit, idle).await,
-                None => Ok((bytes::Bytes::new(), 0)),
-            };
-            match read {
-                Ok((bytes, received)) => {
-                    p.s.record.request_bytes = received;
-                    p.s.ctx.request_body = Some(bytes);
-                }
+            let read = match read_whole(&mut p.s.ctx, body.take(), limit, idle).await {
+                Ok(read) => read,
                 Err(stop) => return body_stopped(p, stop, limit),
-            }
+            };
+            p.s.record.request_bytes = read.received;
+            p.s.ctx.request_body = Some(read.bytes);
+            p.s.request_trailers = read.trailers;
         }
         if let Some(r) = pipeline::access(&mut p.s.ctx, &mut head, &route.chain).await {
             return p.respond(r);
@@ -396,19 +393,15 @@ pub async fn handle(
         && !pipeline::reads_request_body(&p.s.ctx)
         && early.is_none()
     {
-        let idle = p.shared.opts.header_read_timeout;
         let limit = keep_limit.min(buffered_limit(max_body, &p));
-        let read = match body.take() {
-            Some(b) => pipeline::read_body_before_access(&mut p.s.ctx, b, limit, idle).await,
-            None => Ok((bytes::Bytes::new(), 0)),
-        };
-        match read {
-            Ok((bytes, received)) => {
-                p.s.record.request_bytes = received;
-                p.s.ctx.request_body = Some(bytes);
-            }
+        let idle = p.shared.opts.header_read_timeout;
+        let read = match read_whole(&mut p.s.ctx, body.take(), limit, idle).await {
+            Ok(read) => read,
             Err(stop) => return body_stopped(p, stop, limit),
-        }
+        };
+        p.s.record.request_bytes = read.received;
+        p.s.ctx.request_body = Some(read.bytes);
+        p.s.request_trailers = read.trailers;
     }
     let early = early.or_else(|| p.s.ctx.request_body.take());
     let mut kept: Option<bytes::Bytes> = None;
@@ -434,15 +427,17 @@ pub async fn handle(
                 }
             };
             match read {
-                Ok((bytes, received)) => {
-                    p.s.record.request_bytes = received;
+                Ok(read) => {
+                    p.s.record.request_bytes = read.received;
+                    // A body read before access had its trailers kept then.
+                    let trailers = read.trailers.or_else(|| p.s.request_trailers.take());
                     // The length changed with the plugins' edits: the encoder frames it anew.
                     head.headers.remove(header::CONTENT_LENGTH);
                     head.headers.remove(header::TRANSFER_ENCODING);
-                    if replayable && bytes.len() as u64 <= keep_limit {
-                        kept = Some(bytes.clone());
+                    if replayable && read.bytes.len() as u64 <= keep_limit {
+                        kept = Some(read.bytes.clone());
                     }
-                    UpstreamBody::full(bytes)
+                    UpstreamBody::full(read.bytes).with_trailers(trailers)
                 }
                 Err(stop) => return body_stopped(p, stop, limit),
             }
@@ -454,7 +449,7 @@ pub async fn handle(
             if replayable && bytes.len() as u64 <= keep_limit {
                 kept = Some(bytes.clone());
             }
-            UpstreamBody::full(bytes)
+            UpstreamBody::full(bytes).with_trailers(p.s.request_trailers.take())
         }
         Some(body) if !body.is_end_stream() => {
             let stats = BodyStats::new();
@@ -808,6 +803,20 @@ impl Replay {
         *r.uri_mut() = self.uri.clone();
         *r.headers_mut() = self.headers.clone();
         r
+    }
+}
+
+/// Reads the whole request body, up to `limit`, no plugin seeing the chunks; the caller keeps
+/// it in `ctx.request_body` (what then goes upstream, with its exact length).
+async fn read_whole(
+    ctx: &mut RequestCtx,
+    body: Option<Incoming>,
+    limit: u64,
+    idle: Duration,
+) -> Result<pipeline::Collected, BodyStop> {
+    match body {
+        Some(b) => pipeline::read_body_before_access(ctx, b, limit, idle).await,
+        None => Ok(pipeline::Collected::default()),
     }
 }
 

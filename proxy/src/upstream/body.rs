@@ -64,6 +64,8 @@ pub struct UpstreamBody {
     inner: Option<Incoming>,
     /// A body known in full (read through the request_body plugins).
     full: Option<Bytes>,
+    /// Trailers sent after a full body (boxed: most bodies have none).
+    trailers: Option<Box<http::HeaderMap>>,
     stats: Option<Arc<BodyStats>>,
     limit: u64,
 }
@@ -74,6 +76,7 @@ impl UpstreamBody {
         UpstreamBody {
             inner: None,
             full: None,
+            trailers: None,
             stats: None,
             limit: 0,
         }
@@ -87,11 +90,19 @@ impl UpstreamBody {
         }
     }
 
+    /// The full body followed by `trailers` (HTTP/2 upstreams get them; Weir's HTTP/1.1 client
+    /// drops them, as it does a streamed body's).
+    pub fn with_trailers(mut self, trailers: Option<http::HeaderMap>) -> UpstreamBody {
+        self.trailers = trailers.filter(|t| !t.is_empty()).map(Box::new);
+        self
+    }
+
     /// Streams `body`, recording progress in `stats`; `limit` 0 means unlimited.
     pub fn streamed(body: Incoming, stats: Arc<BodyStats>, limit: u64) -> UpstreamBody {
         UpstreamBody {
             inner: Some(body),
             full: None,
+            trailers: None,
             stats: Some(stats),
             limit,
         }
@@ -108,7 +119,10 @@ impl Body for UpstreamBody {
     ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
         let this = self.get_mut();
         let Some(inner) = this.inner.as_mut() else {
-            return Poll::Ready(this.full.take().map(|b| Ok(Frame::data(b))));
+            if let Some(b) = this.full.take() {
+                return Poll::Ready(Some(Ok(Frame::data(b))));
+            }
+            return Poll::Ready(this.trailers.take().map(|t| Ok(Frame::trailers(*t))));
         };
         let polled = Pin::new(inner).poll_frame(cx);
         let stats = this.stats.as_ref();
@@ -143,7 +157,9 @@ impl Body for UpstreamBody {
     }
 
     fn is_end_stream(&self) -> bool {
-        self.full.is_none() && self.inner.as_ref().is_none_or(|b| b.is_end_stream())
+        self.full.is_none()
+            && self.trailers.is_none()
+            && self.inner.as_ref().is_none_or(|b| b.is_end_stream())
     }
 
     fn size_hint(&self) -> SizeHint {
