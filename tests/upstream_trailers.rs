@@ -201,3 +201,127 @@ async fn request_trailers_reach_an_h2_upstream_also_when_a_plugin_reads_the_body
         assert_eq!(got["trailers"]["x-checksum"], "c0ffee", "{path}: {got}");
     }
 }
+
+/// Sends `request` over HTTP/1.1 and reads until the chunked body's end (`0\r\n…\r\n\r\n`).
+fn h1_exchange(port: u16, request: &str) -> String {
+    use std::io::Read;
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    s.write_all(request.as_bytes()).unwrap();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !(got.ends_with(b"\r\n\r\n") && got.windows(5).any(|w| w == b"\r\n0\r\n")) {
+        match s.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => got.extend_from_slice(&buf[..n]),
+        }
+    }
+    String::from_utf8_lossy(&got).into_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_http1_client_that_asks_gets_the_announced_trailers_of_both_upstream_kinds() {
+    // HTTP/1.1 upstream announcing x-checksum (and sending a field it did not announce).
+    let h1 = scripted(|_, mut r, mut w| {
+        while read_head(&mut r).is_some() {
+            w.write_all(
+                b"HTTP/1.1 200 OK\r\ntrailer: x-checksum\r\ntransfer-encoding: chunked\r\n\r\n\
+                  5\r\nhello\r\n0\r\nx-checksum: abc\r\nx-unannounced: 1\r\n\r\n",
+            )
+            .unwrap();
+        }
+    });
+    // HTTP/2 upstream: a gRPC-like answer whose status rides in trailers, never announced.
+    let h2 = {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        tokio::spawn(async move {
+            loop {
+                let Ok((io, _)) = listener.accept().await else {
+                    return;
+                };
+                tokio::spawn(async move {
+                    let service = hyper::service::service_fn(|_req| async {
+                        let mut t = http::HeaderMap::new();
+                        t.insert("grpc-status", "0".parse().unwrap());
+                        let frames = vec![
+                            Ok::<_, std::convert::Infallible>(http_body::Frame::data(
+                                Bytes::from_static(b"msg"),
+                            )),
+                            Ok(http_body::Frame::trailers(t)),
+                        ];
+                        let mut resp = http::Response::new(http_body_util::StreamBody::new(
+                            futures::stream::iter(frames),
+                        ));
+                        resp.headers_mut()
+                            .insert("content-type", "application/grpc".parse().unwrap());
+                        Ok::<_, std::convert::Infallible>(resp)
+                    });
+                    let _ = hyper::server::conn::http2::Builder::new(TokioExecutor::new())
+                        .serve_connection(hyper_util::rt::TokioIo::new(io), service)
+                        .await;
+                });
+            }
+        });
+        port
+    };
+    let config = format!(
+        "routes:\n\
+         - {{id: a, paths: [{{path: /h1}}], service: h1}}\n\
+         - {{id: b, paths: [{{path: /h2}}], service: h2}}\n\
+         services:\n\
+         - {{id: h1, host: 127.0.0.1, port: {}}}\n\
+         - {{id: h2, protocol: h2c, host: 127.0.0.1, port: {h2}}}\n",
+        h1.port
+    );
+    let w = Weir::start(&config, &["--access-log", "false"]);
+    let port = w.proc.port;
+    let got = tokio::task::spawn_blocking(move || {
+        let get = |path: &str, te: &str| {
+            h1_exchange(port, &format!("GET {path} HTTP/1.1\r\nhost: t\r\n{te}\r\n"))
+        };
+        let post = |te: &str| {
+            h1_exchange(
+                port,
+                &format!(
+                    "POST /h2 HTTP/1.1\r\nhost: t\r\ncontent-type: application/grpc\r\n{te}content-length: 3\r\n\r\nabc"
+                ),
+            )
+        };
+        (
+            get("/h1", "te: trailers\r\n"),
+            get("/h1", ""),
+            get("/h2", "te: trailers\r\n"),
+            post("te: trailers\r\n"),
+            post(""),
+        )
+    })
+    .await
+    .unwrap();
+    let (h1_asked, h1_not, h2_asked, grpc_asked, grpc_not) = got;
+    assert!(
+        h1_asked.contains("\r\n0\r\nx-checksum: abc\r\n\r\n"),
+        "{h1_asked}"
+    );
+    assert!(!h1_asked.contains("x-unannounced"), "{h1_asked}");
+    assert!(
+        h1_asked
+            .to_ascii_lowercase()
+            .contains("\r\ntrailer: x-checksum\r\n"),
+        "{h1_asked}"
+    );
+    assert!(
+        h1_not.ends_with("\r\n0\r\n\r\n") && !h1_not.contains("x-checksum"),
+        "{h1_not}"
+    );
+    // A GET (Weir's own HTTP/1.1 server) and a POST (hyper's): the same trailers.
+    for (what, text) in [("GET", &h2_asked), ("POST", &grpc_asked)] {
+        let lower = text.to_ascii_lowercase();
+        assert!(
+            lower.contains("\r\n0\r\ngrpc-status: 0\r\n\r\n"),
+            "{what}: {text}"
+        );
+        assert!(lower.contains("\r\ntrailer: grpc-status"), "{what}: {text}");
+    }
+    assert!(!grpc_not.contains("grpc-status"), "{grpc_not}");
+}

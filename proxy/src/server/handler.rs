@@ -142,6 +142,8 @@ pub async fn handle(
     // The client IP is read first: `Connection: x-forwarded-for` must not change it.
     let client_ip = headers::client_ip(conn.peer.ip(), &head.headers, &shared.opts.trusted_proxies);
     let accepts_trailers = headers::remove_hop_by_hop(&mut head.headers, upgrade);
+    // An HTTP/1.1 client gets trailers only for fields the response announces (`Trailer`).
+    let h1_client_trailers = accepts_trailers && head.version <= http::Version::HTTP_11;
     let mut ctx = RequestCtx::new(client_ip, next_request_id(), rt.global.clone());
     if rt.consumers.strips_identity_headers {
         // Only an authentication plugin of this table may say who the client is.
@@ -734,7 +736,16 @@ pub async fn handle(
             }
         }
     }
+    let announced = (h1_client_trailers && !body.is_end_stream())
+        .then(|| {
+            let grpc = p.s.grpc.is_some() || grpc::is_grpc(&parts.headers);
+            headers::trailers_to_announce(&parts.headers, grpc)
+        })
+        .flatten();
     let _ = headers::remove_hop_by_hop(&mut parts.headers, switching && h2_websocket.is_none());
+    if let Some(names) = announced {
+        parts.headers.insert(header::TRAILER, names);
+    }
     if switching && h2_websocket.is_some() {
         // RFC 8441 §5: the HTTP/2 client's tunnel opens with a 200, without the HTTP/1.1
         // handshake's headers.

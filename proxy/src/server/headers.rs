@@ -189,6 +189,32 @@ pub fn remove_hop_by_hop(headers: &mut HeaderMap, keep_upgrade: bool) -> bool {
     trailers
 }
 
+/// The `Trailer` value announcing to an HTTP/1.1 client (which asked with `TE: trailers`)
+/// the trailer fields it may get: those the upstream announced, and a gRPC call's status
+/// fields (HTTP/2 upstreams do not announce them). HTTP/1.1 trailers not announced are not
+/// sent (hyper's rule, kept by Weir's own HTTP/1.1 server too). `None` when there are none.
+pub fn trailers_to_announce(upstream: &HeaderMap, grpc: bool) -> Option<HeaderValue> {
+    let mut names: Vec<String> = Vec::new();
+    for v in upstream.get_all(header::TRAILER) {
+        for n in v.to_str().unwrap_or_default().split(',') {
+            let n = n.trim().to_ascii_lowercase();
+            if HeaderName::from_bytes(n.as_bytes()).is_ok() && !names.contains(&n) {
+                names.push(n);
+            }
+        }
+    }
+    if grpc {
+        for n in ["grpc-status", "grpc-message", "grpc-status-details-bin"] {
+            if !names.iter().any(|x| x == n) {
+                names.push(n.to_string());
+            }
+        }
+    }
+    (!names.is_empty())
+        .then(|| HeaderValue::from_str(&names.join(", ")).ok())
+        .flatten()
+}
+
 /// Whether sending `method` twice has the effect of sending it once (RFC 9110 §9.2.2): what
 /// may be retried after an upstream saw it.
 pub fn is_idempotent(method: &http::Method) -> bool {

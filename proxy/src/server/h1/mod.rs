@@ -236,6 +236,13 @@ where
         return false;
     }
     let framing = head::encode_response_head(out, &parts, body.size_hint().exact(), close);
+    // Trailers go to the client only as announced (`Trailer`, set for clients that asked with
+    // `TE: trailers`), as hyper sends them on the connections it serves.
+    let announced = (framing == Framing::Chunked)
+        .then(|| parts.headers.get(http::header::TRAILER))
+        .flatten()
+        .map(|v| v.to_str().unwrap_or_default().to_ascii_lowercase());
+    let mut trailers: Option<http::HeaderMap> = None;
     drop(parts);
     let mut remaining = match framing {
         Framing::Length(n) => n,
@@ -273,8 +280,13 @@ where
             }
             Some(Some(Ok(frame))) => match frame.into_data() {
                 Ok(data) if !data.is_empty() => data,
-                // Trailers have no place in the fast path's responses.
-                _ => continue,
+                Ok(_) => continue,
+                Err(frame) => {
+                    if announced.is_some() {
+                        trailers = frame.into_trailers().ok();
+                    }
+                    continue;
+                }
             },
         };
         match framing {
@@ -300,9 +312,26 @@ where
         }
     }
     if framing == Framing::Chunked {
-        out.extend_from_slice(b"0\r\n\r\n");
+        out.extend_from_slice(b"0\r\n");
+        if let (Some(names), Some(t)) = (&announced, &trailers) {
+            write_trailers(out, names, t);
+        }
+        out.extend_from_slice(b"\r\n");
     }
     flush(stream, out).await && remaining == 0 && !close
+}
+
+/// The trailer fields named in `announced` (a lower-cased `Trailer` list), each a valid
+/// trailer, as header lines.
+fn write_trailers(out: &mut Vec<u8>, announced: &str, trailers: &http::HeaderMap) {
+    let listed = |n: &str| announced.split(',').any(|a| a.trim() == n);
+    for (name, value) in trailers {
+        let forbidden =
+            crate::upstream::h1::chunked::is_forbidden_trailer(name.as_str().as_bytes());
+        if !forbidden && listed(name.as_str()) {
+            crate::wire::header_line(out, name, value);
+        }
+    }
 }
 
 /// Queues `data` behind what `out` holds, or writes both when `data` is large.
