@@ -564,3 +564,30 @@ async fn a_plugin_can_choose_the_target_and_read_the_tries() {
     }
     assert!(saw_retry);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_clients_own_short_deadline_does_not_eject_the_target() {
+    let slow = echo_with("slow", &["--delay-ms", "200"]);
+    let up = format!(
+        "{}, healthchecks: {{passive: {{timeouts: 1, cooldown: 600}}}}",
+        targets(&[(&slow, 100)])
+    );
+    let w = Weir::start(&table(&up, ", retries: 0"), &["--access-log", "false"]);
+    let c = client();
+    // A gRPC call that gives up after 1 ms: Weir answers DEADLINE_EXCEEDED itself...
+    for _ in 0..3 {
+        let r = send(
+            &c,
+            "POST",
+            &w.url("/"),
+            &[("content-type", "application/grpc"), ("grpc-timeout", "1m")],
+            vec![0u8, 0, 0, 0, 0],
+        )
+        .await;
+        assert_eq!(r.header("grpc-status"), Some("4"), "{r:?}");
+    }
+    // ...and the target, which did nothing wrong, stays in rotation.
+    let r = get(&c, &w.url("/"), &[]).await;
+    assert_eq!(r.status, 200);
+    assert_eq!(health_gauge(&c, &w, slow.port).await, Some(1));
+}

@@ -444,7 +444,7 @@ fn compile_service(
     let wants_https_probe = upstream
         .and_then(|u| u.healthchecks.active.as_ref())
         .is_some_and(|a| a.kind == ProbeKind::Https);
-    let probe_tls = wants_https_probe
+    let probe_tls = (wants_https_probe && tls.is_none())
         .then(|| tls_clients.get(s, false))
         .transpose()?;
     let keys = targets
@@ -522,9 +522,12 @@ impl Runtime {
                 if !seen.insert((s.upstream.clone(), health.target.clone())) {
                     continue;
                 }
-                let tls = match active.kind {
-                    ProbeKind::Http => None,
-                    ProbeKind::Https => s.probe_tls.clone(),
+                // A TLS service is probed as its traffic goes (TLS, and HTTP/2 where it
+                // speaks it); `type: https` asks for TLS on a plain service too.
+                let (tls, h2) = match (&s.tls, active.kind) {
+                    (Some(tls), _) => (Some(tls.clone()), s.h2),
+                    (None, ProbeKind::Https) => (s.probe_tls.clone(), false),
+                    (None, ProbeKind::Http) => (None, s.h2),
                 };
                 let host = match &active.host {
                     Some(h) => HeaderValue::from_str(h).ok(),
@@ -536,7 +539,7 @@ impl Runtime {
                     health: health.clone(),
                     key: PoolKey {
                         target: health.target.clone(),
-                        h2: false,
+                        h2,
                         tls,
                     },
                     host,

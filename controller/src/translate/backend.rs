@@ -184,9 +184,10 @@ impl Translator<'_> {
                 }
             }
         } else {
+            // Fail closed: TLS was asked for, and plain text would not be what was meant.
             if let Some((ukey, _)) = upstream.as_ref().filter(|(_, u)| u.spec.tls.is_some()) {
                 let m = format!(
-                    "applies only to Services with weir.dev/protocol https or grpcs, and Service {key} speaks {}; ignored",
+                    "applies only to Services with weir.dev/protocol https or grpcs, and Service {key} speaks {}; routes to this Service answer 503",
                     protocol_name(protocol)
                 );
                 self.problem(
@@ -195,6 +196,10 @@ impl Translator<'_> {
                     "spec.tls",
                     m,
                 );
+                return Err((
+                    Reason::InvalidUpstream,
+                    format!("Service {key} speaks plain text but Upstream {ukey} asks for TLS"),
+                ));
             }
             None
         };

@@ -298,12 +298,12 @@ fn check_upstream_balancing(u: &super::Upstream, errs: &mut Errors) {
             &p.unhealthy_statuses,
             100..=599,
         );
-        if p.cooldown == 0 {
+        if p.cooldown == 0 || p.cooldown > 604_800 {
             errs.push(
                 "upstream",
                 &u.id,
                 "healthchecks.passive.cooldown",
-                "must be at least 1 second",
+                "must be between 1 second and 604800 (a week)",
             );
         }
     }

@@ -50,8 +50,10 @@ impl Checks {
         if self.active.is_some() {
             return false;
         }
+        // No cool-down on record (ejected by probes that are gone now, or a success and a
+        // failure crossing): the cool-down is due, so no target stays out for good.
         let due = t.retry_at.load(Ordering::Relaxed);
-        if due == 0 || now_ms() < due {
+        if due != 0 && now_ms() < due {
             return false;
         }
         if t.retry_at
@@ -100,7 +102,7 @@ impl Checks {
         let n = counter.fetch_add(1, Ordering::Relaxed) + 1;
         if n >= limit && t.healthy.load(Ordering::Relaxed) {
             t.retry_at.store(
-                now_ms() + p.cooldown.saturating_mul(1000).max(1),
+                now_ms().saturating_add(p.cooldown.saturating_mul(1000).max(1)),
                 Ordering::Relaxed,
             );
             t.set(false, &format!("{n} consecutive {what} (passive check)"));
@@ -307,6 +309,27 @@ mod tests {
         assert!(t2.healthy());
         c.report(&t2, Outcome::Timeout);
         assert!(!t2.healthy(), "two timeouts");
+    }
+
+    #[test]
+    fn a_target_ejected_by_probes_that_are_then_removed_does_not_stay_out() {
+        let probing = Checks {
+            passive: None,
+            active: Some(active()),
+            panic: false,
+        };
+        let t = t();
+        for _ in 0..3 {
+            probing.probed(&t, Err("refused".into()));
+        }
+        assert!(!probing.is_healthy(&t));
+        // The next table keeps the state but has passive checks only: nothing would probe.
+        let passive_only = passive(5, 5);
+        assert!(
+            passive_only.is_healthy(&t),
+            "no cool-down on record means due"
+        );
+        assert!(t.healthy());
     }
 
     #[test]

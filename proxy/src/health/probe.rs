@@ -55,14 +55,29 @@ impl Probe {
             .map_err(|e| e.to_string())?;
         let mut req = Request::new(UpstreamBody::empty());
         *req.method_mut() = Method::GET;
-        *req.uri_mut() = path
+        let uri = if self.key.h2 {
+            // HTTP/2 carries the scheme and authority in the request line.
+            let scheme = if self.key.tls.is_some() {
+                "https"
+            } else {
+                "http"
+            };
+            *req.version_mut() = http::Version::HTTP_2;
+            format!("{scheme}://{}{path}", self.key.target)
+        } else {
+            path.to_string()
+        };
+        *req.uri_mut() = uri
             .parse()
             .map_err(|_| format!("bad probe path {path:?}"))?;
         let h = req.headers_mut();
         h.insert(header::HOST, self.host.clone());
         h.insert(header::USER_AGENT, USER_AGENT);
         // The connection is not kept: a probe must find out whether a new one can be made.
-        h.insert(header::CONNECTION, HeaderValue::from_static("close"));
+        // (HTTP/2 has no `Connection`; its connection is shared with the pool.)
+        if !self.key.h2 {
+            h.insert(header::CONNECTION, HeaderValue::from_static("close"));
+        }
         match conn.send(req, &Added::default(), timeout).await {
             Ok(res) => Ok(res.status().as_u16()),
             Err(e) => Err(e.error.to_string()),

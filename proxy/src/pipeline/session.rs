@@ -29,8 +29,9 @@ pub(crate) struct Session {
     pub grpc: Option<http::HeaderValue>,
     /// The request counted in flight on its target, until it ends.
     pub upstream_load: Option<crate::balancer::InFlight>,
-    /// The trailers of a request body read whole before `access`, sent after it.
-    pub request_trailers: Option<http::HeaderMap>,
+    /// The trailers of a request body read whole before `access`, sent after it (boxed:
+    /// every request moves the session, few have trailers).
+    pub request_trailers: Option<Box<http::HeaderMap>>,
 }
 
 impl Drop for Session {

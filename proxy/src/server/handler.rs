@@ -299,7 +299,7 @@ pub async fn handle(
             };
             p.s.record.request_bytes = read.received;
             p.s.ctx.request_body = Some(read.bytes);
-            p.s.request_trailers = read.trailers;
+            p.s.request_trailers = read.trailers.map(Box::new);
         }
         if let Some(r) = pipeline::access(&mut p.s.ctx, &mut head, &route.chain).await {
             return p.respond(r);
@@ -403,7 +403,7 @@ pub async fn handle(
         };
         p.s.record.request_bytes = read.received;
         p.s.ctx.request_body = Some(read.bytes);
-        p.s.request_trailers = read.trailers;
+        p.s.request_trailers = read.trailers.map(Box::new);
     }
     let early = early.or_else(|| p.s.ctx.request_body.take());
     let mut kept: Option<bytes::Bytes> = None;
@@ -432,7 +432,9 @@ pub async fn handle(
                 Ok(read) => {
                     p.s.record.request_bytes = read.received;
                     // A body read before access had its trailers kept then.
-                    let trailers = read.trailers.or_else(|| p.s.request_trailers.take());
+                    let trailers = read
+                        .trailers
+                        .or_else(|| p.s.request_trailers.take().map(|t| *t));
                     // The length changed with the plugins' edits: the encoder frames it anew.
                     head.headers.remove(header::CONTENT_LENGTH);
                     head.headers.remove(header::TRANSFER_ENCODING);
@@ -451,7 +453,7 @@ pub async fn handle(
             if replayable && bytes.len() as u64 <= keep_limit {
                 kept = Some(bytes.clone());
             }
-            UpstreamBody::full(bytes).with_trailers(p.s.request_trailers.take())
+            UpstreamBody::full(bytes).with_trailers(p.s.request_trailers.take().map(|t| *t))
         }
         Some(body) if !body.is_end_stream() => {
             let stats = BodyStats::new();
@@ -666,8 +668,16 @@ pub async fn handle(
             },
             Err(TimedOut) => {
                 fail_try(&mut p.s.ctx, "upstream timed out".into(), began);
-                report(Outcome::Timeout);
                 let client_deadline = deadline.is_some_and(|d| Instant::now() >= d);
+                // Only the target's own slowness counts against it: not a client's short
+                // gRPC deadline, nor a client whose upload stalled (the write timeout).
+                let upload_stalled =
+                    p.s.request_bytes
+                        .as_ref()
+                        .is_some_and(|s| !s.done.load(Ordering::Relaxed));
+                if !client_deadline && !upload_stalled {
+                    report(Outcome::Timeout);
+                }
                 match &replay {
                     Some(r) if retry_left && service.retry_on.timeouts && !client_deadline => {
                         excluded.extend(target);

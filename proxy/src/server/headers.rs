@@ -198,7 +198,8 @@ pub fn trailers_to_announce(upstream: &HeaderMap, grpc: bool) -> Option<HeaderVa
     for v in upstream.get_all(header::TRAILER) {
         for n in v.to_str().unwrap_or_default().split(',') {
             let n = n.trim().to_ascii_lowercase();
-            if HeaderName::from_bytes(n.as_bytes()).is_ok() && !names.contains(&n) {
+            let allowed = !crate::upstream::h1::chunked::is_forbidden_trailer(n.as_bytes());
+            if allowed && HeaderName::from_bytes(n.as_bytes()).is_ok() && !names.contains(&n) {
                 names.push(n);
             }
         }

@@ -311,7 +311,8 @@ impl Proxy {
                 let hash = rt.hash.clone();
                 let rt = Arc::new(rt);
                 self.shared.runtime.store(rt.clone());
-                crate::upstream::retire(removed_targets(&current, &rt));
+                let (removed, live) = removed_targets(&current, &rt);
+                crate::upstream::retire(removed, &live);
                 // An endpoint change keeps the plugins as they are.
                 if !Arc::ptr_eq(&rt.plugins, &current.plugins) {
                     self.shared.registry.activate(&rt.plugins);
@@ -516,19 +517,22 @@ fn bind_reuseport(addr: SocketAddr, flag: &str) -> io::Result<std::net::TcpListe
     Ok(socket.into())
 }
 
-/// The targets of `old` that `new` does not have.
-fn removed_targets(old: &Runtime, new: &Runtime) -> std::collections::HashSet<Arc<str>> {
-    let targets = |rt: &Runtime| -> std::collections::HashSet<Arc<str>> {
+type Targets = std::collections::HashSet<Arc<str>>;
+
+/// The targets of `old` that `new` does not have, and those `new` has.
+fn removed_targets(old: &Runtime, new: &Runtime) -> (Targets, Targets) {
+    let targets = |rt: &Runtime| -> Targets {
         rt.services
             .iter()
             .flat_map(|s| s.keys.iter().map(|k| k.target.clone()))
             .collect()
     };
-    let kept = targets(new);
-    targets(old)
+    let live = targets(new);
+    let removed = targets(old)
         .into_iter()
-        .filter(|t| !kept.contains(t))
-        .collect()
+        .filter(|t| !live.contains(t))
+        .collect();
+    (removed, live)
 }
 
 /// Runs the active health probes of the table in service, and those of the next one when it

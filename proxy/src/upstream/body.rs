@@ -59,6 +59,22 @@ impl BodyStats {
 #[error("request body larger than {0} bytes")]
 pub struct TooLarge(u64);
 
+/// A client's request trailers without the fields that must never be trailers (framing,
+/// routing, authentication, …) and without the identity headers only authentication plugins
+/// may set: the upstream acts on trailers as on headers, and these were checked in the head.
+pub fn clean_trailers(mut t: http::HeaderMap) -> http::HeaderMap {
+    crate::consumers::remove_identity_headers(&mut t);
+    let forbidden: Vec<http::HeaderName> = t
+        .keys()
+        .filter(|n| super::h1::chunked::is_forbidden_trailer(n.as_str().as_bytes()))
+        .cloned()
+        .collect();
+    for n in forbidden {
+        t.remove(n);
+    }
+    t
+}
+
 /// A request body on its way upstream.
 pub struct UpstreamBody {
     inner: Option<Incoming>,
@@ -92,8 +108,12 @@ impl UpstreamBody {
 
     /// The full body followed by `trailers` (HTTP/2 upstreams get them; Weir's HTTP/1.1 client
     /// drops them, as it does a streamed body's).
+    /// Trailers are cleaned as [`clean_trailers`] says.
     pub fn with_trailers(mut self, trailers: Option<http::HeaderMap>) -> UpstreamBody {
-        self.trailers = trailers.filter(|t| !t.is_empty()).map(Box::new);
+        self.trailers = trailers
+            .map(clean_trailers)
+            .filter(|t| !t.is_empty())
+            .map(Box::new);
         self
     }
 
@@ -136,7 +156,10 @@ impl Body for UpstreamBody {
                         return Poll::Ready(Some(Err(Box::new(TooLarge(this.limit)))));
                     }
                 }
-                Poll::Ready(Some(Ok(frame)))
+                match frame.into_trailers() {
+                    Ok(t) => Poll::Ready(Some(Ok(Frame::trailers(clean_trailers(t))))),
+                    Err(frame) => Poll::Ready(Some(Ok(frame))),
+                }
             }
             Poll::Ready(None) => {
                 if let Some(s) = stats {

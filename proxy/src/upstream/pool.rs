@@ -62,8 +62,21 @@ static RETIRED: LazyLock<ArcSwap<HashSet<Arc<str>>>> = LazyLock::new(ArcSwap::de
 
 /// Records the targets a routing-table swap removed (those of the previous table that the
 /// new one lacks), for the workers' next sweeps.
-pub fn retire(targets: HashSet<Arc<str>>) {
-    RETIRED.store(Arc::new(targets));
+pub fn retire(removed: HashSet<Arc<str>>, live: &HashSet<Arc<str>>) {
+    // Two swaps within one sweep must not lose the first one's removals; a target that came
+    // back is live again. Bounded: a very long list starts over from this swap's.
+    let before = RETIRED.load();
+    let mut all: HashSet<Arc<str>> = if before.len() > 65_536 {
+        HashSet::new()
+    } else {
+        before
+            .iter()
+            .filter(|t| !live.contains(*t))
+            .cloned()
+            .collect()
+    };
+    all.extend(removed);
+    RETIRED.store(Arc::new(all));
 }
 static IDLE_TIMEOUT_MS: AtomicU64 = AtomicU64::new(60_000);
 
@@ -377,10 +390,12 @@ mod tests {
     async fn sweeps_close_connections_of_retired_targets() {
         let (gone, _server) = pooled().await;
         let (kept, _server2) = pooled().await;
-        retire([gone.target.clone()].into_iter().collect());
+        retire([gone.target.clone()].into_iter().collect(), &HashSet::new());
         sweep_once(6);
         assert_eq!((idle(&gone), idle(&kept)), (0, 1));
-        retire(HashSet::new());
+        // Live again: no longer retired.
+        retire(HashSet::new(), &[gone.target.clone()].into_iter().collect());
+        assert!(RETIRED.load().is_empty());
     }
 
     #[tokio::test]
