@@ -506,17 +506,18 @@ pub async fn handle(
                 "An invalid response was received from the upstream server",
             );
         }
+        // The balanced target's key is borrowed from the service (no copy per request).
+        let chosen_key: PoolKey;
         let (target, key, host_value) = match &p.s.ctx.upstream_target {
             // A plugin chose the target (Kong's `set_target`): no balancing.
-            Some(chosen) => (
-                None,
-                PoolKey {
+            Some(chosen) => {
+                chosen_key = PoolKey {
                     target: chosen.addr.clone(),
                     h2: service.h2,
                     tls: service.tls.clone(),
-                },
-                chosen.host_header.clone(),
-            ),
+                };
+                (None, &chosen_key, chosen.host_header.clone())
+            }
             None => {
                 let balancer = &service.balancer;
                 let picked = balancer
@@ -536,7 +537,7 @@ pub async fn handle(
                     );
                 };
                 let host = service.balancer.target(i).host_header.clone();
-                (Some(i), service.keys[i].clone(), host)
+                (Some(i), &service.keys[i], host)
             }
         };
         let began = Instant::now();
@@ -559,7 +560,7 @@ pub async fn handle(
                 c.report(&service.health[i], outcome);
             }
         };
-        let conn = match upstream::checkout(&key, service.connect_timeout).await {
+        let conn = match upstream::checkout(key, service.connect_timeout).await {
             Ok(c) => c,
             Err(e) => {
                 last_timeout = matches!(e, upstream::ConnectError::Timeout(_));
@@ -746,12 +747,11 @@ pub async fn handle(
             }
         }
     }
-    let announced = (h1_client_trailers && !body.is_end_stream())
-        .then(|| {
-            let grpc = p.s.grpc.is_some() || grpc::is_grpc(&parts.headers);
-            headers::trailers_to_announce(&parts.headers, grpc)
-        })
-        .flatten();
+    let mut announced = None;
+    if h1_client_trailers && !body.is_end_stream() {
+        let grpc = p.s.grpc.is_some() || grpc::is_grpc(&parts.headers);
+        announced = headers::trailers_to_announce(&parts.headers, grpc);
+    }
     let _ = headers::remove_hop_by_hop(&mut parts.headers, switching && h2_websocket.is_none());
     if let Some(names) = announced {
         parts.headers.insert(header::TRAILER, names);
