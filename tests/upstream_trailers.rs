@@ -122,8 +122,12 @@ async fn a_chunked_response_without_trailers_ends_without_them() {
     assert_eq!(up.accepted.load(Ordering::SeqCst), 1);
 }
 
-/// An h2c upstream that answers every request with JSON of the body and trailers it received.
-async fn trailer_echo() -> u16 {
+type Answer = http::Response<http_body_util::combinators::BoxBody<Bytes, std::convert::Infallible>>;
+
+/// An h2c upstream on a free loopback port answering every request with `answer`.
+async fn h2c_upstream(
+    answer: fn(http::Request<hyper::body::Incoming>) -> futures::future::BoxFuture<'static, Answer>,
+) -> u16 {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = listener.local_addr().unwrap().port();
     tokio::spawn(async move {
@@ -132,24 +136,9 @@ async fn trailer_echo() -> u16 {
                 return;
             };
             tokio::spawn(async move {
-                let service = hyper::service::service_fn(
-                    |req: http::Request<hyper::body::Incoming>| async move {
-                        let collected = req.into_body().collect().await.unwrap();
-                        let trailers: serde_json::Map<String, serde_json::Value> = collected
-                            .trailers()
-                            .map(|t| {
-                                t.iter()
-                                    .map(|(k, v)| (k.to_string(), v.to_str().unwrap().into()))
-                                    .collect()
-                            })
-                            .unwrap_or_default();
-                        let body = String::from_utf8(collected.to_bytes().to_vec()).unwrap();
-                        let json = serde_json::json!({"body": body, "trailers": trailers});
-                        Ok::<_, std::convert::Infallible>(http::Response::new(Full::new(
-                            Bytes::from(json.to_string()),
-                        )))
-                    },
-                );
+                let service = hyper::service::service_fn(move |req| async move {
+                    Ok::<_, std::convert::Infallible>(answer(req).await)
+                });
                 let _ = hyper::server::conn::http2::Builder::new(TokioExecutor::new())
                     .serve_connection(hyper_util::rt::TokioIo::new(io), service)
                     .await;
@@ -157,6 +146,27 @@ async fn trailer_echo() -> u16 {
         }
     });
     port
+}
+
+/// An h2c upstream that answers every request with JSON of the body and trailers it received.
+async fn trailer_echo() -> u16 {
+    h2c_upstream(|req| {
+        Box::pin(async move {
+            let collected = req.into_body().collect().await.unwrap();
+            let trailers: serde_json::Map<String, serde_json::Value> = collected
+                .trailers()
+                .map(|t| {
+                    t.iter()
+                        .map(|(k, v)| (k.to_string(), v.to_str().unwrap().into()))
+                        .collect()
+                })
+                .unwrap_or_default();
+            let body = String::from_utf8(collected.to_bytes().to_vec()).unwrap();
+            let json = serde_json::json!({"body": body, "trailers": trailers});
+            http::Response::new(Full::new(Bytes::from(json.to_string())).boxed())
+        })
+    })
+    .await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -240,39 +250,23 @@ async fn an_http1_client_that_asks_gets_the_announced_trailers_of_both_upstream_
         }
     });
     // HTTP/2 upstream: a gRPC-like answer whose status rides in trailers, never announced.
-    let h2 = {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let port = listener.local_addr().unwrap().port();
-        tokio::spawn(async move {
-            loop {
-                let Ok((io, _)) = listener.accept().await else {
-                    return;
-                };
-                tokio::spawn(async move {
-                    let service = hyper::service::service_fn(|_req| async {
-                        let mut t = http::HeaderMap::new();
-                        t.insert("grpc-status", "0".parse().unwrap());
-                        let frames = vec![
-                            Ok::<_, std::convert::Infallible>(http_body::Frame::data(
-                                Bytes::from_static(b"msg"),
-                            )),
-                            Ok(http_body::Frame::trailers(t)),
-                        ];
-                        let mut resp = http::Response::new(http_body_util::StreamBody::new(
-                            futures::stream::iter(frames),
-                        ));
-                        resp.headers_mut()
-                            .insert("content-type", "application/grpc".parse().unwrap());
-                        Ok::<_, std::convert::Infallible>(resp)
-                    });
-                    let _ = hyper::server::conn::http2::Builder::new(TokioExecutor::new())
-                        .serve_connection(hyper_util::rt::TokioIo::new(io), service)
-                        .await;
-                });
-            }
-        });
-        port
-    };
+    let h2 = h2c_upstream(|_req| {
+        Box::pin(async {
+            let mut t = http::HeaderMap::new();
+            t.insert("grpc-status", "0".parse().unwrap());
+            let frames = vec![
+                Ok(http_body::Frame::data(Bytes::from_static(b"msg"))),
+                Ok(http_body::Frame::trailers(t)),
+            ];
+            let mut resp = http::Response::new(
+                http_body_util::StreamBody::new(futures::stream::iter(frames)).boxed(),
+            );
+            resp.headers_mut()
+                .insert("content-type", "application/grpc".parse().unwrap());
+            resp
+        })
+    })
+    .await;
     let config = format!(
         "routes:\n\
          - {{id: a, paths: [{{path: /h1}}], service: h1}}\n\

@@ -96,6 +96,7 @@ impl Load {
 
     /// The current latency estimate, decayed for the time since the last observation; `None`
     /// before the first.
+    #[cfg(test)]
     pub fn latency_estimate(&self) -> Option<Duration> {
         ewma::estimate(self, now_nanos()).map(|ns| Duration::from_nanos(ns as u64))
     }

@@ -139,11 +139,6 @@ impl TlsClient {
         })
     }
 
-    /// The settings this client was built from.
-    pub fn settings(&self) -> &TlsSettings {
-        &self.settings
-    }
-
     /// Does the handshake on a connected socket to `target` (`host:port`); `h2` says HTTP/2
     /// will be spoken, which the server must have agreed to.
     pub(super) async fn handshake(
