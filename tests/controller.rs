@@ -176,7 +176,11 @@ async fn the_controller_follows_the_cluster() {
         .unwrap();
     assert_eq!(ev["type"], "Warning");
     assert!(ev["note"].as_str().unwrap().contains("status_code"), "{ev}");
-    assert_eq!(status("/guarded").await, 503);
+    // Status and Events are written before the table reaches the proxy, so wait for it.
+    within(Duration::from_secs(2), "guarded route disabled", || async {
+        status("/guarded").await == 503
+    })
+    .await;
     assert!(message("/guarded").await.contains("This route is disabled"));
     assert_eq!(status("/a").await, 200);
 
