@@ -278,6 +278,23 @@ pub struct HashOn {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0))]
     pub cookie_ttl: Option<u64>,
+    /// `SameSite` of that cookie (`Strict`, `Lax` or `None`); unset: no attribute.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cookie_same_site: Option<SameSite>,
+    /// Whether that cookie is marked `Secure`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub cookie_secure: bool,
+}
+
+/// A cookie's `SameSite` attribute.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+pub enum SameSite {
+    /// `SameSite=Strict`.
+    Strict,
+    /// `SameSite=Lax`.
+    Lax,
+    /// `SameSite=None`.
+    None,
 }
 
 /// The second input of consistent hashing.

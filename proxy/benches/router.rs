@@ -36,6 +36,9 @@ fn routes(n: usize) -> Vec<Route> {
             upgrade_protocols: Vec::new(),
             namespace: None,
             service: None,
+            canary: None,
+            fallback: None,
+            access_log: true,
         })
         .collect()
 }

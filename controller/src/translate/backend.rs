@@ -623,6 +623,9 @@ impl Translator<'_> {
                     upgrade_protocols: Vec::new(),
                     namespace: Some(key.namespace.clone()),
                     service: Some(service),
+                    canary: None,
+                    fallback: None,
+                    access_log: true,
                 })
             }
             Err((reason, m)) => {
@@ -775,6 +778,12 @@ fn balancing(spec: Option<&UpstreamSpec>, secure: bool) -> Balancing {
             }),
             cookie_path: h.cookie_path.clone().unwrap_or(d.cookie_path),
             cookie_ttl: h.cookie_ttl.unwrap_or(d.cookie_ttl),
+            cookie_same_site: h.cookie_same_site.map(|s| match s {
+                weir_crds::SameSite::Strict => config::SameSite::Strict,
+                weir_crds::SameSite::Lax => config::SameSite::Lax,
+                weir_crds::SameSite::None => config::SameSite::None,
+            }),
+            cookie_secure: h.cookie_secure,
         }
     });
     let hc = spec.healthchecks.clone().unwrap_or_default();

@@ -355,6 +355,9 @@ impl Translator<'_> {
             upgrade_protocols: ann.upgrade_protocols.clone(),
             namespace: Some(key.namespace.clone()),
             service,
+            canary: None,
+            fallback: None,
+            access_log: true,
         });
     }
 }

@@ -57,6 +57,15 @@ impl HashInput {
         if h.cookie_ttl > 0 {
             cookie_attributes.push_str(&format!("; Max-Age={}", h.cookie_ttl));
         }
+        match h.cookie_same_site {
+            Some(crate::config::SameSite::Strict) => cookie_attributes.push_str("; SameSite=Strict"),
+            Some(crate::config::SameSite::Lax) => cookie_attributes.push_str("; SameSite=Lax"),
+            Some(crate::config::SameSite::None) => cookie_attributes.push_str("; SameSite=None"),
+            None => {}
+        }
+        if h.cookie_secure {
+            cookie_attributes.push_str("; Secure");
+        }
         cookie_attributes.push_str("; HttpOnly");
         HashInput {
             primary: source(h.by, h.name.as_deref()),

@@ -20,7 +20,7 @@ use sha2::{Digest, Sha256};
 pub use secrets::{mark_secret_fields, redact_plugin_config, REDACTED};
 pub use upstream::{
     ActiveHealthcheck, Algorithm, Alpn, ClientCertificate, HashBy, HashFallback, HashOn,
-    Healthchecks, PassiveHealthcheck, ProbeKind, RetryOn, ServiceTls, Target, Upstream,
+    Healthchecks, PassiveHealthcheck, ProbeKind, RetryOn, SameSite, ServiceTls, Target, Upstream,
 };
 pub use validate::{check_host, check_path_rule, ConfigError, PluginValidator};
 
@@ -159,6 +159,71 @@ pub struct Route {
     /// never run on it. Unset: consumer-scoped plugins of every namespace may.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub namespace: Option<String>,
+    /// A second service that takes some of the route's requests, by header, cookie or weight
+    /// (ingress-nginx's canary); the route's plugins run whichever service serves.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub canary: Option<Box<Canary>>,
+    /// Where requests go when the route's service has no target to try, and which upstream
+    /// statuses it answers instead (ingress-nginx's `default-backend` and `custom-http-errors`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fallback: Option<Box<Fallback>>,
+    /// Whether requests on this route are written to the access log.
+    #[serde(default = "yes", skip_serializing_if = "is_true")]
+    pub access_log: bool,
+}
+
+fn is_true(b: &bool) -> bool {
+    *b
+}
+
+/// A canary backend of a route. Checked in order: the header (`always` or a match sends the
+/// request to the canary, `never` keeps it off; any other value falls through), the cookie
+/// (`always` / `never`, anything else falls through), then the weight.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Canary {
+    /// The canary's service id.
+    pub service: String,
+    /// Requests sent to the canary out of `weight_total`, when no header or cookie decided.
+    #[serde(default)]
+    pub weight: u32,
+    /// The whole the weight is a part of (at least 1, at least `weight`).
+    #[serde(default = "default_weight_total")]
+    pub weight_total: u32,
+    /// The request header that chooses.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub header: Option<String>,
+    /// The `header` value that sends a request to the canary (instead of `always`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub header_value: Option<String>,
+    /// A regular expression (unanchored) that a `header` value sending a request to the canary
+    /// matches; used when `header_value` is unset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub header_pattern: Option<String>,
+    /// The cookie that chooses (`always` or `never`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cookie: Option<String>,
+}
+
+fn default_weight_total() -> u32 {
+    100
+}
+
+/// A route's fallback service.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Fallback {
+    /// The fallback's service id: it gets the request when the route's service has no target
+    /// that may be tried (none, or none healthy).
+    pub service: String,
+    /// Upstream statuses that are not passed on: the fallback service is asked instead, with
+    /// the same method, path `/`, no body, and `X-Code`, `X-Format`, `X-Original-URI`,
+    /// `X-Request-ID` and `headers`; its answer is the client's.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub statuses: Vec<u16>,
+    /// Headers set on requests for error pages (`X-Namespace`, `X-Ingress-Name`, …).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub headers: BTreeMap<String, String>,
 }
 
 fn default_https_redirect() -> u16 {

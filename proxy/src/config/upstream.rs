@@ -73,6 +73,23 @@ pub struct HashOn {
     /// `Max-Age` of that cookie in seconds; 0 for a session cookie.
     #[serde(default)]
     pub cookie_ttl: u64,
+    /// `SameSite` of that cookie; unset: no attribute.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cookie_same_site: Option<SameSite>,
+    /// Whether that cookie is marked `Secure`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub cookie_secure: bool,
+}
+
+/// A cookie's `SameSite` attribute.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum SameSite {
+    /// `SameSite=Strict`.
+    Strict,
+    /// `SameSite=Lax`.
+    Lax,
+    /// `SameSite=None` (browsers require `Secure` with it).
+    None,
 }
 
 fn default_cookie_path() -> String {
