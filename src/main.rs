@@ -119,6 +119,14 @@ struct ControllerArgs {
     /// Only serve Ingresses (and read objects) of these namespaces (repeatable or comma-separated).
     #[arg(long, env = "WEIR_WATCH_NAMESPACE", value_delimiter = ',')]
     watch_namespace: Vec<String>,
+    /// Also serve Ingresses whose IngressClass names ingress-nginx's controller
+    /// (`k8s.io/ingress-nginx`), for a side-by-side cutover on a copy of its class.
+    #[arg(long, env = "WEIR_ACCEPT_INGRESS_NGINX_CLASS")]
+    accept_ingress_nginx_class: bool,
+    /// The prefix of the ingress-nginx annotations Weir translates (ingress-nginx's
+    /// `--annotations-prefix`); empty turns the translation off.
+    #[arg(long, env = "WEIR_ANNOTATIONS_PREFIX", default_value = weir_controller::nginx::DEFAULT_PREFIX)]
+    annotations_prefix: String,
 }
 
 impl ControllerArgs {
@@ -128,6 +136,10 @@ impl ControllerArgs {
             default_backend: self.default_backend.clone(),
             watch_namespaces: (!self.watch_namespace.is_empty())
                 .then(|| self.watch_namespace.iter().cloned().collect()),
+            accept_ingress_nginx_class: self.accept_ingress_nginx_class,
+            nginx: weir_controller::nginx::Options {
+                prefix: self.annotations_prefix.trim_end_matches('/').to_string(),
+            },
         }
     }
 }

@@ -3,6 +3,7 @@
 
 pub mod cluster;
 pub mod manifests;
+pub mod nginx;
 pub mod problem;
 pub mod standalone;
 pub mod store;

@@ -38,6 +38,8 @@ pub enum Reason {
     InvalidConsumer,
     /// A valid setting this proxy version does not implement.
     Unsupported,
+    /// An ingress-nginx annotation Weir does not apply.
+    UnsupportedAnnotation,
     /// The proxy's validation rejected what the translator produced (a translator gap).
     RejectedByProxy,
 }
@@ -61,6 +63,7 @@ impl Reason {
             Reason::InvalidHost => "InvalidHost",
             Reason::InvalidConsumer => "InvalidConsumer",
             Reason::Unsupported => "Unsupported",
+            Reason::UnsupportedAnnotation => "UnsupportedAnnotation",
             Reason::RejectedByProxy => "RejectedByProxy",
         }
     }

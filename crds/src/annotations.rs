@@ -26,10 +26,38 @@ pub const REWRITE: &str = "weir.dev/rewrite";
 pub const UPGRADE_PROTOCOLS: &str = "weir.dev/upgrade-protocols";
 /// Ingress: priority among regex routes (higher first).
 pub const REGEX_PRIORITY: &str = "weir.dev/regex-priority";
+/// Ingress: `"true"` makes this Ingress a canary of the Ingress serving the same host and
+/// path: it takes no paths of its own, its backend gets some of their requests.
+pub const CANARY: &str = "weir.dev/canary";
+/// Canary Ingress: requests sent to the canary out of `canary-weight-total`.
+pub const CANARY_WEIGHT: &str = "weir.dev/canary-weight";
+/// Canary Ingress: the whole `canary-weight` is a part of (default 100).
+pub const CANARY_WEIGHT_TOTAL: &str = "weir.dev/canary-weight-total";
+/// Canary Ingress: the request header that chooses (`always` / `never`).
+pub const CANARY_BY_HEADER: &str = "weir.dev/canary-by-header";
+/// Canary Ingress: the header value that chooses the canary instead of `always`.
+pub const CANARY_BY_HEADER_VALUE: &str = "weir.dev/canary-by-header-value";
+/// Canary Ingress: a regular expression header values choosing the canary match.
+pub const CANARY_BY_HEADER_PATTERN: &str = "weir.dev/canary-by-header-pattern";
+/// Canary Ingress: the cookie that chooses (`always` / `never`).
+pub const CANARY_BY_COOKIE: &str = "weir.dev/canary-by-cookie";
+/// Ingress: a Service (`name` or `name:port`, same namespace) answering when the backend has
+/// no endpoint, and for `custom-http-errors`.
+pub const DEFAULT_BACKEND: &str = "weir.dev/default-backend";
+/// Ingress: comma-separated upstream statuses answered by the default backend instead.
+pub const CUSTOM_HTTP_ERRORS: &str = "weir.dev/custom-http-errors";
+/// Ingress: `"false"` keeps the Ingress's requests out of the access log.
+pub const ACCESS_LOG: &str = "weir.dev/access-log";
+/// Ingress: `"true"` sends requests to the Service's cluster IP instead of its endpoints.
+pub const SERVICE_UPSTREAM: &str = "weir.dev/service-upstream";
+/// Ingress with ingress-nginx annotations: `serve` (default) serves it without the ones Weir
+/// does not support; `disable` makes its paths answer 503 instead.
+pub const UNSUPPORTED_ANNOTATIONS: &str = "weir.dev/unsupported-annotations";
 
-/// Service: the Upstream resource (same namespace) configuring this Service.
+/// Service, or Ingress (for its own backends, replacing the Service's): the Upstream resource
+/// (same namespace) configuring the backend.
 pub const UPSTREAM: &str = "weir.dev/upstream";
-/// Service: protocol towards the pods (`http`, `https`, `h2c`, `grpc`, `grpcs`).
+/// Service, or Ingress (for its own backends): protocol towards the pods (`http`, `https`, `h2c`, `grpc`, `grpcs`).
 pub const PROTOCOL: &str = "weir.dev/protocol";
 /// Service: connect timeout in milliseconds.
 pub const CONNECT_TIMEOUT: &str = "weir.dev/connect-timeout";

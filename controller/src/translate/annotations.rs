@@ -33,6 +33,39 @@ pub struct IngressAnnotations {
     pub regex_priority: i32,
     /// `upgrade-protocols` (lower-cased).
     pub upgrade_protocols: Vec<String>,
+    /// `canary`.
+    pub canary: bool,
+    /// The `canary-*` settings (read whether or not `canary` is set).
+    pub canary_rules: CanaryRules,
+    /// `default-backend`: a Service name and maybe a port (number or name).
+    pub default_backend: Option<(String, Option<String>)>,
+    /// `custom-http-errors`.
+    pub custom_http_errors: Vec<u16>,
+    /// `access-log`.
+    pub access_log: Option<bool>,
+    /// `service-upstream`.
+    pub service_upstream: bool,
+    /// `upstream`: an Upstream resource for this Ingress's backends.
+    pub upstream: Option<String>,
+    /// `protocol`: towards this Ingress's backends.
+    pub protocol: Option<UpstreamProtocol>,
+}
+
+/// A canary Ingress's rules.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct CanaryRules {
+    /// `canary-weight`.
+    pub weight: Option<u32>,
+    /// `canary-weight-total`.
+    pub weight_total: Option<u32>,
+    /// `canary-by-header`.
+    pub header: Option<String>,
+    /// `canary-by-header-value`.
+    pub header_value: Option<String>,
+    /// `canary-by-header-pattern`.
+    pub header_pattern: Option<String>,
+    /// `canary-by-cookie`.
+    pub cookie: Option<String>,
 }
 
 /// What a Service's annotations ask for.
@@ -119,6 +152,48 @@ fn path(key: &str, v: &str) -> Result<String, AnnotationError> {
             key.into(),
             format!("{v:?} must be a path starting with \"/\""),
         ))
+    }
+}
+
+fn upstream_name(key: &str, v: &str) -> Result<String, AnnotationError> {
+    let names = plugin_names(key, v)?;
+    match <[String; 1]>::try_from(names) {
+        Ok([name]) => Ok(name),
+        Err(_) => Err((key.into(), format!("{v:?} must name exactly one Upstream"))),
+    }
+}
+
+fn protocol(key: &str, v: &str) -> Result<UpstreamProtocol, AnnotationError> {
+    Ok(match v.trim() {
+        "http" => UpstreamProtocol::Http,
+        "https" => UpstreamProtocol::Https,
+        "h2c" => UpstreamProtocol::H2c,
+        "grpc" => UpstreamProtocol::Grpc,
+        "grpcs" => UpstreamProtocol::Grpcs,
+        other => {
+            return Err((
+                key.into(),
+                format!("{other:?} is not one of http, https, h2c, grpc, grpcs"),
+            ))
+        }
+    })
+}
+
+fn header_name(key: &str, v: &str) -> Result<String, AnnotationError> {
+    let h = v.trim();
+    match http::HeaderName::from_bytes(h.as_bytes()) {
+        Ok(_) if !h.eq_ignore_ascii_case("host") => Ok(h.to_ascii_lowercase()),
+        _ => Err((
+            key.into(),
+            format!("{h:?} is not a header name that can be matched"),
+        )),
+    }
+}
+
+fn header_value(key: &str, v: &str) -> Result<String, AnnotationError> {
+    match http::HeaderValue::from_str(v) {
+        Ok(_) if !v.is_empty() => Ok(v.to_string()),
+        _ => Err((key.into(), format!("{v:?} is not a header value"))),
     }
 }
 
@@ -227,6 +302,72 @@ pub fn ingress(annotations: &BTreeMap<String, String>) -> Parsed<IngressAnnotati
                 }
                 out.upgrade_protocols = tokens;
             }
+            a::CANARY => out.canary = boolean(key, v)?,
+            a::CANARY_WEIGHT => out.canary_rules.weight = Some(number(key, v, 0, 1_000_000)?),
+            a::CANARY_WEIGHT_TOTAL => {
+                out.canary_rules.weight_total = Some(number(key, v, 1, 1_000_000)?)
+            }
+            a::CANARY_BY_HEADER => out.canary_rules.header = Some(header_name(key, v)?),
+            a::CANARY_BY_HEADER_VALUE => {
+                out.canary_rules.header_value = Some(header_value(key, v)?)
+            }
+            a::CANARY_BY_HEADER_PATTERN => {
+                let re = v.trim();
+                if let Err(e) = regex::RegexBuilder::new(re).size_limit(1 << 20).build() {
+                    return Err((
+                        key.into(),
+                        format!("{re:?} is not a regular expression: {e}"),
+                    ));
+                }
+                out.canary_rules.header_pattern = Some(re.to_string());
+            }
+            a::CANARY_BY_COOKIE => {
+                let c = v.trim();
+                let ok = !c.is_empty()
+                    && c.bytes()
+                        .all(|b| b.is_ascii_graphic() && !b"()<>@,;:\\\"/[]?={}".contains(&b));
+                if !ok {
+                    return Err((key.into(), format!("{c:?} is not a cookie name")));
+                }
+                out.canary_rules.cookie = Some(c.to_string());
+            }
+            a::DEFAULT_BACKEND => {
+                let (name, port) = match v.trim().split_once(':') {
+                    Some((n, p)) => (n, Some(p)),
+                    None => (v.trim(), None),
+                };
+                let dns = |s: &str| {
+                    !s.is_empty()
+                        && s.len() <= 63
+                        && s.bytes()
+                            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+                };
+                if !dns(name) || port.is_some_and(|p| !dns(p)) {
+                    return Err((
+                        key.into(),
+                        format!("{v:?} is not a Service name, or name:port"),
+                    ));
+                }
+                out.default_backend = Some((name.to_string(), port.map(str::to_string)));
+            }
+            a::CUSTOM_HTTP_ERRORS => {
+                let mut codes = Vec::new();
+                for c in list(v) {
+                    codes.push(number::<u16>(key, &c, 400, 599)?);
+                }
+                codes.sort_unstable();
+                codes.dedup();
+                out.custom_http_errors = codes;
+            }
+            a::ACCESS_LOG => out.access_log = Some(boolean(key, v)?),
+            a::SERVICE_UPSTREAM => out.service_upstream = boolean(key, v)?,
+            a::UPSTREAM => out.upstream = Some(upstream_name(key, v)?),
+            a::PROTOCOL => out.protocol = Some(protocol(key, v)?),
+            a::UNSUPPORTED_ANNOTATIONS => {
+                if !matches!(v.trim(), "serve" | "disable") {
+                    return Err((key.into(), format!("{v:?} is not \"serve\" or \"disable\"")));
+                }
+            }
             k if k.starts_with(a::HEADERS_PREFIX) => {
                 let name = &k[a::HEADERS_PREFIX.len()..];
                 if http::HeaderName::from_bytes(name.as_bytes()).is_err()
@@ -261,28 +402,8 @@ pub fn service(annotations: &BTreeMap<String, String>) -> Parsed<ServiceAnnotati
     parse_all(annotations, |out: &mut ServiceAnnotations, key, v| {
         match key {
             a::PLUGINS => out.plugins = plugin_names(key, v)?,
-            a::UPSTREAM => {
-                let names = plugin_names(key, v)?;
-                if names.len() != 1 {
-                    return Err((key.into(), format!("{v:?} must name exactly one Upstream")));
-                }
-                out.upstream = names.into_iter().next();
-            }
-            a::PROTOCOL => {
-                out.protocol = Some(match v.trim() {
-                    "http" => UpstreamProtocol::Http,
-                    "https" => UpstreamProtocol::Https,
-                    "h2c" => UpstreamProtocol::H2c,
-                    "grpc" => UpstreamProtocol::Grpc,
-                    "grpcs" => UpstreamProtocol::Grpcs,
-                    other => {
-                        return Err((
-                            key.into(),
-                            format!("{other:?} is not one of http, https, h2c, grpc, grpcs"),
-                        ))
-                    }
-                })
-            }
+            a::UPSTREAM => out.upstream = Some(upstream_name(key, v)?),
+            a::PROTOCOL => out.protocol = Some(protocol(key, v)?),
             a::CONNECT_TIMEOUT => out.connect_timeout = Some(number(key, v, 1, 86_400_000)?),
             a::READ_TIMEOUT => out.read_timeout = Some(number(key, v, 1, 86_400_000)?),
             a::WRITE_TIMEOUT => out.write_timeout = Some(number(key, v, 1, 86_400_000)?),

@@ -35,6 +35,27 @@ fn port_text(p: &ServiceBackendPort) -> String {
     }
 }
 
+/// What an Ingress changes about its own backends (`weir.dev/upstream`, `weir.dev/protocol`,
+/// `weir.dev/service-upstream` on the Ingress): they get a proxy service of their own.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) struct Overrides {
+    /// The Ingress (`namespace/name`), which names the service and takes the problems.
+    pub ingress: Key,
+    /// An Upstream resource in place of the Service's.
+    pub upstream: Option<String>,
+    /// The protocol in place of the Service's.
+    pub protocol: Option<UpstreamProtocol>,
+    /// The Service's cluster IP as the one target.
+    pub service_upstream: bool,
+}
+
+impl Overrides {
+    /// Whether the Ingress changes anything.
+    pub fn any(&self) -> bool {
+        self.upstream.is_some() || self.protocol.is_some() || self.service_upstream
+    }
+}
+
 impl Translator<'_> {
     /// The proxy service id for a Service port, building it on first use.
     pub(super) fn backend(
@@ -43,6 +64,18 @@ impl Translator<'_> {
         service: &str,
         port: &ServiceBackendPort,
     ) -> Result<String, BackendError> {
+        self.backend_for(namespace, service, port, None)
+    }
+
+    /// The proxy service id for a Service port as an Ingress with `overrides` uses it.
+    pub(super) fn backend_for(
+        &mut self,
+        namespace: &str,
+        service: &str,
+        port: &ServiceBackendPort,
+        overrides: Option<&Overrides>,
+    ) -> Result<String, BackendError> {
+        let overrides = overrides.filter(|o| o.any());
         let key = Key::new(namespace, service);
         let Some(svc) = self.store.services.get(&key) else {
             return Err((Reason::ServiceNotFound, format!("Service {key} not found")));
@@ -73,11 +106,12 @@ impl Translator<'_> {
                 ))
             }
         };
-        let cache_key = (namespace.to_string(), service.to_string(), number);
+        let by = overrides.map(|o| o.ingress.to_string()).unwrap_or_default();
+        let cache_key = (namespace.to_string(), service.to_string(), number, by);
         if let Some(done) = self.backends.get(&cache_key) {
             return done.clone();
         }
-        let built = self.build_backend(&key, svc, sport, number, external);
+        let built = self.build_backend(&key, svc, sport, number, external, overrides);
         self.backends.insert(cache_key, built.clone());
         built
     }
@@ -89,6 +123,7 @@ impl Translator<'_> {
         sport: Option<&ServicePort>,
         number: i32,
         external: Option<String>,
+        overrides: Option<&Overrides>,
     ) -> Result<String, BackendError> {
         let service_ref = obj(Kind::Service, key);
         let empty = Default::default();
@@ -103,11 +138,16 @@ impl Translator<'_> {
                 ));
             }
         };
-        let upstream = self
-            .upstream_for(key, ann.upstream.as_deref())
-            .map(|u| (Key::of(&u), u));
+        let upstream = match overrides.and_then(|o| o.upstream.as_deref().map(|u| (o, u))) {
+            Some((o, name)) => self.named_upstream(&o.ingress, Kind::Ingress, name),
+            None => self.upstream_for(key, ann.upstream.as_deref()),
+        }
+        .map(|u| (Key::of(&u), u));
         let up_spec = upstream.as_ref().map(|(_, u)| &u.spec);
-        let protocol = ann.protocol.unwrap_or(UpstreamProtocol::Http);
+        let protocol = overrides
+            .and_then(|o| o.protocol)
+            .or(ann.protocol)
+            .unwrap_or(UpstreamProtocol::Http);
         let secure = matches!(protocol, UpstreamProtocol::Https | UpstreamProtocol::Grpcs);
 
         if let Some(host) = &external {
@@ -131,14 +171,47 @@ impl Translator<'_> {
                 ));
             }
         }
-        let targets = match &external {
-            Some(host) => vec![Target {
+        let cluster_ip = svc
+            .spec
+            .as_ref()
+            .and_then(|s| s.cluster_ip.as_deref())
+            .filter(|ip| ip.parse::<std::net::IpAddr>().is_ok());
+        let targets = match (&external, overrides.is_some_and(|o| o.service_upstream)) {
+            (Some(host), _) => vec![Target {
                 target: format!("{host}:{number}"),
                 weight: 100,
             }],
-            None => self.targets(key, sport),
+            (None, true) => match cluster_ip {
+                Some(ip) => {
+                    let ip: std::net::IpAddr = ip.parse().expect("checked above");
+                    vec![Target {
+                        target: std::net::SocketAddr::new(ip, number as u16).to_string(),
+                        weight: 100,
+                    }]
+                }
+                None => {
+                    let m = format!(
+                        "Service {key} has no cluster IP (headless?), so weir.dev/service-upstream cannot send to it; its endpoints are used"
+                    );
+                    let o = overrides.expect("service_upstream set");
+                    self.problem(
+                        obj(Kind::Ingress, &o.ingress),
+                        Reason::InvalidAnnotation,
+                        format!(
+                            "metadata.annotations[{:?}]",
+                            weir_crds::annotations::SERVICE_UPSTREAM
+                        ),
+                        m,
+                    );
+                    self.targets(key, sport)
+                }
+            },
+            (None, false) => self.targets(key, sport),
         };
-        let id = format!("{}/{}:{number}", key.namespace, key.name);
+        let id = match overrides {
+            Some(o) => format!("{}/{}:{number}@{}", key.namespace, key.name, o.ingress.name),
+            None => format!("{}/{}:{number}", key.namespace, key.name),
+        };
         let timeouts = up_spec.and_then(|u| u.timeouts.clone()).unwrap_or_default();
         let default = default_service();
 
@@ -516,22 +589,7 @@ impl Translator<'_> {
     /// `targetRef` names the Service.
     fn upstream_for(&mut self, key: &Key, named: Option<&str>) -> Option<Upstream> {
         if let Some(name) = named {
-            let ukey = Key::new(key.namespace.as_str(), name);
-            return match self.store.upstreams.get(&ukey) {
-                Some(u) => Some(u.clone()),
-                None => {
-                    self.problem(
-                        obj(Kind::Service, key),
-                        Reason::InvalidUpstream,
-                        format!(
-                            "metadata.annotations[{:?}]",
-                            weir_crds::annotations::UPSTREAM
-                        ),
-                        format!("Upstream {ukey} not found; using defaults"),
-                    );
-                    None
-                }
-            };
+            return self.named_upstream(key, Kind::Service, name);
         }
         let mut targeting = self.store.upstreams.iter().filter(|(k, u)| {
             k.namespace == key.namespace
@@ -556,6 +614,27 @@ impl Translator<'_> {
             }
         }
         first.map(|(_, u)| u)
+    }
+
+    /// The Upstream `name` in `by`'s namespace, which `by` (a Service or an Ingress) names in
+    /// its `weir.dev/upstream` annotation; reported on `by` when missing.
+    fn named_upstream(&mut self, by: &Key, kind: Kind, name: &str) -> Option<Upstream> {
+        let ukey = Key::new(by.namespace.as_str(), name);
+        match self.store.upstreams.get(&ukey) {
+            Some(u) => Some(u.clone()),
+            None => {
+                self.problem(
+                    obj(kind, by),
+                    Reason::InvalidUpstream,
+                    format!(
+                        "metadata.annotations[{:?}]",
+                        weir_crds::annotations::UPSTREAM
+                    ),
+                    format!("Upstream {ukey} not found; using defaults"),
+                );
+                None
+            }
+        }
     }
 
     /// Reports Upstream resources that target nothing or whose balancing settings the proxy

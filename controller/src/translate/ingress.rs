@@ -12,11 +12,12 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::networking::v1::{Ingress, IngressBackend};
+use k8s_openapi::api::networking::v1::{Ingress, IngressBackend, ServiceBackendPort};
 use weir_crds::annotations as a;
 use weir_proxy::config::{check_host, PathKind, PathRule, PluginConfig, Route};
 
 use super::annotations::{self, IngressAnnotations};
+use super::backend::Overrides;
 use super::{obj, Translator};
 use crate::problem::Reason;
 use crate::store::{Key, Kind};
@@ -43,6 +44,14 @@ fn path_rule(path: &str, path_type: &str) -> Result<PathRule, String> {
         _ => m,
     })?;
     Ok(rule)
+}
+
+/// A path as a canary names it: without the regex marker (`/~`, and the `(?i)` that
+/// ingress-nginx's regex paths get), so that a canary joins its main Ingress whichever of the
+/// two has regex paths.
+fn as_written(path: &str) -> String {
+    let p = path.strip_prefix("/~").unwrap_or(path);
+    p.strip_prefix("(?i)").unwrap_or(p).to_string()
 }
 
 /// A `request-termination` entry that makes a route answer 503 with the reason.
@@ -72,6 +81,10 @@ struct RouteContext<'a> {
     plugins: &'a [super::plugins::Resolved],
     /// Why the Ingress's routes answer 503, if they do.
     disabled: Option<&'static str>,
+    /// What the Ingress changes about its backends.
+    overrides: Overrides,
+    /// The fallback service (`weir.dev/default-backend`) and the statuses it answers.
+    fallback: Option<(String, Vec<u16>)>,
 }
 
 fn kind_name(k: PathKind) -> &'static str {
@@ -88,8 +101,10 @@ impl Translator<'_> {
     pub(super) fn owns(&self, ing: &Ingress) -> bool {
         let ours = self.store.ingress_classes.get(&self.opts.ingress_class);
         let ours_ok = ours.is_none_or(|ic| {
-            ic.spec.as_ref().and_then(|s| s.controller.as_deref())
-                == Some(weir_crds::CONTROLLER_NAME)
+            let controller = ic.spec.as_ref().and_then(|s| s.controller.as_deref());
+            controller == Some(weir_crds::CONTROLLER_NAME)
+                || (self.opts.accept_ingress_nginx_class
+                    && controller == Some(crate::nginx::CONTROLLER))
         });
         let annotation = ing
             .metadata
@@ -131,10 +146,177 @@ impl Translator<'_> {
             let tb = b.metadata.creation_timestamp.as_ref().map(|t| t.0);
             (ta.is_none(), ta).cmp(&(tb.is_none(), tb)).then(ka.cmp(kb))
         });
-        for (key, ing) in owned {
+        // Canaries after the Ingresses whose paths they share.
+        let is_canary = |i: &Ingress| {
+            let empty = BTreeMap::new();
+            let (parsed, _) =
+                annotations::ingress(i.metadata.annotations.as_ref().unwrap_or(&empty));
+            parsed.is_ok_and(|a| a.canary)
+        };
+        let (canaries, mains): (Vec<_>, Vec<_>) =
+            owned.into_iter().partition(|(_, i)| is_canary(i));
+        for (key, ing) in mains {
             self.owned.push(key.clone());
             self.ingress(key, ing);
         }
+        for (key, ing) in canaries {
+            self.owned.push(key.clone());
+            self.canary(key, ing);
+        }
+    }
+
+    /// A canary Ingress: its backends join the routes other Ingresses serve for the same host
+    /// and path.
+    fn canary(&mut self, key: &Key, ing: &Ingress) {
+        let me = obj(Kind::Ingress, key);
+        let empty = BTreeMap::new();
+        let parsed = annotations::ingress(ing.metadata.annotations.as_ref().unwrap_or(&empty));
+        let consequence = "; the canary is not used";
+        let Some(ann) = self.read_annotations(&me, "an Ingress", parsed, consequence) else {
+            return;
+        };
+        let overrides = Overrides {
+            ingress: key.clone(),
+            upstream: ann.upstream.clone(),
+            protocol: ann.protocol,
+            service_upstream: ann.service_upstream,
+        };
+        let Some(spec) = ing.spec.as_ref() else {
+            return;
+        };
+        for (ri, rule) in spec.rules.iter().flatten().enumerate() {
+            let host = rule.host.clone().unwrap_or_default().to_ascii_lowercase();
+            let Some(http) = &rule.http else { continue };
+            for (pi, p) in http.paths.iter().enumerate() {
+                let field = format!("spec.rules[{ri}].http.paths[{pi}]");
+                let path = p.path.clone().unwrap_or_else(|| "/".into());
+                let Some(route_id) = self
+                    .served_paths
+                    .get(&(host.clone(), as_written(&path)))
+                    .cloned()
+                else {
+                    let m = format!(
+                        "no Ingress serves {path} on host {:?}, so this canary path has nothing to join; not used",
+                        if host.is_empty() { "*" } else { &host }
+                    );
+                    self.problem(me.clone(), Reason::Conflict, format!("{field}.path"), m);
+                    continue;
+                };
+                let Some(s) = &p.backend.service else {
+                    let m = "a canary backend needs a service; not used";
+                    self.problem(
+                        me.clone(),
+                        Reason::UnsupportedBackend,
+                        format!("{field}.backend"),
+                        m,
+                    );
+                    continue;
+                };
+                let port = s.port.clone().unwrap_or_default();
+                let service =
+                    match self.backend_for(&key.namespace, &s.name, &port, Some(&overrides)) {
+                        Ok(id) => id,
+                        Err((reason, m)) => {
+                            let m = format!("{m}; the canary is not used");
+                            self.problem(me.clone(), reason, format!("{field}.backend.service"), m);
+                            continue;
+                        }
+                    };
+                let Some(route) = self.config.routes.iter_mut().find(|r| r.id == route_id) else {
+                    continue;
+                };
+                if route.service.is_none() {
+                    continue; // the main path answers 503 anyway
+                }
+                if route.canary.is_some() {
+                    let m = format!(
+                        "{path} on host {:?} already has a canary; this one is not used",
+                        if host.is_empty() { "*" } else { &host }
+                    );
+                    self.problem(me.clone(), Reason::Conflict, format!("{field}.path"), m);
+                    continue;
+                }
+                let r = &ann.canary_rules;
+                route.canary = Some(Box::new(weir_proxy::config::Canary {
+                    service,
+                    weight: r.weight.unwrap_or(0),
+                    weight_total: r.weight_total.unwrap_or(100),
+                    header: r.header.clone(),
+                    header_value: r.header_value.clone(),
+                    header_pattern: r.header_pattern.clone(),
+                    cookie: r.cookie.clone(),
+                }));
+                if r.weight.unwrap_or(0) > r.weight_total.unwrap_or(100) {
+                    if let Some(c) = route.canary.as_mut() {
+                        c.weight = c.weight_total;
+                    }
+                }
+            }
+        }
+    }
+
+    /// The fallback of an Ingress's routes: `weir.dev/default-backend` (else, for
+    /// `weir.dev/custom-http-errors`, the controller's `--default-backend`).
+    fn fallback_of(&mut self, key: &Key, ann: &IngressAnnotations) -> Option<(String, Vec<u16>)> {
+        let me = obj(Kind::Ingress, key);
+        let field = |k: &str| format!("metadata.annotations[{k:?}]");
+        let service = match &ann.default_backend {
+            Some((name, port)) => {
+                let port = match port {
+                    Some(p) => match p.parse::<i32>() {
+                        Ok(n) => ServiceBackendPort {
+                            number: Some(n),
+                            name: None,
+                        },
+                        Err(_) => ServiceBackendPort {
+                            number: None,
+                            name: Some(p.clone()),
+                        },
+                    },
+                    None => {
+                        let svc = self
+                            .store
+                            .services
+                            .get(&Key::new(key.namespace.as_str(), name.as_str()));
+                        let first = svc
+                            .and_then(|s| s.spec.as_ref())
+                            .and_then(|s| s.ports.as_ref())
+                            .and_then(|p| p.first())
+                            .map(|p| p.port);
+                        ServiceBackendPort {
+                            number: first,
+                            name: None,
+                        }
+                    }
+                };
+                match self.backend(&key.namespace, name, &port) {
+                    Ok(id) => id,
+                    Err((reason, m)) => {
+                        let m = format!("{m}; no default backend for this Ingress");
+                        self.problem(me, reason, field(a::DEFAULT_BACKEND), m);
+                        return None;
+                    }
+                }
+            }
+            None if ann.custom_http_errors.is_empty() => return None,
+            None => match self.opts.default_backend.clone() {
+                Some((k, port)) => match self.backend(&k.namespace, &k.name, &port) {
+                    Ok(id) => id,
+                    Err(_) => return None, // reported by the controller's default backend
+                },
+                None => {
+                    let m = "needs weir.dev/default-backend or the controller's --default-backend; not applied";
+                    self.problem(
+                        me,
+                        Reason::InvalidAnnotation,
+                        field(a::CUSTOM_HTTP_ERRORS),
+                        m,
+                    );
+                    return None;
+                }
+            },
+        };
+        Some((service, ann.custom_http_errors.clone()))
     }
 
     fn ingress(&mut self, key: &Key, ing: &Ingress) {
@@ -169,11 +351,20 @@ impl Translator<'_> {
                 Vec::new()
             }
         };
+        let overrides = Overrides {
+            ingress: key.clone(),
+            upstream: ann.upstream.clone(),
+            protocol: ann.protocol,
+            service_upstream: ann.service_upstream,
+        };
+        let fallback = self.fallback_of(key, &ann);
         let ctx = RouteContext {
             key,
             ann: &ann,
             plugins: &plugins,
             disabled,
+            overrides,
+            fallback,
         };
         self.tls(key, ing);
         let Some(spec) = ing.spec.as_ref() else {
@@ -251,6 +442,12 @@ impl Translator<'_> {
                     continue;
                 }
                 let id = format!("{key}/r{ri}/p{pi}");
+                self.served_paths
+                    .entry((
+                        host.clone().unwrap_or_default().to_ascii_lowercase(),
+                        as_written(&raw),
+                    ))
+                    .or_insert_with(|| id.clone());
                 let priority = if path.kind == PathKind::Regex {
                     ann.regex_priority
                 } else {
@@ -291,7 +488,7 @@ impl Translator<'_> {
             // once.
             (Some(s), _) => {
                 let port = s.port.clone().unwrap_or_default();
-                match self.backend(&key.namespace, &s.name, &port) {
+                match self.backend_for(&key.namespace, &s.name, &port, Some(&ctx.overrides)) {
                     Ok(id) if disabled.is_none() => Some(id),
                     Ok(_) => None,
                     Err((reason, m)) => {
@@ -356,8 +553,31 @@ impl Translator<'_> {
             namespace: Some(key.namespace.clone()),
             service,
             canary: None,
-            fallback: None,
-            access_log: true,
+            fallback: match (&ctx.fallback, &backend.service) {
+                (Some((service, statuses)), Some(s)) if disabled.is_none() => {
+                    let port = s.port.as_ref().map(|p| match (&p.name, p.number) {
+                        (Some(n), _) => n.clone(),
+                        (None, Some(n)) => n.to_string(),
+                        (None, None) => String::new(),
+                    });
+                    let headers = [
+                        ("X-Namespace", key.namespace.clone()),
+                        ("X-Ingress-Name", key.name.clone()),
+                        ("X-Service-Name", s.name.clone()),
+                        ("X-Service-Port", port.unwrap_or_default()),
+                    ];
+                    Some(Box::new(weir_proxy::config::Fallback {
+                        service: service.clone(),
+                        statuses: statuses.clone(),
+                        headers: headers
+                            .into_iter()
+                            .map(|(k, v)| (k.to_string(), v))
+                            .collect(),
+                    }))
+                }
+                _ => None,
+            },
+            access_log: ann.access_log.unwrap_or(true),
         });
     }
 }

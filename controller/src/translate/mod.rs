@@ -27,6 +27,11 @@ pub struct Options {
     pub default_backend: Option<(Key, ServiceBackendPort)>,
     /// Only these namespaces, when set (`--watch-namespace`).
     pub watch_namespaces: Option<BTreeSet<String>>,
+    /// Serve Ingresses whose IngressClass names ingress-nginx's controller
+    /// (`--accept-ingress-nginx-class`).
+    pub accept_ingress_nginx_class: bool,
+    /// ingress-nginx annotations (`--annotations-prefix`).
+    pub nginx: crate::nginx::Options,
 }
 
 impl Default for Options {
@@ -35,6 +40,8 @@ impl Default for Options {
             ingress_class: "weir".into(),
             default_backend: None,
             watch_namespaces: None,
+            accept_ingress_nginx_class: false,
+            nginx: crate::nginx::Options::default(),
         }
     }
 }
@@ -61,9 +68,43 @@ impl Translation {
 
 /// Translates the store.
 pub fn translate(store: &Store, opts: &Options, plugins: &dyn PluginValidator) -> Translation {
-    let mut t = Translator::new(store, opts, plugins);
+    let conversion = crate::nginx::convert(store, &opts.nginx);
+    let converted = conversion.store.as_ref().unwrap_or(store);
+    let mut t = Translator::new(converted, opts, plugins);
     t.run();
-    t.finish()
+    t.nginx_reports(&conversion.reports);
+    let mut out = t.finish();
+    if !conversion.generated.is_empty() {
+        attribute_generated(&mut out, &conversion.generated);
+    }
+    out
+}
+
+/// Problems about objects the ingress-nginx conversion generated land on the Ingress they
+/// come from (the generated objects do not exist in the cluster), which alone is reported.
+fn attribute_generated(t: &mut Translation, generated: &BTreeMap<(Kind, Key), Key>) {
+    let source = |o: &ObjectRef| -> Option<Key> {
+        let ns = o.namespace.as_deref()?;
+        generated
+            .get(&(o.kind, Key::new(ns, o.name.as_str())))
+            .cloned()
+    };
+    for p in &mut t.problems {
+        if let Some(ingress) = source(&p.object) {
+            p.field = format!(
+                "(generated {} {}) {}",
+                p.object.kind.as_str(),
+                p.object.name,
+                p.field
+            );
+            p.object = obj(Kind::Ingress, &ingress);
+        }
+    }
+    t.problems.sort();
+    t.problems.dedup();
+    t.checked.retain(|o| source(o).is_none());
+    t.owned_ingresses
+        .retain(|k| !generated.contains_key(&(Kind::Ingress, k.clone())));
 }
 
 /// Shared state of one translation.
@@ -77,7 +118,8 @@ struct Translator<'a> {
     slices: HashMap<(&'a str, &'a str), Vec<&'a EndpointSlice>>,
     /// Backends already built: (namespace, service, port) → the proxy service id, or the
     /// failure already reported on the Service.
-    backends: BTreeMap<(String, String, i32), Result<String, backend::BackendError>>,
+    /// (The fourth part names the Ingress whose overrides the service has, if any.)
+    backends: BTreeMap<(String, String, i32, String), Result<String, backend::BackendError>>,
     /// Plugin resources already checked: reference → resolved plugin or why not.
     plugin_cache: BTreeMap<plugins::PluginRef, Result<plugins::Resolved, String>>,
     /// Plugins that served Consumers name, by plugin id: the resource and those consumers (at
@@ -85,6 +127,9 @@ struct Translator<'a> {
     consumer_scopes: BTreeMap<String, (plugins::PluginRef, Vec<Key>)>,
     /// (host, path kind, path) → the Ingress serving it.
     claimed: HashMap<(String, &'static str, String), Key>,
+    /// (lower-cased host, path as written) → the first route serving it: what a canary
+    /// Ingress joins (as ingress-nginx matches canaries, whatever the path type).
+    served_paths: HashMap<(String, String), String>,
     owned: Vec<Key>,
     checked: BTreeSet<ObjectRef>,
     /// Set when a global ClusterPlugin that decides who may pass (authentication, `acl`,
@@ -115,6 +160,7 @@ impl<'a> Translator<'a> {
             plugin_cache: BTreeMap::new(),
             consumer_scopes: BTreeMap::new(),
             claimed: HashMap::new(),
+            served_paths: HashMap::new(),
             owned: Vec::new(),
             checked: BTreeSet::new(),
             global_broken: None,
@@ -179,6 +225,34 @@ impl<'a> Translator<'a> {
         }
     }
 
+    /// Reports every ingress-nginx annotation of a served Ingress that does not carry over.
+    fn nginx_reports(&mut self, reports: &[crate::nginx::Report]) {
+        use crate::nginx::Status;
+        for r in reports {
+            if !self.owned.contains(&r.ingress) {
+                continue;
+            }
+            let me = obj(Kind::Ingress, &r.ingress);
+            let consequence = match &r.disabled {
+                Some(_) => "; the Ingress's paths answer 503",
+                None => "; the Ingress is served without it",
+            };
+            for o in r.outcomes.iter().filter(|o| !o.status.carries_over()) {
+                let reason = match o.status {
+                    Status::Invalid => Reason::InvalidAnnotation,
+                    _ => Reason::UnsupportedAnnotation,
+                };
+                let field = format!("metadata.annotations[{:?}]", o.annotation);
+                self.problem(
+                    me.clone(),
+                    reason,
+                    field,
+                    format!("{}{consequence}", o.note),
+                );
+            }
+        }
+    }
+
     fn run(&mut self) {
         self.check_all_plugins();
         self.global_plugins();
@@ -212,7 +286,11 @@ impl Translator<'_> {
         let used: BTreeSet<String> = c
             .routes
             .iter()
-            .filter_map(|r| r.service.clone())
+            .flat_map(|r| {
+                let canary = r.canary.as_ref().map(|x| x.service.clone());
+                let fallback = r.fallback.as_ref().map(|x| x.service.clone());
+                r.service.clone().into_iter().chain(canary).chain(fallback)
+            })
             .chain(c.plugins.iter().filter_map(|p| p.service.clone()))
             .collect();
         c.services.retain(|s| used.contains(&s.id));
