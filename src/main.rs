@@ -2,6 +2,7 @@
 
 mod alloc;
 mod echo;
+mod migrate;
 
 #[global_allocator]
 static ALLOCATOR: alloc::Mimalloc = alloc::Mimalloc;
@@ -43,6 +44,9 @@ enum Command {
     Crds,
     /// Run a small echo upstream (quick start, examples, tests).
     Echo(EchoArgs),
+    /// Report what ingress-nginx Ingresses become in Weir (exit code 1 when something would
+    /// not carry over), and write the Weir-native objects with --emit.
+    Migrate(migrate::MigrateArgs),
 }
 
 #[derive(Args)]
@@ -120,7 +124,8 @@ struct ControllerArgs {
     #[arg(long, env = "WEIR_WATCH_NAMESPACE", value_delimiter = ',')]
     watch_namespace: Vec<String>,
     /// Also serve Ingresses whose IngressClass names ingress-nginx's controller
-    /// (`k8s.io/ingress-nginx`), for a side-by-side cutover on a copy of its class.
+    /// (`k8s.io/ingress-nginx`): with `--ingress-class nginx`, Weir serves ingress-nginx's own
+    /// class (or a copy of it) beside ingress-nginx for a side-by-side cutover.
     #[arg(long, env = "WEIR_ACCEPT_INGRESS_NGINX_CLASS")]
     accept_ingress_nginx_class: bool,
     /// The prefix of the ingress-nginx annotations Weir translates (ingress-nginx's
@@ -367,6 +372,7 @@ fn main() -> anyhow::Result<()> {
             print!("{}", weir_crds::crds_yaml());
             Ok(())
         }
+        Command::Migrate(args) => std::process::exit(migrate::run(args)),
         Command::Echo(args) => echo::run(
             args.listen,
             args.name,

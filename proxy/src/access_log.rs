@@ -8,8 +8,22 @@ use std::sync::mpsc::{self, SyncSender, TrySendError};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::pipeline::RequestCtx;
+
 /// Batches of this many bytes are written at once when lines queue up.
 const BATCH: usize = 64 * 1024;
+
+/// Marks a request that is not written to the access log (its route has `access_log: false`),
+/// in the request's [`RequestCtx::slots`]; its metrics are still counted.
+#[derive(Debug, Clone, Copy)]
+pub struct Unlogged;
+
+/// Whether a request goes to the access log: no [`Unlogged`] mark (a `None` check on the
+/// slots of a request that has none).
+#[inline]
+pub fn wanted(ctx: &RequestCtx) -> bool {
+    ctx.slots.get::<Unlogged>().is_none()
+}
 
 /// The sending side of the access log.
 pub struct AccessLog {

@@ -20,6 +20,8 @@ use crate::health::{probe::Probe, Checks, Kept, TargetHealth, HEALTH};
 use crate::pipeline::RouteChain;
 use crate::plugins::{PluginInstance, Registry, Staged};
 use crate::router::Router;
+use crate::server::canary::CompiledCanary;
+use crate::server::fallback::CompiledFallback;
 use crate::tls::CertStore;
 use crate::upstream::{Alpn as TlsAlpn, PoolKey, TlsClient, TlsSettings};
 
@@ -68,6 +70,15 @@ pub struct CompiledRoute {
     pub rewrite: Option<(String, Vec<regex::Regex>)>,
     /// `Upgrade` protocols allowed besides `websocket`, lower-cased.
     pub upgrade_protocols: Vec<String>,
+    /// The canary that may serve the route's requests instead of `service`. `chain` runs
+    /// whichever serves: it is resolved for `service` only (plugins scoped to `service` run for
+    /// the canary's requests too, plugins scoped only to the canary's service do not).
+    pub canary: Option<Box<CompiledCanary>>,
+    /// Where requests go when `service` has no target to try, and who answers instead of
+    /// the upstream for some statuses.
+    pub fallback: Option<Box<CompiledFallback>>,
+    /// Whether the route's requests are written to the access log.
+    pub access_log: bool,
 }
 
 /// A service, ready for requests.
@@ -108,6 +119,27 @@ pub struct CompiledService {
     /// The algorithm weighs requests in flight and latency (least-connections, peak-EWMA):
     /// only then are they counted.
     pub counts_load: bool,
+    /// Whether each target has a non-zero weight, by the balancer's index (empty without
+    /// checks, where only [`Balancer::is_empty`] matters).
+    pub weighted: Box<[bool]>,
+}
+
+impl CompiledService {
+    /// Whether the balancer could pick a target now: one with a non-zero weight that is
+    /// healthy, or any in panic mode. (A route's fallback takes the request otherwise.)
+    pub fn has_target_to_try(&self) -> bool {
+        if self.balancer.is_empty() {
+            return false;
+        }
+        match &self.checks {
+            Some(c) if !c.panic => self
+                .health
+                .iter()
+                .zip(self.weighted.iter())
+                .any(|(h, weighted)| *weighted && c.is_healthy(h)),
+            _ => true,
+        }
+    }
 }
 
 impl Runtime {
@@ -255,6 +287,29 @@ impl Runtime {
                     })?),
                     None => None,
                 };
+                let index = |field: &str, s: &str| {
+                    service_index.get(s).copied().ok_or_else(|| {
+                        internal("route", &r.id, field, format!("no service with id {s:?}"))
+                    })
+                };
+                let canary = match r.canary.as_deref() {
+                    Some(c) => {
+                        let i = index("canary.service", &c.service)?;
+                        let compiled = CompiledCanary::new(c, i)
+                            .map_err(|(f, m)| internal("route", &r.id, f, m))?;
+                        Some(Box::new(compiled))
+                    }
+                    None => None,
+                };
+                let fallback = match r.fallback.as_deref() {
+                    Some(f) => {
+                        let i = index("fallback.service", &f.service)?;
+                        let compiled = CompiledFallback::new(f, i)
+                            .map_err(|(f, m)| internal("route", &r.id, &f, m))?;
+                        Some(Box::new(compiled))
+                    }
+                    None => None,
+                };
                 let https_redirect =
                     StatusCode::from_u16(r.https_redirect_status_code).map_err(|e| {
                         internal("route", &r.id, "https_redirect_status_code", e.to_string())
@@ -284,6 +339,9 @@ impl Runtime {
                     preserve_host: r.preserve_host,
                     https_redirect,
                     service,
+                    canary,
+                    fallback,
+                    access_log: r.access_log,
                     chain: RouteChain { base, by_consumer },
                     upgrade_protocols: r
                         .upgrade_protocols
@@ -456,6 +514,10 @@ fn compile_service(
         })
         .collect();
     let checks = upstream.and_then(|u| Checks::new(&u.healthchecks));
+    let weighted = match &checks {
+        Some(_) => targets.iter().map(|(_, w)| *w > 0).collect(),
+        None => Box::default(),
+    };
     let health = match &checks {
         Some(_) => targets
             .iter()
@@ -487,6 +549,7 @@ fn compile_service(
             .map(HashInput::new),
         probe_tls,
         counts_load,
+        weighted,
     })
 }
 
@@ -772,6 +835,56 @@ mod tests {
         let other = table("{target: '10.0.0.2:80'}").replace("id: p,", "id: q,");
         let full = Runtime::next(&first, parse(&other), &registry).unwrap();
         assert!(!Arc::ptr_eq(&first.routes, &full.routes));
+    }
+
+    #[test]
+    fn canary_fallback_and_access_log_are_compiled() {
+        let rt = runtime(
+            "routes:\n\
+             - {id: r, service: a, canary: {service: b, weight: 5, header: X-Canary}, \
+             fallback: {service: c, statuses: [404]}, access_log: false}\n\
+             - {id: plain, service: a}\n\
+             services: [{id: a, host: 127.0.0.1, port: 1}, {id: b, host: 127.0.0.1, port: 2}, {id: c, upstream: u}]\n\
+             upstreams: [{id: u, targets: [{target: '127.0.0.1:3', weight: 0}]}]\n",
+        );
+        let r = &rt.routes[0];
+        let canary = r.canary.as_deref().unwrap();
+        assert_eq!(
+            (canary.service, canary.weight, canary.weight_total),
+            (1, 5, 100)
+        );
+        assert_eq!(canary.header.as_ref().unwrap(), "x-canary");
+        let fallback = r.fallback.as_deref().unwrap();
+        assert_eq!(fallback.service, 2);
+        assert!(fallback.intercepts(404) && !fallback.intercepts(500));
+        assert!(!r.access_log);
+        let plain = &rt.routes[1];
+        assert!(plain.canary.is_none() && plain.fallback.is_none() && plain.access_log);
+        assert!(rt.services[0].has_target_to_try());
+        assert!(
+            !rt.services[2].has_target_to_try(),
+            "a weight-0 target is never tried"
+        );
+    }
+
+    #[test]
+    fn only_healthy_weighted_targets_are_there_to_try() {
+        let table = |panic: bool| {
+            format!(
+                "services: [{{id: s, upstream: u-try-{panic}}}]\n\
+                 upstreams: [{{id: u-try-{panic}, healthchecks: {{passive: {{failures: 1}}, panic: {panic}}}, \
+                 targets: [{{target: '127.0.0.1:1'}}, {{target: '127.0.0.1:2', weight: 0}}]}}]\n"
+            )
+        };
+        for panic in [false, true] {
+            let rt = runtime(&table(panic));
+            let s = &rt.services[0];
+            assert!(s.has_target_to_try());
+            let checks = s.checks.as_deref().unwrap();
+            checks.report(&s.health[0], crate::health::Outcome::ConnectFailure);
+            // The weight-0 target is healthy, but never picked.
+            assert_eq!(s.has_target_to_try(), panic, "panic: {panic}");
+        }
     }
 
     #[test]

@@ -308,19 +308,20 @@ impl Conv<'_> {
                 self.record(short, &v, Status::Applied, m);
                 continue;
             }
-            let bad = match short {
-                "canary-weight" => v.trim().parse::<u32>().is_err(),
-                "canary-weight-total" => !v.trim().parse::<u32>().is_ok_and(|n| n >= 1),
-                "canary-by-header" => !header_name_ok(v.trim()),
-                "canary-by-header-pattern" => regex::Regex::new(v.trim()).is_err(),
-                _ => v.trim().is_empty(),
-            };
-            if bad {
+            // Checked as the native annotation is, so the two never disagree.
+            let one = BTreeMap::from([(weir.to_string(), v.trim().to_string())]);
+            let (parsed, _) = crate::translate::annotations::ingress(&one);
+            if let Err(errors) = parsed {
+                let m = errors
+                    .into_iter()
+                    .map(|(_, m)| m)
+                    .collect::<Vec<_>>()
+                    .join("; ");
                 self.record(
                     short,
                     &v,
                     Status::Invalid,
-                    "malformed; the canary rule is not used",
+                    format!("{m}; the canary rule is not used"),
                 );
                 continue;
             }
@@ -339,43 +340,78 @@ impl Conv<'_> {
         let mut regex = false;
         if let Some(v) = &use_regex {
             match parse_bool(v) {
-                Some(b) => {
-                    regex = b;
+                Some(true) => {
+                    regex = true;
                     let m = "only this Ingress's paths become regular expressions (ingress-nginx makes every path of the host one); patterns are Rust regex syntax: no look-around or back-references";
-                    self.record("use-regex", v, Status::Differs, if b { m } else { "" });
+                    self.record("use-regex", v, Status::Differs, m);
                 }
+                Some(false) => self.applied("use-regex", v),
                 None => self.record("use-regex", v, Status::Invalid, "not a boolean"),
             }
         }
         if let Some(v) = &rewrite {
             let t = v.trim();
-            let ok = t.starts_with('/') && !t.contains(['?', '#', ' ']) && {
-                // `$1`…`$9` only: nginx variables ($host, …) are not expanded.
-                let b = t.as_bytes();
-                b.iter().enumerate().all(|(i, &c)| {
-                    c != b'$' || b.get(i + 1).is_some_and(|d| (b'1'..=b'9').contains(d))
-                })
-            };
-            if ok {
-                regex = true;
+            let b = t.as_bytes();
+            // `$1`…`$9` only: nginx variables ($host, …) are not expanded.
+            let groups_only = b.iter().enumerate().all(|(i, &c)| {
+                c != b'$' || b.get(i + 1).is_some_and(|d| (b'1'..=b'9').contains(d))
+            });
+            if t.starts_with('/') && !t.contains(['?', '#', ' ']) && groups_only {
                 self.weir.insert(a::REWRITE.into(), t.to_string());
-                self.applied("rewrite-target", v);
+                if t.contains('$') {
+                    // Capture groups need the paths as regexes, as ingress-nginx makes them.
+                    regex = true;
+                    self.applied("rewrite-target", v);
+                } else if regex {
+                    self.applied("rewrite-target", v);
+                } else {
+                    let m = "the paths stay Ingress path matches (by path segment, case-sensitive), where ingress-nginx matches ^<path> as a case-insensitive regex";
+                    self.record("rewrite-target", v, Status::Differs, m);
+                }
             } else {
                 let m = "Weir takes a path starting with / with $1…$9 capture groups only (no nginx variables, query or fragment); the path is forwarded unchanged";
                 self.record("rewrite-target", v, Status::Unsupported, m);
             }
         }
         if regex {
-            // ingress-nginx's regex locations: `~* ^<path>`, case-insensitive, open-ended.
+            // ingress-nginx's regex locations: `~* ^<path>`, case-insensitive, open-ended,
+            // longest first.
+            let mut bad = Vec::new();
             for rule in self.spec.rules.iter_mut().flatten() {
-                for p in rule.http.iter_mut().flat_map(|h| h.paths.iter_mut()) {
+                let Some(http) = rule.http.as_mut() else {
+                    continue;
+                };
+                for p in http.paths.iter_mut() {
                     if p.path_type == "Exact" {
                         continue;
                     }
                     let path = p.path.clone().unwrap_or_else(|| "/".into());
                     let path = path.strip_prefix("/~").unwrap_or(&path).to_string();
+                    if regex::Regex::new(&path).is_err() {
+                        bad.push(path.clone());
+                    }
                     p.path = Some(format!("/~(?i){path}"));
                     p.path_type = "ImplementationSpecific".into();
+                }
+                http.paths
+                    .sort_by_key(|p| std::cmp::Reverse(p.path.as_deref().map_or(0, str::len)));
+            }
+            if !bad.is_empty() {
+                let key = if use_regex.is_some() {
+                    "use-regex"
+                } else {
+                    "rewrite-target"
+                };
+                if let Some(o) = self
+                    .outcomes
+                    .iter_mut()
+                    .find(|o| o.annotation.ends_with(key))
+                {
+                    o.status = Status::Unsupported;
+                    o.note = format!(
+                        "{} not a regular expression Weir can run (Rust regex syntax: no look-around or back-references); the path is not served",
+                        bad.iter().map(|b| format!("{b:?}")).collect::<Vec<_>>().join(", ") + if bad.len() == 1 { " is" } else { " are" }
+                    );
                 }
             }
         }
@@ -466,63 +502,62 @@ impl Conv<'_> {
                 },
             }
         };
+        // Each target with its code; permanent-redirect wins over temporal-redirect.
         let mut redirect: Option<(String, u16)> = None;
-        if let Some(v) = &permanent {
-            match (target_ok(v), code(&permanent_code, 301)) {
-                (true, Ok(c)) => {
-                    redirect = Some((v.trim().to_string(), c));
-                    self.applied("permanent-redirect", v);
-                    if let Some(pc) = &permanent_code {
-                        self.applied("permanent-redirect-code", pc);
-                    }
-                }
-                (false, _) => {
-                    let m = "not an http(s) URL or path (nginx variables are not expanded)";
-                    self.record("permanent-redirect", v, Status::Invalid, m);
-                }
-                (true, Err(m)) => {
-                    self.record(
-                        "permanent-redirect-code",
-                        permanent_code.as_deref().unwrap_or(""),
-                        Status::Invalid,
-                        m.clone(),
-                    );
-                    self.record(
-                        "permanent-redirect",
-                        v,
-                        Status::Invalid,
-                        "its code is invalid",
-                    );
-                }
-            }
-        } else if let Some(pc) = &permanent_code {
-            self.record(
+        for (target_key, target, code_key, code_value, default) in [
+            (
+                "permanent-redirect",
+                &permanent,
                 "permanent-redirect-code",
-                pc,
-                Status::Applied,
-                "no effect without permanent-redirect",
-            );
-        }
-        if let Some(v) = &temporal {
+                &permanent_code,
+                301,
+            ),
+            (
+                "temporal-redirect",
+                &temporal,
+                "temporal-redirect-code",
+                &temporal_code,
+                302,
+            ),
+        ] {
+            let parsed_code = code(code_value, default);
+            if let (Some(cv), Err(m)) = (code_value, &parsed_code) {
+                self.record(code_key, cv, Status::Invalid, m.clone());
+            }
+            let Some(v) = target else {
+                if let (Some(cv), Ok(_)) = (code_value, &parsed_code) {
+                    let m = format!("no effect without {target_key}");
+                    self.record(code_key, cv, Status::Applied, m);
+                }
+                continue;
+            };
             if redirect.is_some() {
                 let m = "permanent-redirect wins, as in ingress-nginx";
-                self.record("temporal-redirect", v, Status::Applied, m);
-            } else {
-                match (target_ok(v), code(&temporal_code, 302)) {
-                    (true, Ok(c)) => {
-                        redirect = Some((v.trim().to_string(), c));
-                        self.applied("temporal-redirect", v);
+                self.record(target_key, v, Status::Applied, m);
+                if let (Some(cv), Ok(_)) = (code_value, &parsed_code) {
+                    self.record(code_key, cv, Status::Applied, m);
+                }
+                continue;
+            }
+            match (target_ok(v), parsed_code) {
+                (true, Ok(c)) => {
+                    redirect = Some((v.trim().to_string(), c));
+                    self.applied(target_key, v);
+                    if let Some(cv) = code_value {
+                        self.applied(code_key, cv);
                     }
-                    (false, _) => {
-                        let m = "not an http(s) URL or path (nginx variables are not expanded)";
-                        self.record("temporal-redirect", v, Status::Invalid, m);
+                }
+                (false, code) => {
+                    let m = "not an http(s) URL or path (nginx variables are not expanded)";
+                    self.record(target_key, v, Status::Invalid, m);
+                    if let (Some(cv), Ok(_)) = (code_value, code) {
+                        self.record(code_key, cv, Status::Applied, "its redirect is invalid");
                     }
-                    (true, Err(m)) => self.record("temporal-redirect", v, Status::Invalid, m),
+                }
+                (true, Err(_)) => {
+                    self.record(target_key, v, Status::Invalid, "its code is invalid")
                 }
             }
-        }
-        if let Some(tc) = &temporal_code {
-            self.applied("temporal-redirect-code", tc);
         }
         if let Some((location, status)) = redirect {
             let config = json!({"location": location, "status_code": status});
@@ -698,10 +733,22 @@ impl Conv<'_> {
                 None => self.record("force-ssl-redirect", &v, Status::Invalid, "not a boolean"),
             }
         }
-        if redirect {
-            self.weir.insert(a::PROTOCOLS.into(), "https".into());
-            self.weir
-                .insert(a::HTTPS_REDIRECT_STATUS_CODE.into(), "308".into());
+        // Written out either way, so that converting the emitted Ingress again (it keeps its
+        // class) changes nothing; a user's own weir.dev/protocols is left alone.
+        let own = self
+            .ing
+            .metadata
+            .annotations
+            .as_ref()
+            .is_some_and(|m| m.contains_key(a::PROTOCOLS));
+        if !own {
+            if redirect {
+                self.weir.insert(a::PROTOCOLS.into(), "https".into());
+                self.weir
+                    .insert(a::HTTPS_REDIRECT_STATUS_CODE.into(), "308".into());
+            } else if has_tls {
+                self.weir.insert(a::PROTOCOLS.into(), "http,https".into());
+            }
         }
 
         let mut secure = false;
@@ -817,12 +864,9 @@ impl Conv<'_> {
                     false
                 }
                 _ => {
-                    self.record(
-                        "proxy-ssl-server-name",
-                        v,
-                        Status::Invalid,
-                        "not \"on\" or \"off\"",
-                    );
+                    let m = "not \"on\" or \"off\"";
+                    self.record("proxy-ssl-server-name", v, Status::Invalid, m);
+                    failed = true;
                     false
                 }
             },
@@ -840,6 +884,7 @@ impl Conv<'_> {
                 }
             } else {
                 self.record("proxy-ssl-name", v, Status::Invalid, "not a host name");
+                failed = true;
             }
         }
         if let Some(v) = ssl.get("proxy-ssl-verify-depth") {
@@ -848,12 +893,11 @@ impl Conv<'_> {
                     tls.verify_depth = Some(d);
                     self.applied("proxy-ssl-verify-depth", v);
                 }
-                _ => self.record(
-                    "proxy-ssl-verify-depth",
-                    v,
-                    Status::Invalid,
-                    "not a number from 0 to 10",
-                ),
+                _ => {
+                    let m = "not a number from 0 to 10";
+                    self.record("proxy-ssl-verify-depth", v, Status::Invalid, m);
+                    failed = true;
+                }
             }
         }
         if failed {

@@ -141,6 +141,23 @@ impl Converted {
             if let Some(m) = v.as_object_mut() {
                 m.insert("apiVersion".into(), api.into());
                 m.insert("kind".into(), kind.into());
+                m.remove("status");
+            }
+            // What the API server set on the original is not part of the manifest.
+            if let Some(meta) = v.get_mut("metadata").and_then(|m| m.as_object_mut()) {
+                for k in [
+                    "uid",
+                    "resourceVersion",
+                    "generation",
+                    "creationTimestamp",
+                    "managedFields",
+                    "selfLink",
+                ] {
+                    meta.remove(k);
+                }
+                if let Some(a) = meta.get_mut("annotations").and_then(|a| a.as_object_mut()) {
+                    a.remove("kubectl.kubernetes.io/last-applied-configuration");
+                }
             }
             v
         }

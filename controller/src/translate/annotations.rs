@@ -309,10 +309,13 @@ pub fn ingress(annotations: &BTreeMap<String, String>) -> Parsed<IngressAnnotati
             }
             a::CANARY_BY_HEADER => out.canary_rules.header = Some(header_name(key, v)?),
             a::CANARY_BY_HEADER_VALUE => {
-                out.canary_rules.header_value = Some(header_value(key, v)?)
+                out.canary_rules.header_value = Some(header_value(key, v.trim())?)
             }
             a::CANARY_BY_HEADER_PATTERN => {
                 let re = v.trim();
+                if re.len() > 1024 {
+                    return Err((key.into(), "longer than 1024 bytes".into()));
+                }
                 if let Err(e) = regex::RegexBuilder::new(re).size_limit(1 << 20).build() {
                     return Err((
                         key.into(),

@@ -175,6 +175,31 @@ impl Translator<'_> {
         let Some(ann) = self.read_annotations(&me, "an Ingress", parsed, consequence) else {
             return;
         };
+        let field = |k: &str| format!("metadata.annotations[{k:?}]");
+        if !ann.plugins.is_empty() {
+            // A canary shares its main route's plugins; a canary its conversion disabled
+            // (ingress-nginx annotations that guard access and are not applied) takes nothing.
+            if ann.plugins.iter().any(|p| p.ends_with("-nginx-disabled")) {
+                let m = "the canary's own annotations disable it; it takes no requests";
+                self.problem(me, Reason::PluginNotAccepted, field(a::PLUGINS), m);
+                return;
+            }
+            let m = "a canary runs the plugins of the route it joins; its own are not used";
+            self.problem(me.clone(), Reason::Unsupported, field(a::PLUGINS), m);
+        }
+        let mut ann = ann;
+        let r = &mut ann.canary_rules;
+        if r.header.is_none() && (r.header_value.is_some() || r.header_pattern.is_some()) {
+            let k = if r.header_value.is_some() {
+                a::CANARY_BY_HEADER_VALUE
+            } else {
+                a::CANARY_BY_HEADER_PATTERN
+            };
+            let m = "needs weir.dev/canary-by-header naming the header; not used";
+            self.problem(me.clone(), Reason::InvalidAnnotation, field(k), m);
+            r.header_value = None;
+            r.header_pattern = None;
+        }
         let overrides = Overrides {
             ingress: key.clone(),
             upstream: ann.upstream.clone(),

@@ -58,7 +58,9 @@ impl HashInput {
             cookie_attributes.push_str(&format!("; Max-Age={}", h.cookie_ttl));
         }
         match h.cookie_same_site {
-            Some(crate::config::SameSite::Strict) => cookie_attributes.push_str("; SameSite=Strict"),
+            Some(crate::config::SameSite::Strict) => {
+                cookie_attributes.push_str("; SameSite=Strict")
+            }
             Some(crate::config::SameSite::Lax) => cookie_attributes.push_str("; SameSite=Lax"),
             Some(crate::config::SameSite::None) => cookie_attributes.push_str("; SameSite=None"),
             None => {}

@@ -551,6 +551,103 @@ impl Config {
                     );
                 }
             }
+            if let Some(c) = &r.canary {
+                let mut bad = |field: &str, m: String| {
+                    errs.push("route", &r.id, format!("canary.{field}"), m);
+                };
+                if r.service.is_none() {
+                    bad("service", "a canary needs the route's own `service`".into());
+                }
+                if !service_ids.contains(c.service.as_str()) {
+                    bad("service", format!("no service with id {:?}", c.service));
+                }
+                if c.weight_total == 0 {
+                    bad("weight_total", "must be at least 1".into());
+                } else if c.weight > c.weight_total {
+                    bad(
+                        "weight",
+                        format!(
+                            "{} is more than weight_total ({})",
+                            c.weight, c.weight_total
+                        ),
+                    );
+                }
+                if let Some(h) = &c.header {
+                    if http::HeaderName::from_bytes(h.as_bytes()).is_err() {
+                        bad("header", format!("{h:?} is not a header name"));
+                    }
+                }
+                for (field, set) in [
+                    ("header_value", c.header_value.is_some()),
+                    ("header_pattern", c.header_pattern.is_some()),
+                ] {
+                    if set && c.header.is_none() {
+                        bad(field, "used only with `header`".into());
+                    }
+                }
+                if let Some(v) = &c.header_value {
+                    if v.is_empty() || http::HeaderValue::from_str(v).is_err() {
+                        bad("header_value", format!("{v:?} is not a header value"));
+                    }
+                }
+                if let Some(p) = &c.header_pattern {
+                    if let Err(m) = crate::server::canary::header_pattern(p) {
+                        bad("header_pattern", m);
+                    }
+                }
+                if let Some(name) = &c.cookie {
+                    if !crate::server::canary::is_cookie_name(name) {
+                        bad("cookie", format!("{name:?} is not a cookie name"));
+                    }
+                }
+            }
+            if let Some(f) = &r.fallback {
+                if !service_ids.contains(f.service.as_str()) {
+                    errs.push(
+                        "route",
+                        &r.id,
+                        "fallback.service",
+                        format!("no service with id {:?}", f.service),
+                    );
+                }
+                statuses(
+                    &mut errs,
+                    "route",
+                    &r.id,
+                    "fallback.statuses",
+                    &f.statuses,
+                    400..=599,
+                );
+                for (name, value) in &f.headers {
+                    let field = format!("fallback.headers.{name}");
+                    match http::HeaderName::from_bytes(name.as_bytes()) {
+                        Err(_) => errs.push("route", &r.id, field, "not a valid header name"),
+                        // Framing, hop-by-hop and Host are the proxy's to set.
+                        Ok(n)
+                            if matches!(
+                                n.as_str(),
+                                "host"
+                                    | "content-length"
+                                    | "transfer-encoding"
+                                    | "connection"
+                                    | "upgrade"
+                                    | "te"
+                                    | "keep-alive"
+                                    | "proxy-connection"
+                            ) =>
+                        {
+                            errs.push("route", &r.id, field, format!("{n} is set by the proxy"))
+                        }
+                        Ok(_) if http::HeaderValue::from_str(value).is_err() => errs.push(
+                            "route",
+                            &r.id,
+                            field,
+                            format!("{value:?} is not a valid header value"),
+                        ),
+                        Ok(_) => {}
+                    }
+                }
+            }
         }
 
         for s in &self.services {
@@ -846,6 +943,38 @@ mod tests {
             assert!(e.iter().any(|l| l.contains(w)), "missing {w:?} in {e:#?}");
         }
         assert_eq!(e.len(), want.len(), "{e:#?}");
+    }
+
+    #[test]
+    fn canary_and_fallback_problems_name_their_field() {
+        let e = errors(
+            "routes:\n\
+             - {id: a, service: s, canary: {service: nope, weight: 101, header: 'bad header', header_pattern: '(', cookie: 'a=b'}, \
+             fallback: {service: gone, statuses: [404, 200], headers: {'a b': x, Host: h, X-Ok: \"bad\\u0001\"}}}\n\
+             - {id: b, canary: {service: s, weight_total: 0, header_value: x}}\n\
+             - {id: c, service: s, canary: {service: s, header: x-canary, header_value: beta, cookie: c, weight: 5, weight_total: 10}, \
+             fallback: {service: s, statuses: [503], headers: {X-Namespace: shop}}, access_log: false}\n\
+             services: [{id: s, host: h, port: 1}]\n",
+        );
+        let want = [
+            "route \"a\": canary.service: no service with id \"nope\"",
+            "route \"a\": canary.weight: 101 is more than weight_total (100)",
+            "route \"a\": canary.header: \"bad header\" is not a header name",
+            "route \"a\": canary.header_pattern: invalid regex",
+            "route \"a\": canary.cookie: \"a=b\" is not a cookie name",
+            "route \"a\": fallback.service: no service with id \"gone\"",
+            "route \"a\": fallback.statuses[1]: 200 is not a status between 400 and 599",
+            "route \"a\": fallback.headers.a b: not a valid header name",
+            "route \"a\": fallback.headers.Host: host is set by the proxy",
+            "route \"a\": fallback.headers.X-Ok: ",
+            "route \"b\": canary.service: a canary needs the route's own `service`",
+            "route \"b\": canary.weight_total: must be at least 1",
+            "route \"b\": canary.header_value: used only with `header`",
+        ];
+        for w in want {
+            assert!(e.iter().any(|l| l.contains(w)), "missing {w:?} in {e:#?}");
+        }
+        assert_eq!(e.len(), want.len(), "route c is valid: {e:#?}");
     }
 
     #[test]

@@ -37,14 +37,14 @@ const DEFAULT_MESSAGE: &str = "Your IP address is not allowed";
 /// A set of addresses as sorted, disjoint, inclusive ranges per family: a lookup is a binary
 /// search however many entries the list has.
 #[derive(Debug, Default, PartialEq)]
-struct IpSet {
+pub(crate) struct IpSet {
     v4: Vec<(u32, u32)>,
     v6: Vec<(u128, u128)>,
 }
 
 impl IpSet {
     /// Parses a list's entries (`field` names it in errors).
-    fn parse(field: &str, entries: &[String]) -> Result<IpSet, String> {
+    pub(crate) fn parse(field: &str, entries: &[String]) -> Result<IpSet, String> {
         let mut set = IpSet::default();
         for (i, entry) in entries.iter().enumerate() {
             match parse_entry(entry) {
@@ -58,11 +58,11 @@ impl IpSet {
         Ok(set)
     }
 
-    fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.v4.is_empty() && self.v6.is_empty()
     }
 
-    fn contains(&self, ip: IpAddr) -> bool {
+    pub(crate) fn contains(&self, ip: IpAddr) -> bool {
         match ip {
             IpAddr::V4(a) => within(&self.v4, u32::from(a)),
             IpAddr::V6(a) => match a.to_ipv4_mapped() {

@@ -15,6 +15,7 @@ mod cors;
 #[cfg(any(test, feature = "test-plugins"))]
 pub mod example;
 mod factory;
+mod forward_auth;
 mod grpc_web;
 mod ip_restriction;
 mod params;

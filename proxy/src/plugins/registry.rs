@@ -60,6 +60,7 @@ impl Registry {
             Arc::new(super::auth::KEY_AUTH),
             Arc::new(super::auth::BASIC_AUTH),
             Arc::new(super::auth::ACL),
+            Arc::new(super::forward_auth::FACTORY),
         ];
         // The plugins Weir's own tests observe the pipeline with: compiled in only when the
         // tests ask for them (a dev-dependency feature), so no switch turns them on in a

@@ -12,10 +12,12 @@ use http_body::Body as _;
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
 
+use super::fallback::{self, CompiledFallback};
 use super::grpc;
 use super::headers::{self, Forwarding};
 use super::tunnel;
 use super::Shared;
+use crate::access_log::Unlogged;
 use crate::compile::{CompiledRoute, CompiledService};
 use crate::config::ClientProtocol;
 use crate::health::Outcome;
@@ -27,7 +29,7 @@ use crate::router::{
     has_escaped_slash, normalize_request_path, request_host, with_params_len, without_params,
     EscapedSlashes, Lookup, RequestView,
 };
-use crate::upstream::{self, Added, BodyStats, PoolKey, UpstreamBody};
+use crate::upstream::{self, Added, BodyStats, PoolKey, ResponseBody, UpstreamBody};
 
 const SERVER: HeaderValue = HeaderValue::from_static("weir");
 const PROXY_LATENCY: HeaderName = HeaderName::from_static("x-weir-proxy-latency");
@@ -251,6 +253,9 @@ pub async fn handle(
         }
         Lookup::WrongProtocol(m) => {
             let route = &rt.routes[m.route];
+            if !route.access_log {
+                p.s.ctx.slots.insert(Unlogged);
+            }
             let host = host.to_owned();
             return redirect_to_https(p, route, &host, &head);
         }
@@ -263,7 +268,19 @@ pub async fn handle(
     };
     p.s.ctx.route = Some(route.id.clone());
     p.s.record.route = Some(route.id.clone());
-    let service = route.service.map(|i| &rt.services[i]);
+    if !route.access_log {
+        p.s.ctx.slots.insert(Unlogged);
+    }
+    // The canary, on the headers before the route's plugins: its service serves the whole
+    // request (balancer, retries, timeouts), with the route's plugins.
+    let service = match &route.canary {
+        None => route.service,
+        Some(c) if c.chooses(&head.headers) => Some(c.service),
+        Some(_) => route.service,
+    }
+    .map(|i| &rt.services[i]);
+    // A route that replaces some upstream statuses keeps what the error page needs.
+    let mut error_page = ErrorPage::start(route, &head);
     if let Some(s) = service {
         p.s.ctx.service = Some(s.id.clone());
         p.s.record.service = Some(s.id.clone());
@@ -305,11 +322,25 @@ pub async fn handle(
             return p.respond(r);
         }
     }
-    let Some(service) = service else {
-        return p.error(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "no Service configured for this Route",
-        );
+    let service = match (service, route.fallback.as_deref()) {
+        (Some(s), None) => s,
+        (None, None) => {
+            return p.error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "no Service configured for this Route",
+            )
+        }
+        // A target a plugin chose needs none of the service's.
+        (Some(s), Some(_)) if p.s.ctx.upstream_target.is_some() || s.has_target_to_try() => s,
+        // Nothing to try: the fallback serves the request as the service would have (and its
+        // own statuses are never replaced).
+        (_, Some(fallback)) => {
+            let s = &rt.services[fallback.service];
+            p.s.ctx.service = Some(s.id.clone());
+            p.s.record.service = Some(s.id.clone());
+            error_page = None;
+            s
+        }
     };
 
     // access, after: build the upstream request.
@@ -483,6 +514,10 @@ pub async fn handle(
         headers: head.headers.clone(),
         body,
     });
+    if let Some(page) = error_page.as_mut() {
+        page.method = head.method.clone();
+        page.headers = head.headers.clone();
+    }
     let mut request = Request::from_parts(head, body);
 
     // balancer: pick, connect, send; retry on another target what failed.
@@ -493,7 +528,7 @@ pub async fn handle(
     let mut stale_retried = false;
     let checks = service.checks.as_deref();
     let healthy = |i: usize| checks.is_none_or(|c| c.is_healthy(&service.health[i]));
-    let response = loop {
+    let mut response = loop {
         let tries = p.s.ctx.tries.len();
         if tries > service.retries as usize {
             let status = if last_timeout {
@@ -716,6 +751,36 @@ pub async fn handle(
         p.s.record.upstream_tries = Some(p.s.ctx.tries.as_slice().into());
     }
 
+    // An upstream status the route's fallback answers instead: its answer goes on from here.
+    let mut service = service;
+    if let Some(page) = error_page {
+        let status = response.status();
+        let fallback = route
+            .fallback
+            .as_deref()
+            .filter(|f| f.intercepts(status.as_u16()));
+        if let Some(fallback) = fallback {
+            let replaced = std::mem::replace(&mut response, Response::new(ResponseBody::Done));
+            fallback::discard(replaced.into_body());
+            // The replaced answer's load ends here.
+            p.s.upstream_load = None;
+            let to = &rt.services[fallback.service];
+            let asked = ask_fallback(
+                &mut p, route, fallback, to, page, status, &added, service.h2, deadline,
+            );
+            match Box::pin(asked).await {
+                Some(answer) => {
+                    response = answer;
+                    service = to;
+                }
+                None => {
+                    let message = status.canonical_reason().unwrap_or("Upstream error");
+                    return p.error(status, message);
+                }
+            }
+        }
+    }
+
     // header_filter.
     let (mut parts, mut body) = response.into_parts();
     let switching = parts.status == StatusCode::SWITCHING_PROTOCOLS;
@@ -798,6 +863,174 @@ pub async fn handle(
     let read_timeout = service.read_timeout;
     let body = ProxyBody::upstream(body, read_timeout, p.s);
     Response::from_parts(parts, body)
+}
+
+/// What an error page request is made of: the request as it went upstream (its method and
+/// headers, without a body) and the path and query the client asked for.
+struct ErrorPage {
+    method: http::Method,
+    headers: http::HeaderMap,
+    original_uri: Option<HeaderValue>,
+}
+
+impl ErrorPage {
+    /// For a route whose fallback replaces some statuses (boxed: the others carry a `None`).
+    #[inline(always)]
+    fn start(route: &CompiledRoute, head: &RequestHead) -> Option<Box<ErrorPage>> {
+        if !route.fallback.as_ref()?.intercepts_any {
+            return None;
+        }
+        let original_uri = head
+            .uri
+            .path_and_query()
+            .and_then(|pq| HeaderValue::from_str(pq.as_str()).ok());
+        // Method and headers are taken as they go upstream.
+        Some(Box::new(ErrorPage {
+            method: http::Method::GET,
+            headers: http::HeaderMap::new(),
+            original_uri,
+        }))
+    }
+}
+
+/// Asks the route's fallback service for the error page of an upstream answer `status`: the
+/// request's method and headers, path `/`, no body, `X-Code` and the rest. Connection failures
+/// try another target, as `retries` allows; `None` when no answer came. The tries are logged
+/// after the replaced answer's.
+#[allow(clippy::too_many_arguments)]
+async fn ask_fallback(
+    p: &mut Pending,
+    route: &CompiledRoute,
+    fallback: &CompiledFallback,
+    service: &CompiledService,
+    page: Box<ErrorPage>,
+    status: StatusCode,
+    added: &Added,
+    headers_have_added: bool,
+    deadline: Option<Instant>,
+) -> Option<Response<ResponseBody>> {
+    let ErrorPage {
+        method,
+        mut headers,
+        original_uri,
+    } = *page;
+    fallback::error_page_headers(&mut headers, fallback, status, original_uri);
+    // The proxy's own headers: in the map already after an HTTP/2 service, beside it after an
+    // HTTP/1.1 one (the encoder writes them; HTTP/2 needs them in the map).
+    let none = Added::default();
+    let added = match (headers_have_added, service.h2) {
+        (true, _) => &none,
+        (false, false) => added,
+        (false, true) => {
+            for (name, value) in added.iter() {
+                headers.append(name.clone(), value.clone());
+            }
+            &none
+        }
+    };
+    let uri: http::Uri = fallback::error_page_path(service.path.as_deref())
+        .parse()
+        .ok()?;
+    // The replaced answer's try gets its time, as the last of several tries does.
+    if let (Some(t), Some(sent), Some(head)) = (
+        p.s.ctx.tries.last_mut(),
+        p.s.ctx.timings.upstream_sent,
+        p.s.ctx.timings.upstream_headers,
+    ) {
+        t.answered(t.status, head.saturating_duration_since(sent));
+    }
+    let checks = service.checks.as_deref();
+    let healthy = |i: usize| checks.is_none_or(|c| c.is_healthy(&service.health[i]));
+    let mut excluded: Vec<usize> = Vec::new();
+    let mut answer = None;
+    for _ in 0..=service.retries {
+        let balancer = &service.balancer;
+        let picked = balancer
+            .pick(None, |i| healthy(i) && !excluded.contains(&i))
+            .or_else(|| balancer.pick(None, healthy))
+            .or_else(|| {
+                checks
+                    .filter(|c| c.panic)
+                    .and_then(|_| balancer.pick(None, |_| true))
+            });
+        let Some(i) = picked else { break };
+        let key = &service.keys[i];
+        let report = |outcome| {
+            if let Some(c) = checks {
+                c.report(&service.health[i], outcome);
+            }
+        };
+        let mut request = Request::new(UpstreamBody::empty());
+        *request.method_mut() = method.clone();
+        *request.uri_mut() = uri.clone();
+        *request.headers_mut() = headers.clone();
+        if let Some(h) = &route.host_header {
+            request.headers_mut().insert(header::HOST, h.clone());
+        } else if !route.preserve_host {
+            let host = balancer.target(i).host_header.clone();
+            request.headers_mut().insert(header::HOST, host);
+        }
+        if service.h2 {
+            set_absolute_uri(&mut request, &key.target, key.tls.is_some());
+        }
+        let began = Instant::now();
+        p.s.ctx.tries.push(Try::new(key.target.clone()));
+        p.s.record.target = Some(key.target.clone());
+        if service.counts_load {
+            p.s.upstream_load = Some(balancer.target(i).load.start());
+        }
+        let conn = match upstream::checkout(key, service.connect_timeout).await {
+            Ok(c) => c,
+            Err(e) => {
+                report(Outcome::ConnectFailure);
+                fail_try(&mut p.s.ctx, e.to_string(), began);
+                excluded.push(i);
+                continue;
+            }
+        };
+        p.s.record.upstream_reused = Some(conn.reused);
+        let sent_at = Instant::now();
+        let send = std::pin::pin!(conn.send(request, added, service.write_timeout));
+        match wait_response(send, sent_at, None, service, deadline).await {
+            Ok(Ok(resp)) => {
+                let now = Instant::now();
+                p.s.ctx.timings.upstream_headers = Some(now);
+                let status = resp.status().as_u16();
+                if service.counts_load {
+                    balancer.target(i).load.observe(now - sent_at);
+                }
+                report(Outcome::Status(status));
+                if let Some(t) = p.s.ctx.tries.last_mut() {
+                    t.answered(status, began.elapsed());
+                }
+                // Nothing asked it to switch protocols.
+                if status == 101 {
+                    fail_try(&mut p.s.ctx, "switched protocols unasked".into(), began);
+                    fallback::discard(resp.into_body());
+                } else {
+                    answer = Some(resp);
+                }
+                break;
+            }
+            Ok(Err(e)) => {
+                fail_try(&mut p.s.ctx, e.error.to_string(), began);
+                report(Outcome::ConnectFailure);
+                // Sent again only when the upstream cannot have acted on it.
+                if e.unsent.is_none() {
+                    break;
+                }
+                excluded.push(i);
+            }
+            Err(TimedOut) => {
+                fail_try(&mut p.s.ctx, "upstream timed out".into(), began);
+                report(Outcome::Timeout);
+                break;
+            }
+        }
+    }
+    p.s.record.tries = p.s.ctx.tries.len();
+    p.s.record.upstream_tries = Some(p.s.ctx.tries.as_slice().into());
+    answer
 }
 
 /// Records why the last try failed, and logs it naming the target.
@@ -1146,6 +1379,9 @@ mod tests {
             host_header: None,
             rewrite: None,
             upgrade_protocols: Vec::new(),
+            canary: None,
+            fallback: None,
+            access_log: true,
         }
     }
 
@@ -1168,6 +1404,7 @@ mod tests {
             hash: None,
             probe_tls: None,
             counts_load: false,
+            weighted: Box::default(),
         }
     }
 

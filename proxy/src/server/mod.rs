@@ -4,6 +4,8 @@
 //! upstream pool; workers share only the compiled routing table (one atomic pointer), the
 //! metrics shards and a few counters. The admin API and signal handling run on the main thread.
 
+pub mod canary;
+pub mod fallback;
 pub mod grpc;
 pub(crate) mod h1;
 mod handler;
@@ -235,7 +237,7 @@ pub(crate) struct Shared {
 }
 
 impl LogSink for Shared {
-    fn log(&self, _ctx: &RequestCtx, r: &LogRecord) {
+    fn log(&self, ctx: &RequestCtx, r: &LogRecord) {
         static NONE: std::sync::OnceLock<Arc<str>> = std::sync::OnceLock::new();
         let none = NONE.get_or_init(|| Arc::from(""));
         let upstream = (r.latencies.upstream > 0.0).then_some(r.latencies.upstream / 1000.0);
@@ -247,7 +249,11 @@ impl LogSink for Shared {
             upstream,
             r.upstream_reused,
         );
-        if let Some(log) = &self.access_log {
+        if let Some(log) = self
+            .access_log
+            .as_ref()
+            .filter(|_| crate::access_log::wanted(ctx))
+        {
             if let Ok(mut line) = serde_json::to_vec(r) {
                 line.push(b'\n');
                 if !log.send(line) {

@@ -9,6 +9,7 @@
 
 mod acl;
 mod basic_auth;
+mod htpasswd;
 mod jwt;
 mod key_auth;
 #[cfg(test)]

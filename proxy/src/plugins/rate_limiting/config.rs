@@ -2,11 +2,13 @@
 //! `redis`, `fault_tolerant`, …) plus Weir's `algorithm`, `rate`, `burst`, `cost` and
 //! `max_in_flight`, parsed once into typed settings.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use http::{HeaderName, StatusCode};
 use serde::Deserialize;
 
+use crate::plugins::ip_restriction::IpSet;
 use crate::plugins::parse_config;
 use crate::redis;
 
@@ -164,6 +166,8 @@ pub struct Limits {
     pub error_code: StatusCode,
     /// The message of a refusal.
     pub error_message: String,
+    /// Client addresses never limited nor counted (`exempt`).
+    pub exempt: Arc<IpSet>,
 }
 
 #[derive(Deserialize)]
@@ -207,6 +211,9 @@ struct Conf {
     error_code: u16,
     #[serde(default)]
     error_message: Option<String>,
+    /// Client IPs and CIDRs never limited (ingress-nginx's `limit-whitelist`).
+    #[serde(default)]
+    exempt: Option<Vec<String>>,
     /// Kong's asynchronous counter sync; Weir always counts synchronously.
     #[serde(default)]
     #[allow(dead_code)]
@@ -392,6 +399,7 @@ pub fn parse(config: &serde_json::Value) -> Result<Limits, String> {
         .ok()
         .filter(|s| s.is_client_error() || s.is_server_error())
         .ok_or_else(|| format!("error_code: {} is not between 400 and 599", c.error_code))?;
+    let exempt = IpSet::parse("exempt", c.exempt.as_deref().unwrap_or_default())?;
     Ok(Limits {
         algorithm,
         limit_by,
@@ -400,6 +408,7 @@ pub fn parse(config: &serde_json::Value) -> Result<Limits, String> {
         hide_client_headers: c.hide_client_headers,
         error_code,
         error_message: c.error_message.unwrap_or_else(|| DEFAULT_MESSAGE.into()),
+        exempt: Arc::new(exempt),
     })
 }
 
@@ -530,9 +539,42 @@ mod tests {
             ),
             (json!({"second": 1, "error_code": 200}), "error_code:"),
             (json!({"second": "ten"}), "second:"),
+            (
+                json!({"second": 1, "exempt": ["10.0.0.1", "10.0.0.0/40"]}),
+                "exempt[1]:",
+            ),
+            (
+                json!({"second": 1, "exempt": ["::1", "fe80::/8", "nope"]}),
+                "exempt[2]:",
+            ),
+            (json!({"second": 1, "exempt": "127.0.0.1"}), "exempt:"),
         ] {
             let e = err(config.clone());
             assert!(e.starts_with(field) || e.contains(field), "{config}: {e}");
         }
+    }
+
+    #[test]
+    fn exempt_addresses_and_networks() {
+        let l = parse(&json!({"second": 1})).unwrap();
+        assert!(l.exempt.is_empty());
+        let l =
+            parse(&json!({"second": 1, "exempt": ["127.0.0.1", "10.0.0.0/8", "2001:db8::/32"]}))
+                .unwrap();
+        for (ip, exempt) in [
+            ("127.0.0.1", true),
+            ("127.0.0.2", false),
+            ("10.200.3.4", true),
+            ("11.0.0.1", false),
+            ("::ffff:10.1.1.1", true),
+            ("2001:db8::7", true),
+            ("2001:db9::7", false),
+            ("::1", false),
+        ] {
+            let ip: std::net::IpAddr = ip.parse().unwrap();
+            assert_eq!(l.exempt.contains(ip), exempt, "{ip}");
+        }
+        let e = err(json!({"second": 1, "exempt": ["127.0.0.1", "1.2.3"]}));
+        assert_eq!(e, r#"exempt[1]: "1.2.3" is not an address or CIDR"#);
     }
 }

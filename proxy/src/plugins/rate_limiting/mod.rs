@@ -404,6 +404,10 @@ impl RateLimiting {
 
 impl Plugin for RateLimiting {
     fn access<'a>(&'a self, ctx: &'a mut RequestCtx, req: &'a mut RequestHead) -> Handled<'a> {
+        // Exempt clients are neither limited nor counted, and get no rate-limit headers.
+        if self.limits.exempt.contains(ctx.client_ip) {
+            return Flow::Continue.into();
+        }
         let key = self.key(ctx, req);
         match &self.store {
             Store::Local(local) => {
@@ -479,4 +483,47 @@ fn rand_token() -> u64 {
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();
     h.write_u64(now().to_bits());
     h.finish()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    /// Runs `access` for a client at `ip`: whether it passed, and whether it got rate-limit
+    /// headers.
+    fn request(p: &dyn Plugin, ip: &str) -> (bool, bool) {
+        let mut ctx = RequestCtx::new(ip.parse().unwrap(), 1, Arc::from(Vec::new()));
+        let mut req = http::Request::get("/").body(()).unwrap().into_parts().0;
+        let passed = match p.access(&mut ctx, &mut req) {
+            Step::Ready(Ok(Flow::Continue)) => true,
+            Step::Ready(Ok(Flow::Respond(r))) => {
+                assert_eq!(r.status, 429);
+                false
+            }
+            _ => panic!("the local policy decides at once"),
+        };
+        (passed, ctx.slots.get::<RateHeaders>().is_some())
+    }
+
+    #[test]
+    fn exempt_clients_are_neither_limited_nor_counted() {
+        let factory = Factory::default();
+        // A bucket that does not refill within the test: one request per client.
+        let p = factory
+            .build(&json!({
+                "algorithm": "token-bucket", "rate": 0.0001, "burst": 1, "limit_by": "route",
+                "exempt": ["127.0.0.1", "2001:db8::/32"],
+            }))
+            .unwrap();
+        for _ in 0..5 {
+            assert_eq!(request(&*p, "127.0.0.1"), (true, false));
+            assert_eq!(request(&*p, "::ffff:127.0.0.1"), (true, false));
+            assert_eq!(request(&*p, "2001:db8::5"), (true, false));
+        }
+        // The exempt requests took nothing from the limit the others share (`limit_by: route`).
+        assert_eq!(request(&*p, "127.0.0.2"), (true, true));
+        assert_eq!(request(&*p, "2001:db9::5"), (false, true));
+        assert_eq!(request(&*p, "127.0.0.1"), (true, false));
+    }
 }
