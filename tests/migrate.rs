@@ -206,3 +206,42 @@ fn unreadable_input_is_exit_code_2() {
     let out = Command::new(WEIR).arg("migrate").output().unwrap();
     assert_eq!(out.status.code(), Some(2));
 }
+
+/// `--kubeconfig`: the Ingresses, IngressClasses and the Secrets Weir reads (labelled or TLS)
+/// come from the API server, through the same list calls a cluster answers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reads_the_cluster_named_by_a_kubeconfig() {
+    let cluster = common::cluster::Cluster::start().await;
+    let ns = cluster.namespace().to_string();
+    cluster
+        .apply(&format!(
+            "apiVersion: v1\nkind: Secret\nmetadata: {{name: users, namespace: {ns}, labels: {{weir.dev/credential: \"true\"}}}}\n\
+             stringData: {{auth: \"alice:{{SHA}}W6ph5Mm5Pz8GgiULbPgzG37mj9g=\"}}\n"
+        ))
+        .await;
+    cluster
+        .apply(&format!(
+            "apiVersion: networking.k8s.io/v1\nkind: Ingress\nmetadata:\n  name: guarded\n  namespace: {ns}\n  annotations:\n\
+             \x20   nginx.ingress.kubernetes.io/auth-type: basic\n    nginx.ingress.kubernetes.io/auth-secret: users\n\
+             \x20   nginx.ingress.kubernetes.io/server-snippet: \"return 200;\"\n\
+             spec:\n  ingressClassName: weir\n  rules:\n  - http:\n      paths:\n      - {{path: /, pathType: Prefix, backend: {{service: {{name: echo, port: {{number: 80}}}}}}}}\n"
+        ))
+        .await;
+    let dir = std::env::temp_dir().join(format!("weir-migrate-kube-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let kubeconfig = cluster.kubeconfig(&dir);
+    let out = Command::new(WEIR)
+        .arg("migrate")
+        .arg("--kubeconfig")
+        .arg(&kubeconfig)
+        .output()
+        .expect("run weir migrate");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{text}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(text.contains(&format!("Ingress {ns}/guarded")), "{text}");
+    // The Secret was read: basic auth carries over, the snippet does not.
+    assert!(text.contains("applied      nginx.ingress.kubernetes.io/auth-type: basic"), "{text}");
+    assert!(text.contains("unsupported  nginx.ingress.kubernetes.io/server-snippet"), "{text}");
+    assert!(text.contains("weir: Plugin guarded-nginx-basic-auth (basic-auth)"), "{text}");
+    assert!(!text.contains("=> its paths answer 503"), "{text}");
+}

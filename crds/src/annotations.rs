@@ -48,6 +48,8 @@ pub const DEFAULT_BACKEND: &str = "weir.dev/default-backend";
 pub const CUSTOM_HTTP_ERRORS: &str = "weir.dev/custom-http-errors";
 /// Ingress: `"false"` keeps the Ingress's requests out of the access log.
 pub const ACCESS_LOG: &str = "weir.dev/access-log";
+/// Ingress: the `X-Forwarded-Prefix` header sent upstream.
+pub const FORWARDED_PREFIX: &str = "weir.dev/forwarded-prefix";
 /// Ingress: `"true"` sends requests to the Service's cluster IP instead of its endpoints.
 pub const SERVICE_UPSTREAM: &str = "weir.dev/service-upstream";
 /// Ingress with ingress-nginx annotations: `serve` (default) serves it without the ones Weir

@@ -39,6 +39,7 @@ fn routes(n: usize) -> Vec<Route> {
             canary: None,
             fallback: None,
             access_log: true,
+            forwarded_prefix: None,
         })
         .collect()
 }

@@ -79,6 +79,8 @@ pub struct CompiledRoute {
     pub fallback: Option<Box<CompiledFallback>>,
     /// Whether the route's requests are written to the access log.
     pub access_log: bool,
+    /// `X-Forwarded-Prefix` for the upstream (wins over the stripped prefix).
+    pub forwarded_prefix: Option<Box<str>>,
 }
 
 /// A service, ready for requests.
@@ -342,6 +344,7 @@ impl Runtime {
                     canary,
                     fallback,
                     access_log: r.access_log,
+                    forwarded_prefix: r.forwarded_prefix.as_deref().map(Box::from),
                     chain: RouteChain { base, by_consumer },
                     upgrade_protocols: r
                         .upgrade_protocols

@@ -418,11 +418,7 @@ impl Conv<'_> {
         if let Some(v) = self.take("x-forwarded-prefix") {
             let t = v.trim();
             if http::HeaderValue::from_str(t).is_ok() && !t.is_empty() {
-                let config = json!({
-                    "remove": {"headers": ["X-Forwarded-Prefix"]},
-                    "add": {"headers": [format!("X-Forwarded-Prefix:{t}")]},
-                });
-                self.plugin("x-forwarded-prefix", "request-transformer", config);
+                self.weir.insert(a::FORWARDED_PREFIX.into(), t.to_string());
                 self.applied("x-forwarded-prefix", &v);
             } else {
                 self.record(

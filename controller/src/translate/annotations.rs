@@ -49,6 +49,8 @@ pub struct IngressAnnotations {
     pub upstream: Option<String>,
     /// `protocol`: towards this Ingress's backends.
     pub protocol: Option<UpstreamProtocol>,
+    /// `forwarded-prefix`.
+    pub forwarded_prefix: Option<String>,
 }
 
 /// A canary Ingress's rules.
@@ -363,6 +365,9 @@ pub fn ingress(annotations: &BTreeMap<String, String>) -> Parsed<IngressAnnotati
                 out.custom_http_errors = codes;
             }
             a::ACCESS_LOG => out.access_log = Some(boolean(key, v)?),
+            a::FORWARDED_PREFIX => {
+                out.forwarded_prefix = Some(header_value(key, v.trim())?);
+            }
             a::SERVICE_UPSTREAM => out.service_upstream = boolean(key, v)?,
             a::UPSTREAM => out.upstream = Some(upstream_name(key, v)?),
             a::PROTOCOL => out.protocol = Some(protocol(key, v)?),

@@ -705,6 +705,7 @@ impl Translator<'_> {
                     canary: None,
                     fallback: None,
                     access_log: true,
+                    forwarded_prefix: None,
                 })
             }
             Err((reason, m)) => {

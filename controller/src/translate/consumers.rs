@@ -737,6 +737,8 @@ mod tests {
         for kind in NOT_CONSUMER_SCOPED {
             let spec = if kind == "acl" {
                 "{plugin: acl, config: {allow: [staff]}}".to_string()
+            } else if kind == "forward-auth" {
+                "{plugin: forward-auth, config: {url: 'http://auth.example/check'}}".to_string()
             } else {
                 format!("{{plugin: {kind}}}")
             };

@@ -603,6 +603,7 @@ impl Translator<'_> {
                 _ => None,
             },
             access_log: ann.access_log.unwrap_or(true),
+            forwarded_prefix: ann.forwarded_prefix.clone(),
         });
     }
 }

@@ -170,6 +170,9 @@ pub struct Route {
     /// Whether requests on this route are written to the access log.
     #[serde(default = "yes", skip_serializing_if = "is_true")]
     pub access_log: bool,
+    /// The `X-Forwarded-Prefix` sent upstream, in place of the prefix `strip_path` removed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub forwarded_prefix: Option<String>,
 }
 
 fn is_true(b: &bool) -> bool {

@@ -1247,7 +1247,7 @@ fn prepare_request_headers(
             proto: if conn.tls { "https" } else { "http" },
             host: forwarded_host.as_ref(),
             port: &conn.port_value,
-            stripped_prefix: stripped,
+            stripped_prefix: route.forwarded_prefix.as_deref().or(stripped),
         },
         &p.shared.opts.trusted_proxies,
     );
@@ -1382,6 +1382,7 @@ mod tests {
             canary: None,
             fallback: None,
             access_log: true,
+            forwarded_prefix: None,
         }
     }
 
