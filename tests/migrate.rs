@@ -237,11 +237,25 @@ async fn reads_the_cluster_named_by_a_kubeconfig() {
         .output()
         .expect("run weir migrate");
     let text = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(out.status.code(), Some(1), "{text}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert!(text.contains(&format!("Ingress {ns}/guarded")), "{text}");
     // The Secret was read: basic auth carries over, the snippet does not.
-    assert!(text.contains("applied      nginx.ingress.kubernetes.io/auth-type: basic"), "{text}");
-    assert!(text.contains("unsupported  nginx.ingress.kubernetes.io/server-snippet"), "{text}");
-    assert!(text.contains("weir: Plugin guarded-nginx-basic-auth (basic-auth)"), "{text}");
+    assert!(
+        text.contains("applied      nginx.ingress.kubernetes.io/auth-type: basic"),
+        "{text}"
+    );
+    assert!(
+        text.contains("unsupported  nginx.ingress.kubernetes.io/server-snippet"),
+        "{text}"
+    );
+    assert!(
+        text.contains("weir: Plugin guarded-nginx-basic-auth (basic-auth)"),
+        "{text}"
+    );
     assert!(!text.contains("=> its paths answer 503"), "{text}");
 }

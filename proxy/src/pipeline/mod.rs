@@ -34,6 +34,8 @@ pub struct RequestCtx {
     pub client_ip: IpAddr,
     /// A per-request id used in the access log.
     pub request_id: u64,
+    /// Whether the client connection is TLS (Weir's own listener, not a proxy's header).
+    pub client_tls: bool,
     /// The matched route's id.
     pub route: Option<Arc<str>>,
     /// The matched route's service id.
@@ -153,6 +155,7 @@ impl RequestCtx {
         RequestCtx {
             client_ip,
             request_id,
+            client_tls: false,
             route: None,
             service: None,
             consumer: None,

@@ -147,6 +147,7 @@ pub async fn handle(
     // An HTTP/1.1 client gets trailers only for fields the response announces (`Trailer`).
     let h1_client_trailers = accepts_trailers && head.version <= http::Version::HTTP_11;
     let mut ctx = RequestCtx::new(client_ip, next_request_id(), rt.global.clone());
+    ctx.client_tls = conn.tls;
     if rt.consumers.strips_identity_headers {
         // Only an authentication plugin of this table may say who the client is.
         crate::consumers::remove_identity_headers(&mut head.headers);
@@ -250,6 +251,15 @@ pub async fn handle(
         // Like Kong: an http-only route does not match over HTTPS.
         Lookup::WrongProtocol(_) if conn.tls => {
             return p.error(StatusCode::NOT_FOUND, "no Route matched with those values")
+        }
+        Lookup::WrongProtocol(m)
+            if headers::forwarded_https(
+                conn.peer.ip(),
+                &head.headers,
+                &p.shared.opts.trusted_proxies,
+            ) =>
+        {
+            m
         }
         Lookup::WrongProtocol(m) => {
             let route = &rt.routes[m.route];

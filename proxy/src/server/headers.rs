@@ -72,6 +72,16 @@ fn trusted(list: &[Cidr], ip: IpAddr) -> bool {
     list.iter().any(|c| c.contains(ip))
 }
 
+/// Whether a plain-HTTP request came to a trusted proxy (a TLS-terminating load balancer) over
+/// HTTPS, as its `X-Forwarded-Proto` says: then an https-only route serves it rather than
+/// redirecting it again, which would loop.
+pub fn forwarded_https(peer: IpAddr, headers: &HeaderMap, trusted_list: &[Cidr]) -> bool {
+    trusted(trusted_list, peer)
+        && headers
+            .get(X_FORWARDED_PROTO)
+            .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"https"))
+}
+
 /// The client's IP: the peer, or, when the peer is a trusted proxy, the right-most address in
 /// `X-Forwarded-For` that is not itself trusted.
 pub fn client_ip(peer: IpAddr, headers: &HeaderMap, trusted_list: &[Cidr]) -> IpAddr {
@@ -604,6 +614,19 @@ mod tests {
             client_ip(peer, &h, &cidrs(&["10.0.0.0/8"])),
             "1.1.1.1".parse::<IpAddr>().unwrap()
         );
+    }
+
+    #[test]
+    fn only_a_trusted_proxy_says_the_client_used_https() {
+        let mut h = HeaderMap::new();
+        let peer: IpAddr = "10.0.0.9".parse().unwrap();
+        let lb = cidrs(&["10.0.0.0/8"]);
+        assert!(!forwarded_https(peer, &h, &lb));
+        h.insert(X_FORWARDED_PROTO, HeaderValue::from_static("HTTPS"));
+        assert!(forwarded_https(peer, &h, &lb));
+        assert!(!forwarded_https(peer, &h, &[]));
+        h.insert(X_FORWARDED_PROTO, HeaderValue::from_static("http"));
+        assert!(!forwarded_https(peer, &h, &lb));
     }
 
     #[test]

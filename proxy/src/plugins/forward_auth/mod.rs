@@ -149,7 +149,7 @@ async fn drain(mut body: upstream::ResponseBody) {
 
 impl Plugin for ForwardAuth {
     fn access<'a>(&'a self, ctx: &'a mut RequestCtx, req: &'a mut RequestHead) -> Handled<'a> {
-        let original = Original::of(req, ctx.client_ip);
+        let original = Original::of(req, ctx.client_ip, ctx.client_tls);
         let headers = rules::subrequest_headers(&req.headers, &self.s.host, &original);
         let method = self
             .s

@@ -28,11 +28,11 @@ pub(super) struct Original {
 impl Original {
     /// What the subrequest needs to know of `req`.
     ///
-    /// The scheme is the one the request's URI carries (HTTP/2's `:scheme`, an absolute-form
-    /// HTTP/1.1 target), else `http`: the pipeline does not tell plugins whether the client
-    /// connection was TLS.
-    pub fn of(req: &RequestHead, client_ip: IpAddr) -> Original {
+    /// The scheme is `https` when the client connection is TLS (`tls`) or the request's URI
+    /// says so (HTTP/2's `:scheme`, an absolute-form HTTP/1.1 target), else `http`.
+    pub fn of(req: &RequestHead, client_ip: IpAddr, tls: bool) -> Original {
         let scheme = match req.uri.scheme_str() {
+            _ if tls => "https",
             Some(s) if s.eq_ignore_ascii_case("https") => "https",
             _ => "http",
         };
@@ -288,14 +288,17 @@ mod tests {
     #[test]
     fn the_original_request_is_described() {
         let req = head("/app/x?a=1&b=%20", &[("host", "shop.example:8080")]);
-        let o = Original::of(&req, ip());
+        let o = Original::of(&req, ip(), false);
         assert_eq!(o.url(), "http://shop.example:8080/app/x?a=1&b=%20");
         // HTTP/2: the URI carries scheme and authority.
         let req = head("https://shop.example/p", &[]);
-        assert_eq!(Original::of(&req, ip()).url(), "https://shop.example/p");
+        assert_eq!(
+            Original::of(&req, ip(), false).url(),
+            "https://shop.example/p"
+        );
         // No host at all: the path alone.
         let req = head("/p?q", &[]);
-        assert_eq!(Original::of(&req, ip()).url(), "/p?q");
+        assert_eq!(Original::of(&req, ip(), false).url(), "/p?q");
     }
 
     #[test]
@@ -327,7 +330,7 @@ mod tests {
                 ("x-user", "mallory"),
             ],
         );
-        let o = Original::of(&req, ip());
+        let o = Original::of(&req, ip(), false);
         let h = subrequest_headers(&req.headers, &HeaderValue::from_static("auth:9000"), &o);
         assert_eq!(all(&h, "host"), ["auth:9000"]);
         assert_eq!(all(&h, "authorization"), ["Bearer good"]);
@@ -368,7 +371,7 @@ mod tests {
     #[test]
     fn a_request_without_host_has_no_forwarded_host() {
         let req = head("/p", &[]);
-        let o = Original::of(&req, "::1".parse().unwrap());
+        let o = Original::of(&req, "::1".parse().unwrap(), false);
         let h = subrequest_headers(&req.headers, &HeaderValue::from_static("a"), &o);
         assert!(!h.contains_key("x-forwarded-host"));
         assert_eq!(all(&h, "x-original-url"), ["/p"]);

@@ -1,0 +1,1407 @@
+//! ingress-nginx annotations (`nginx.ingress.kubernetes.io/*`) through the real binary in
+//! standalone mode: one test per annotation family, each on a folder of manifests with
+//! Ingresses annotated as for ingress-nginx, `weir echo` upstreams (which report the path,
+//! query and headers they received) or recording upstreams (which show that a refused request
+//! never reached them), checking what the client got and what the upstream received.
+//!
+//! controller/src/nginx/convert.rs is the specification of what each annotation becomes.
+
+mod common;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use common::manifests::{docs, service, Manifests, INGRESS_CLASS};
+use common::*;
+
+/// Bound on every wait.
+const T: Duration = Duration::from_secs(10);
+
+/// The namespace of every object.
+const NS: &str = "demo";
+
+/// The annotation prefix.
+const NGINX: &str = "nginx.ingress.kubernetes.io/";
+
+// ---------------------------------------------------------------------------------------------
+// Manifests
+
+/// A YAML double-quoted scalar (JSON strings are valid YAML).
+fn q(s: &str) -> String {
+    serde_json::to_string(s).unwrap()
+}
+
+/// An Ingress of class `weir` for `host` with `annotations` (short names get the ingress-nginx
+/// prefix; names with a `/` are taken as they are), `paths` as (path, pathType, Service), and
+/// a TLS section for the host from Secret `tls` when given.
+fn ingress_at(
+    name: &str,
+    host: &str,
+    annotations: &[(&str, &str)],
+    paths: &[(&str, &str, &str)],
+    tls: Option<&str>,
+) -> String {
+    let mut out = format!("apiVersion: networking.k8s.io/v1\nkind: Ingress\nmetadata:\n  name: {name}\n  namespace: {NS}\n");
+    if !annotations.is_empty() {
+        out.push_str("  annotations:\n");
+        for (k, v) in annotations {
+            let key = if k.contains('/') {
+                k.to_string()
+            } else {
+                format!("{NGINX}{k}")
+            };
+            out.push_str(&format!("    {key}: {}\n", q(v)));
+        }
+    }
+    out.push_str("spec:\n  ingressClassName: weir\n");
+    if let Some(secret) = tls {
+        out.push_str(&format!(
+            "  tls:\n  - hosts: [{host}]\n    secretName: {secret}\n"
+        ));
+    }
+    out.push_str(&format!(
+        "  rules:\n  - host: {host}\n    http:\n      paths:\n"
+    ));
+    for (path, kind, svc) in paths {
+        out.push_str(&format!(
+            "      - {{path: {}, pathType: {kind}, backend: {{service: {{name: {svc}, port: {{number: 80}}}}}}}}\n",
+            q(path)
+        ));
+    }
+    out
+}
+
+/// An Ingress for `host` sending everything (`/`, Prefix) to `svc`.
+fn nginx(name: &str, host: &str, annotations: &[(&str, &str)], svc: &str) -> String {
+    ingress_at(name, host, annotations, &[("/", "Prefix", svc)], None)
+}
+
+/// A Service whose endpoints are 127.0.0.1 on each of `ports` (one EndpointSlice each).
+fn service_many(name: &str, ports: &[u16]) -> String {
+    let mut out = format!(
+        "apiVersion: v1\nkind: Service\nmetadata: {{name: {name}, namespace: {NS}}}\n\
+         spec:\n  ports: [{{name: http, port: 80, targetPort: http}}]\n"
+    );
+    for (i, port) in ports.iter().enumerate() {
+        out.push_str(&format!(
+            "---\napiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata:\n  name: {name}-{i}\n  \
+             namespace: {NS}\n  labels: {{kubernetes.io/service-name: {name}}}\naddressType: IPv4\n\
+             ports: [{{name: http, port: {port}}}]\nendpoints:\n- addresses: [127.0.0.1]\n  conditions: {{ready: true}}\n"
+        ));
+    }
+    out
+}
+
+/// `text` as a YAML literal block under a key indented by 2 (its lines indented by 4).
+fn block(text: &str) -> String {
+    let mut out = String::from("|\n");
+    for line in text.lines() {
+        out.push_str("    ");
+        out.push_str(line);
+        out.push('\n');
+    }
+    out
+}
+
+/// A `kubernetes.io/tls` Secret.
+fn tls_secret(name: &str, cert_pem: &str, key_pem: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: Secret\nmetadata: {{name: {name}, namespace: {NS}}}\ntype: kubernetes.io/tls\n\
+         stringData:\n  tls.crt: {}  tls.key: {}",
+        block(cert_pem),
+        block(key_pem)
+    )
+}
+
+// ---------------------------------------------------------------------------------------------
+// Standalone with its log kept
+
+/// `weir standalone` on a folder of manifests, its log (stderr) kept in a file.
+struct Served {
+    m: Manifests,
+    log_dir: PathBuf,
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.log_dir);
+    }
+}
+
+impl std::ops::Deref for Served {
+    type Target = Manifests;
+    fn deref(&self) -> &Manifests {
+        &self.m
+    }
+}
+
+impl Served {
+    /// Writes `manifests` (one file) and the IngressClass into a fresh folder and serves it
+    /// with `extra` flags; returns once the proxy listens.
+    fn start(manifests: &str, extra: &[&str]) -> Served {
+        let dir = temp_dir("nginx-manifests");
+        std::fs::write(dir.join("00-ingressclass.yaml"), INGRESS_CLASS).unwrap();
+        std::fs::write(dir.join("10-test.yaml"), manifests).unwrap();
+        let log_dir = temp_dir("nginx-log");
+        let log = std::fs::File::create(log_dir.join("stderr.log")).unwrap();
+        let port = free_port();
+        let admin = free_port();
+        let child = Command::new(WEIR)
+            .arg("standalone")
+            .arg(&dir)
+            .args(["--listen", &format!("127.0.0.1:{port}")])
+            .args(["--admin-listen", &format!("127.0.0.1:{admin}")])
+            .args(["--worker-threads", "2"])
+            .args(extra)
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::null())
+            .stderr(Stdio::from(log))
+            .spawn()
+            .expect("spawn weir standalone");
+        // Owned at once, so a failed wait still stops the process.
+        let served = Served {
+            m: Manifests {
+                proc: Proc { child, port },
+                admin,
+                dir,
+            },
+            log_dir,
+        };
+        wait_for_port(port);
+        wait_for_port(admin);
+        served
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.log_dir.join("stderr.log")).unwrap_or_default()
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Requests
+
+/// `method path` with `Host: host` and `headers`.
+async fn call(
+    c: &HttpClient,
+    s: &Served,
+    method: &str,
+    host: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: impl Into<Bytes>,
+) -> Resp {
+    let mut h = vec![("host", host)];
+    h.extend_from_slice(headers);
+    send(c, method, &s.url(path), &h, body).await
+}
+
+async fn get_at(
+    c: &HttpClient,
+    s: &Served,
+    host: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+) -> Resp {
+    call(c, s, "GET", host, path, headers, Bytes::new()).await
+}
+
+/// Sends GET `path` to `host` until it answers `want` (bounded): the listener opens before
+/// the first translation lands. Returns that answer.
+async fn ready(c: &HttpClient, s: &Served, host: &str, path: &str, want: u16) -> Resp {
+    let started = Instant::now();
+    loop {
+        let r = get_at(c, s, host, path, &[]).await;
+        if r.status == want {
+            return r;
+        }
+        assert!(
+            started.elapsed() < T,
+            "{host}{path}: still {} ({:?}), wanted {want}; log:\n{}",
+            r.status,
+            String::from_utf8_lossy(&r.body),
+            s.log()
+        );
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
+/// What an echo upstream reported receiving: path and query.
+fn echoed(r: &Resp) -> (String, Option<String>) {
+    let j = r.json();
+    (
+        j["path"].as_str().unwrap_or_default().to_string(),
+        j["query"].as_str().map(str::to_string),
+    )
+}
+
+/// Decodes `%XX` escapes (and nothing else).
+fn percent_decode(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        let hex = b
+            .get(i + 1..i + 3)
+            .and_then(|h| std::str::from_utf8(h).ok());
+        if let (b'%', Some(Ok(v))) = (b[i], hex.map(|h| u8::from_str_radix(h, 16))) {
+            out.push(v);
+            i += 3;
+            continue;
+        }
+        out.push(b[i]);
+        i += 1;
+    }
+    String::from_utf8(out).unwrap()
+}
+
+// ---------------------------------------------------------------------------------------------
+// A recording upstream (and authentication service)
+
+/// A request a test server received.
+#[derive(Debug, Clone)]
+struct Seen {
+    head: String,
+    body: Vec<u8>,
+}
+
+impl Seen {
+    fn request_line(&self) -> &str {
+        self.head.lines().next().unwrap_or_default()
+    }
+
+    /// Every value of header `name` (case-insensitive), in order.
+    fn all(&self, name: &str) -> Vec<String> {
+        self.head
+            .lines()
+            .skip(1)
+            .filter_map(|l| l.split_once(':'))
+            .filter(|(n, _)| n.trim().eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.trim().to_string())
+            .collect()
+    }
+
+    fn header(&self, name: &str) -> Option<String> {
+        self.all(name).into_iter().next()
+    }
+}
+
+/// A keep-alive HTTP/1.1 server that records every request (head and body) and answers each
+/// with the raw response `answer` makes of it.
+struct Server {
+    port: u16,
+    seen: Arc<Mutex<Vec<Seen>>>,
+}
+
+impl Server {
+    fn start(answer: impl Fn(&Seen) -> String + Send + Sync + 'static) -> Server {
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let log = seen.clone();
+        let s = scripted(move |_, mut r, mut w| {
+            while let Some(head) = read_head(&mut r) {
+                let Some(body) = read_body(&mut r, &head) else {
+                    return;
+                };
+                let req = Seen { head, body };
+                log.lock().unwrap().push(req.clone());
+                if w.write_all(answer(&req).as_bytes()).is_err() {
+                    return;
+                }
+            }
+        });
+        Server { port: s.port, seen }
+    }
+
+    /// An upstream answering `200 ok` to everything, with `x-upstream: <name>`.
+    fn upstream(name: &'static str) -> Server {
+        Server::start(move |_| response(200, &format!("x-upstream: {name}\r\n"), "ok"))
+    }
+
+    fn seen(&self) -> Vec<Seen> {
+        self.seen.lock().unwrap().clone()
+    }
+
+    fn last(&self) -> Seen {
+        self.seen().pop().expect("no request received")
+    }
+
+    fn count(&self) -> usize {
+        self.seen.lock().unwrap().len()
+    }
+}
+
+/// A request body framed by Content-Length or chunked coding; `None` if the peer went away.
+fn read_body(r: &mut BufReader<TcpStream>, head: &str) -> Option<Vec<u8>> {
+    let h = Seen {
+        head: head.to_string(),
+        body: Vec::new(),
+    };
+    if let Some(n) = h.header("content-length") {
+        let mut body = vec![0; n.parse().ok()?];
+        r.read_exact(&mut body).ok()?;
+        return Some(body);
+    }
+    let mut body = Vec::new();
+    if h.header("transfer-encoding")
+        .is_some_and(|t| t.contains("chunked"))
+    {
+        loop {
+            let mut line = String::new();
+            r.read_line(&mut line).ok()?;
+            let size = usize::from_str_radix(line.trim().split(';').next()?, 16).ok()?;
+            if size == 0 {
+                loop {
+                    line.clear();
+                    r.read_line(&mut line).ok()?;
+                    if line == "\r\n" || line.is_empty() {
+                        return Some(body);
+                    }
+                }
+            }
+            let start = body.len();
+            body.resize(start + size + 2, 0);
+            r.read_exact(&mut body[start..]).ok()?;
+            body.truncate(start + size);
+        }
+    }
+    Some(body)
+}
+
+fn response(status: u16, headers: &str, body: &str) -> String {
+    format!(
+        "HTTP/1.1 {status} X\r\n{headers}content-length: {}\r\n\r\n{body}",
+        body.len()
+    )
+}
+
+// ---------------------------------------------------------------------------------------------
+// 1. rewrite-target
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rewrite_target_rewrites_the_upstream_path_with_capture_groups() {
+    let api = echo("api");
+    let web = echo("web");
+    let host = "rw.test";
+    let manifests = docs(&[
+        service(NS, "api", api.port),
+        service(NS, "web", web.port),
+        ingress_at(
+            "rewrite",
+            host,
+            &[("rewrite-target", "/$2")],
+            &[("/api(/|$)(.*)", "ImplementationSpecific", "api")],
+            None,
+        ),
+        // Everything else on the host, without ingress-nginx annotations.
+        ingress_at("rest", host, &[], &[("/", "Prefix", "web")], None),
+    ]);
+    let s = Served::start(&manifests, &[]);
+    let c = client();
+    ready(&c, &s, host, "/api/ready", 200).await;
+
+    let r = get_at(&c, &s, host, "/api/users/7?x=1", &[]).await;
+    assert_eq!(r.status, 200, "{r:?}");
+    assert_eq!(r.echo_name().as_deref(), Some("api"));
+    assert_eq!(echoed(&r), ("/users/7".into(), Some("x=1".into())));
+    assert_eq!(r.json()["host"], host, "the Host goes on unchanged");
+
+    // `~*`: case-insensitive.
+    let r = get_at(&c, &s, host, "/API/users", &[]).await;
+    assert_eq!(r.echo_name().as_deref(), Some("api"), "{r:?}");
+    assert_eq!(echoed(&r), ("/users".into(), None));
+
+    // `$` ends the first group: /api alone becomes /.
+    let r = get_at(&c, &s, host, "/api", &[]).await;
+    assert_eq!(r.echo_name().as_deref(), Some("api"), "{r:?}");
+    assert_eq!(echoed(&r).0, "/");
+
+    // /apix is not /api followed by / or the end: the other route, path untouched.
+    let r = get_at(&c, &s, host, "/apix/users?y=2", &[]).await;
+    assert_eq!(r.echo_name().as_deref(), Some("web"), "{r:?}");
+    assert_eq!(echoed(&r), ("/apix/users".into(), Some("y=2".into())));
+}
+
+// ---------------------------------------------------------------------------------------------
+// 2. redirects
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redirect_annotations_answer_without_the_upstream() {
+    let web = echo("web");
+    let manifests = docs(&[
+        service(NS, "web", web.port),
+        nginx(
+            "moved",
+            "moved.test",
+            &[("permanent-redirect", "https://new.example.com/landing")],
+            "web",
+        ),
+        nginx(
+            "moved-308",
+            "moved308.test",
+            &[
+                ("permanent-redirect", "https://new.example.com/"),
+                ("permanent-redirect-code", "308"),
+            ],
+            "web",
+        ),
+        nginx(
+            "temp",
+            "temp.test",
+            &[("temporal-redirect", "https://maintenance.example.com/")],
+            "web",
+        ),
+        nginx("root", "root.test", &[("app-root", "/app")], "web"),
+        nginx(
+            "www",
+            "brand.test",
+            &[("from-to-www-redirect", "true")],
+            "web",
+        ),
+    ]);
+    let s = Served::start(&manifests, &[]);
+    let c = client();
+    ready(&c, &s, "root.test", "/other", 200).await;
+
+    let cases = [
+        ("moved.test", 301, "https://new.example.com/landing"),
+        ("moved308.test", 308, "https://new.example.com/"),
+        ("temp.test", 302, "https://maintenance.example.com/"),
+    ];
+    for (host, status, location) in cases {
+        for method in ["GET", "POST"] {
+            let r = call(&c, &s, method, host, "/some/page?q=1", &[], "x").await;
+            assert_eq!(r.status, status, "{method} {host}: {r:?}");
+            assert_eq!(r.header("location"), Some(location), "{host}");
+            assert_eq!(r.echo_name(), None, "{host}: answered without the upstream");
+        }
+    }
+
+    // app-root: only / itself is sent to the app; everything else is served.
+    let r = get_at(&c, &s, "root.test", "/", &[]).await;
+    assert_eq!(r.status, 302, "{r:?}");
+    assert_eq!(r.header("location"), Some("/app"));
+    assert_eq!(r.echo_name(), None);
+    for path in ["/other", "/app", "/app/page"] {
+        let r = get_at(&c, &s, "root.test", path, &[]).await;
+        assert_eq!(r.status, 200, "{path}: {r:?}");
+        assert_eq!(r.echo_name().as_deref(), Some("web"));
+        assert_eq!(echoed(&r).0, path);
+    }
+
+    // from-to-www-redirect: www.<host> goes to <host>, path and query kept; <host> is served.
+    let r = get_at(&c, &s, "www.brand.test", "/shop/item?id=3&x=y", &[]).await;
+    assert_eq!(r.status, 308, "{r:?}");
+    assert_eq!(
+        r.header("location"),
+        Some("http://brand.test/shop/item?id=3&x=y")
+    );
+    assert_eq!(r.echo_name(), None);
+    let r = get_at(&c, &s, "www.brand.test", "/", &[]).await;
+    assert_eq!(
+        (r.status, r.header("location")),
+        (308, Some("http://brand.test/"))
+    );
+    let r = get_at(&c, &s, "brand.test", "/shop/item?id=3", &[]).await;
+    assert_eq!(r.status, 200, "{r:?}");
+    assert_eq!(r.echo_name().as_deref(), Some("web"));
+}
+
+// ---------------------------------------------------------------------------------------------
+// 3. ssl-redirect
+
+/// A CA and a certificate for `names` it signed: (CA certificate DER, leaf PEM, key PEM).
+fn certificate(names: &[&str]) -> (rustls::pki_types::CertificateDer<'static>, String, String) {
+    use rcgen::{
+        BasicConstraints, CertificateParams, CertifiedIssuer, DnType, IsCa, KeyPair,
+        KeyUsagePurpose,
+    };
+    let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca.distinguished_name
+        .push(DnType::CommonName, "nginx-annotations test CA");
+    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca.key_usages = vec![
+        KeyUsagePurpose::KeyCertSign,
+        KeyUsagePurpose::DigitalSignature,
+    ];
+    let issuer = CertifiedIssuer::self_signed(ca, KeyPair::generate().unwrap()).unwrap();
+    let names: Vec<String> = names.iter().map(|n| n.to_string()).collect();
+    let mut leaf = CertificateParams::new(names).unwrap();
+    leaf.distinguished_name.push(DnType::CommonName, "leaf");
+    let key = KeyPair::generate().unwrap();
+    let cert = leaf.signed_by(&key, &*issuer).unwrap();
+    (issuer.der().clone(), cert.pem(), key.serialize_pem())
+}
+
+/// `GET path` over HTTPS to 127.0.0.1:`port` with SNI and Host `host`, trusting `ca` only.
+async fn https_get(
+    port: u16,
+    ca: &rustls::pki_types::CertificateDer<'static>,
+    host: &str,
+    path: &str,
+) -> Resp {
+    use http_body_util::{BodyExt, Full};
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(ca.clone()).unwrap();
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
+    let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .unwrap();
+    let name = rustls::pki_types::ServerName::try_from(host.to_string()).unwrap();
+    let tls = tokio::time::timeout(T, connector.connect(name, tcp))
+        .await
+        .expect("handshake timed out")
+        .expect("handshake");
+    let (mut sender, conn) =
+        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(tls))
+            .await
+            .unwrap();
+    tokio::spawn(conn);
+    let req = http::Request::get(path)
+        .header("host", host)
+        .body(Full::new(Bytes::new()))
+        .unwrap();
+    let resp = tokio::time::timeout(T, sender.send_request(req))
+        .await
+        .expect("request timed out")
+        .expect("request");
+    let (parts, body) = resp.into_parts();
+    let body = body.collect().await.unwrap().to_bytes();
+    Resp {
+        status: parts.status.as_u16(),
+        headers: parts.headers,
+        body,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ssl_redirect_sends_plain_http_to_https() {
+    let web = echo("web");
+    let (ca, cert, key) = certificate(&["secure.test", "open.test"]);
+    let manifests = docs(&[
+        service(NS, "web", web.port),
+        tls_secret("site-tls", &cert, &key),
+        // A TLS section and no annotation: ssl-redirect is on by default.
+        ingress_at(
+            "secure",
+            "secure.test",
+            &[],
+            &[("/", "Prefix", "web")],
+            Some("site-tls"),
+        ),
+        ingress_at(
+            "open",
+            "open.test",
+            &[("ssl-redirect", "false")],
+            &[("/", "Prefix", "web")],
+            Some("site-tls"),
+        ),
+        nginx(
+            "forced",
+            "forced.test",
+            &[("force-ssl-redirect", "true")],
+            "web",
+        ),
+        nginx("plain", "plain.test", &[("ssl-redirect", "true")], "web"),
+    ]);
+    // Every Ingress of ingress-nginx's class, served as on a cutover: ingress-nginx's defaults
+    // apply to the Ingress without annotations too.
+    let manifests = format!(
+        "apiVersion: networking.k8s.io/v1\nkind: IngressClass\nmetadata: {{name: nginx}}\n\
+         spec: {{controller: k8s.io/ingress-nginx}}\n---\n{}",
+        manifests.replace("ingressClassName: weir", "ingressClassName: nginx")
+    );
+    let tls_port = free_port();
+    let s = Served::start(
+        &manifests,
+        &[
+            "--tls-listen",
+            &format!("127.0.0.1:{tls_port}"),
+            "--ingress-class",
+            "nginx",
+            "--accept-ingress-nginx-class",
+        ],
+    );
+    wait_for_port(tls_port);
+    let c = client();
+    ready(&c, &s, "open.test", "/", 200).await;
+
+    let r = get_at(&c, &s, "secure.test", "/account/orders?page=2", &[]).await;
+    assert_eq!(r.status, 308, "{r:?}");
+    assert_eq!(
+        r.header("location"),
+        Some("https://secure.test/account/orders?page=2")
+    );
+    assert_eq!(r.echo_name(), None);
+    let r = call(&c, &s, "POST", "secure.test", "/form", &[], "a=1").await;
+    assert_eq!(r.status, 308, "a 308 keeps the method: {r:?}");
+
+    // Over HTTPS the same Ingress is served, with the certificate of its Secret.
+    let r = https_get(tls_port, &ca, "secure.test", "/account/orders?page=2").await;
+    assert_eq!(r.status, 200, "{r:?}");
+    assert_eq!(r.echo_name().as_deref(), Some("web"));
+    assert_eq!(
+        echoed(&r),
+        ("/account/orders".into(), Some("page=2".into()))
+    );
+    assert_eq!(r.json()["headers"]["x-forwarded-proto"], "https");
+
+    // ssl-redirect: "false": served over plain HTTP too.
+    let r = get_at(&c, &s, "open.test", "/x", &[]).await;
+    assert_eq!(r.status, 200, "{r:?}");
+    assert_eq!(r.echo_name().as_deref(), Some("web"));
+    let r = https_get(tls_port, &ca, "open.test", "/x").await;
+    assert_eq!(r.status, 200, "{r:?}");
+
+    // force-ssl-redirect without a TLS section: redirected all the same.
+    let r = get_at(&c, &s, "forced.test", "/p?q=1", &[]).await;
+    assert_eq!(r.status, 308, "{r:?}");
+    assert_eq!(r.header("location"), Some("https://forced.test/p?q=1"));
+    assert_eq!(r.echo_name(), None);
+
+    // ssl-redirect: "true" without a TLS section has nothing to redirect to.
+    let r = get_at(&c, &s, "plain.test", "/p", &[]).await;
+    assert_eq!(r.status, 200, "{r:?}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// 4. proxy-body-size
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn proxy_body_size_refuses_larger_bodies_before_the_upstream() {
+    let up = Server::upstream("small");
+    let manifests = docs(&[
+        service(NS, "small", up.port),
+        nginx("small", "small.test", &[("proxy-body-size", "1k")], "small"),
+    ]);
+    let s = Served::start(&manifests, &[]);
+    let c = client();
+    ready(&c, &s, "small.test", "/", 200).await;
+    let before = up.count();
+
+    // Over the limit, with a Content-Length: refused, never forwarded.
+    let big = vec![b'b'; 2048];
+    let r = call(&c, &s, "POST", "small.test", "/upload", &[], big).await;
+    assert_eq!(r.status, 413, "{r:?}");
+    assert_eq!(r.header("x-upstream"), None);
+    assert_eq!(up.count(), before, "the upstream saw the refused request");
+
+    // The same with chunked coding (no length known in advance).
+    let mut raw_req = b"POST /upload HTTP/1.1\r\nHost: small.test\r\nConnection: close\r\n\
+        Transfer-Encoding: chunked\r\n\r\n"
+        .to_vec();
+    for _ in 0..4 {
+        raw_req.extend_from_slice(b"200\r\n");
+        raw_req.extend(std::iter::repeat_n(b'c', 512));
+        raw_req.extend_from_slice(b"\r\n");
+    }
+    raw_req.extend_from_slice(b"0\r\n\r\n");
+    let answer = raw(s.proc.port, &raw_req, T);
+    assert!(answer.starts_with("HTTP/1.1 413"), "{answer}");
+    assert_eq!(
+        up.count(),
+        before,
+        "the upstream saw the refused chunked request: {:?}",
+        up.seen().last().map(|x| x.head.clone())
+    );
+
+    // Exactly at the limit and under it: forwarded whole.
+    for len in [512usize, 1024] {
+        let body: Vec<u8> = (0..len).map(|i| (i % 251) as u8).collect();
+        let r = call(&c, &s, "POST", "small.test", "/upload", &[], body.clone()).await;
+        assert_eq!(r.status, 200, "{len} bytes: {r:?}");
+        let seen = up.last();
+        assert_eq!(seen.request_line(), "POST /upload HTTP/1.1");
+        assert!(
+            seen.body == body,
+            "{len}: the upstream got {} bytes",
+            seen.body.len()
+        );
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// 5. source ranges
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn source_ranges_allow_and_deny_the_client_address() {
+    let up = Server::upstream("ranges");
+    let manifests = docs(&[
+        service(NS, "ranges", up.port),
+        nginx(
+            "ten",
+            "ten.test",
+            &[("whitelist-source-range", "10.0.0.0/8")],
+            "ranges",
+        ),
+        nginx(
+            "loopback",
+            "loopback.test",
+            &[("whitelist-source-range", "10.0.0.0/8, 127.0.0.1/32")],
+            "ranges",
+        ),
+        nginx(
+            "denied",
+            "denied.test",
+            &[("denylist-source-range", "127.0.0.1")],
+            "ranges",
+        ),
+        nginx(
+            "other-denied",
+            "other-denied.test",
+            &[("denylist-source-range", "192.168.0.0/16")],
+            "ranges",
+        ),
+    ]);
+    let s = Served::start(&manifests, &[]);
+    let c = client();
+    ready(&c, &s, "loopback.test", "/", 200).await;
+
+    for host in ["ten.test", "denied.test"] {
+        let before = up.count();
+        let r = get_at(&c, &s, host, "/secret", &[("x-forwarded-for", "10.1.2.3")]).await;
+        assert_eq!(r.status, 403, "{host}: {r:?}");
+        assert_eq!(r.header("x-upstream"), None);
+        assert_eq!(up.count(), before, "{host}: the upstream saw it");
+    }
+    for host in ["loopback.test", "other-denied.test"] {
+        let r = get_at(&c, &s, host, "/secret", &[]).await;
+        assert_eq!(r.status, 200, "{host}: {r:?}");
+        assert_eq!(r.header("x-upstream"), Some("ranges"));
+        let seen = up.last();
+        assert_eq!(seen.request_line(), "GET /secret HTTP/1.1");
+        assert_eq!(seen.header("host").as_deref(), Some(host));
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// 6. CORS
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn enable_cors_answers_preflights_with_ingress_nginx_defaults() {
+    let up = Server::upstream("cors");
+    let manifests = docs(&[
+        service(NS, "cors", up.port),
+        nginx("cors", "cors.test", &[("enable-cors", "true")], "cors"),
+        nginx(
+            "cors-one",
+            "cors-one.test",
+            &[
+                ("enable-cors", "true"),
+                ("cors-allow-origin", "https://good.example"),
+            ],
+            "cors",
+        ),
+    ]);
+    let s = Served::start(&manifests, &[]);
+    let c = client();
+    ready(&c, &s, "cors.test", "/", 200).await;
+    let origin = "https://app.example";
+    let preflight = |origin: &'static str| {
+        [
+            ("origin", origin),
+            ("access-control-request-method", "PUT"),
+            ("access-control-request-headers", "content-type"),
+        ]
+    };
+
+    // The preflight is answered by Weir with ingress-nginx's default lists.
+    let before = up.count();
+    let r = call(
+        &c,
+        &s,
+        "OPTIONS",
+        "cors.test",
+        "/api/items",
+        &preflight(origin),
+        "",
+    )
+    .await;
+    // ingress-nginx answers 204, Weir's cors plugin 200: both are successful preflights.
+    assert!(matches!(r.status, 200 | 204), "{r:?}");
+    assert!(r.body.is_empty());
+    // Credentials are allowed by default, so the origin is sent back rather than `*`.
+    assert_eq!(r.header("access-control-allow-origin"), Some(origin));
+    assert_eq!(r.header("access-control-allow-credentials"), Some("true"));
+    assert_eq!(
+        r.header("access-control-allow-methods"),
+        Some("GET,PUT,POST,DELETE,PATCH,OPTIONS")
+    );
+    assert_eq!(
+        r.header("access-control-allow-headers"),
+        Some("DNT,Keep-Alive,User-Agent,X-Requested-With,If-Modified-Since,Cache-Control,Content-Type,Range,Authorization")
+    );
+    assert_eq!(r.header("access-control-max-age"), Some("1728000"));
+    assert_eq!(r.header("x-upstream"), None);
+    assert_eq!(up.count(), before, "the preflight reached the upstream");
+
+    // A simple request goes through and gets the CORS headers.
+    let r = get_at(&c, &s, "cors.test", "/api/items", &[("origin", origin)]).await;
+    assert_eq!(r.status, 200, "{r:?}");
+    assert_eq!(r.header("x-upstream"), Some("cors"));
+    assert_eq!(r.header("access-control-allow-origin"), Some(origin));
+    assert_eq!(r.header("access-control-allow-credentials"), Some("true"));
+    assert_eq!(up.last().header("origin").as_deref(), Some(origin));
+
+    // One allowed origin: another gets no permission, in the preflight or the request.
+    let good = "https://good.example";
+    let r = call(
+        &c,
+        &s,
+        "OPTIONS",
+        "cors-one.test",
+        "/x",
+        &preflight(good),
+        "",
+    )
+    .await;
+    assert_eq!(r.header("access-control-allow-origin"), Some(good), "{r:?}");
+    assert_eq!(
+        r.header("access-control-allow-methods"),
+        Some("GET,PUT,POST,DELETE,PATCH,OPTIONS")
+    );
+    let evil = "https://evil.example";
+    let r = call(
+        &c,
+        &s,
+        "OPTIONS",
+        "cors-one.test",
+        "/x",
+        &preflight(evil),
+        "",
+    )
+    .await;
+    assert_eq!(r.header("access-control-allow-origin"), None, "{r:?}");
+    assert_eq!(r.header("access-control-allow-methods"), None, "{r:?}");
+    let r = get_at(&c, &s, "cors-one.test", "/x", &[("origin", evil)]).await;
+    assert_eq!(r.status, 200, "{r:?}");
+    assert_eq!(r.header("access-control-allow-origin"), None, "{r:?}");
+    let r = get_at(&c, &s, "cors-one.test", "/x", &[("origin", good)]).await;
+    assert_eq!(r.header("access-control-allow-origin"), Some(good), "{r:?}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// 7. basic auth
+
+/// htpasswd lines made with Apache's `htpasswd`: alice (`-m`, apr1 MD5), bob (`-B -C 5`,
+/// bcrypt), carol (`-s`, SHA-1).
+const HTPASSWD: &str = "alice:$apr1$SnAXTe0A$DZt6g9.ZbsS5Hm6nf3/PO/
+bob:$2y$05$tbJjN36JOKtQMJ0TxGGtlOs4aLlJNaGGW9d4Nd0fjRUxyhfAH45Cm
+carol:{SHA}FIOVHSnLL3QkTpKtwhYrQVvufT8=
+";
+
+/// `Basic` credentials for `user:password`.
+fn basic(user: &str, password: &str) -> String {
+    use base64::Engine;
+    format!(
+        "Basic {}",
+        base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"))
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn basic_auth_checks_the_htpasswd_secret() {
+    let up = Server::upstream("private");
+    let secret = format!(
+        "apiVersion: v1\nkind: Secret\nmetadata:\n  name: basic-users\n  namespace: {NS}\n  \
+         labels: {{weir.dev/credential: \"true\"}}\nstringData:\n  auth: {}",
+        block(HTPASSWD)
+    );
+    let realm = "Weir test - private";
+    let manifests = docs(&[
+        service(NS, "private", up.port),
+        secret,
+        nginx(
+            "private",
+            "private.test",
+            &[
+                ("auth-type", "basic"),
+                ("auth-secret", "basic-users"),
+                ("auth-realm", realm),
+            ],
+            "private",
+        ),
+    ]);
+    let s = Served::start(&manifests, &[]);
+    let c = client();
+    let r = ready(&c, &s, "private.test", "/", 401).await;
+    assert_eq!(
+        r.header("www-authenticate"),
+        Some(format!("Basic realm=\"{realm}\"").as_str()),
+        "{r:?}"
+    );
+    assert_eq!(up.count(), 0);
+
+    let refused = [
+        basic("alice", "wrong"),
+        basic("bob", "wonder-land"),
+        basic("carol", "C4ROL"),
+        basic("mallory", "wonder-land"),
+        "Basic not-base64!".to_string(),
+    ];
+    for auth in &refused {
+        let r = get_at(&c, &s, "private.test", "/data", &[("authorization", auth)]).await;
+        assert_eq!(r.status, 401, "{auth}: {r:?}");
+        assert!(
+            r.header("www-authenticate")
+                .is_some_and(|v| v.starts_with("Basic realm=")),
+            "{r:?}"
+        );
+        assert_eq!(r.header("x-upstream"), None);
+    }
+    assert_eq!(up.count(), 0, "a refused request reached the upstream");
+
+    for (user, password) in [
+        ("alice", "wonder-land"),
+        ("bob", "b0b-secret"),
+        ("carol", "c4rol"),
+    ] {
+        let auth = basic(user, password);
+        let r = get_at(
+            &c,
+            &s,
+            "private.test",
+            "/data?u=1",
+            &[("authorization", &auth)],
+        )
+        .await;
+        assert_eq!(r.status, 200, "{user}: {r:?}");
+        assert_eq!(r.header("x-upstream"), Some("private"));
+        let seen = up.last();
+        assert_eq!(seen.request_line(), "GET /data?u=1 HTTP/1.1");
+        // As with nginx's auth_basic, the credentials go on to the upstream.
+        assert_eq!(seen.all("authorization"), [auth]);
+    }
+    assert_eq!(up.count(), 3);
+}
+
+// ---------------------------------------------------------------------------------------------
+// 8. external authentication (auth-url)
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn auth_url_asks_the_authentication_service() {
+    let auth = Server::start(|req| match req.header("authorization").as_deref() {
+        Some("Bearer good") => response(200, "x-user: alice\r\nx-other: hidden\r\n", ""),
+        _ => response(401, "www-authenticate: Bearer realm=\"t\"\r\n", "no"),
+    });
+    let up = Server::upstream("app");
+    let url = format!("http://127.0.0.1:{}/verify", auth.port);
+    let signin = "https://login.example/start";
+    let manifests = docs(&[
+        service(NS, "app", up.port),
+        nginx(
+            "fa",
+            "fa.test",
+            &[("auth-url", &url), ("auth-response-headers", "X-User")],
+            "app",
+        ),
+        nginx(
+            "fa-signin",
+            "signin.test",
+            &[("auth-url", &url), ("auth-signin", signin)],
+            "app",
+        ),
+    ]);
+    let s = Served::start(&manifests, &[]);
+    let c = client();
+    ready(&c, &s, "fa.test", "/", 401).await;
+
+    // Allowed: the service's X-User replaces the client's; its other headers stay behind.
+    let r = get_at(
+        &c,
+        &s,
+        "fa.test",
+        "/private?a=1",
+        &[("authorization", "Bearer good"), ("x-user", "mallory")],
+    )
+    .await;
+    assert_eq!(r.status, 200, "{r:?}");
+    assert_eq!(r.header("x-upstream"), Some("app"));
+    let seen = up.last();
+    assert_eq!(seen.request_line(), "GET /private?a=1 HTTP/1.1");
+    assert_eq!(seen.all("x-user"), ["alice"], "{}", seen.head);
+    assert!(seen.all("x-other").is_empty(), "{}", seen.head);
+    let sub = auth.last();
+    assert!(
+        sub.request_line().starts_with("GET /verify"),
+        "{}",
+        sub.head
+    );
+    assert_eq!(sub.all("authorization"), ["Bearer good"]);
+    assert_eq!(
+        sub.all("x-original-url"),
+        ["http://fa.test/private?a=1"],
+        "{}",
+        sub.head
+    );
+
+    // Refused: the service's 401 goes to the client; the upstream never sees the request.
+    let before = up.count();
+    for token in [None, Some("Bearer bad")] {
+        let headers: Vec<(&str, &str)> = token.map(|t| ("authorization", t)).into_iter().collect();
+        let r = get_at(&c, &s, "fa.test", "/private", &headers).await;
+        assert_eq!(r.status, 401, "{token:?}: {r:?}");
+        assert_eq!(r.header("x-upstream"), None);
+    }
+    assert_eq!(up.count(), before, "a refused request reached the upstream");
+
+    // auth-signin: a 401 becomes a redirect to sign in, with where to come back in `rd`.
+    let r = get_at(&c, &s, "signin.test", "/page/one?a=1&b=2", &[]).await;
+    assert_eq!(r.status, 302, "{r:?}");
+    let location = r.header("location").expect("Location").to_string();
+    let (base, rd) = location
+        .split_once("?rd=")
+        .unwrap_or_else(|| panic!("no rd parameter: {location}"));
+    assert_eq!(base, signin);
+    assert_eq!(percent_decode(rd), "http://signin.test/page/one?a=1&b=2");
+    assert_eq!(up.count(), before);
+    let r = get_at(
+        &c,
+        &s,
+        "signin.test",
+        "/page/one",
+        &[("authorization", "Bearer good")],
+    )
+    .await;
+    assert_eq!(r.status, 200, "{r:?}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// 9. limit-rps
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn limit_rps_answers_503_beyond_the_burst_except_for_the_whitelist() {
+    let limited = Server::upstream("limited");
+    let exempt = Server::upstream("exempt");
+    let manifests = docs(&[
+        service(NS, "limited", limited.port),
+        service(NS, "exempt", exempt.port),
+        nginx("ready", "ready.test", &[], "exempt"),
+        nginx(
+            "limited",
+            "limited.test",
+            &[("limit-rps", "1"), ("limit-burst-multiplier", "1")],
+            "limited",
+        ),
+        nginx(
+            "exempt",
+            "exempt.test",
+            &[
+                ("limit-rps", "1"),
+                ("limit-burst-multiplier", "1"),
+                ("limit-whitelist", "127.0.0.1"),
+            ],
+            "exempt",
+        ),
+    ]);
+    let s = Served::start(&manifests, &[]);
+    let c = client();
+    // Ready on another Ingress of the same folder: the limits' buckets stay full.
+    ready(&c, &s, "ready.test", "/", 200).await;
+
+    let burst = |host: &'static str| {
+        let c = c.clone();
+        let s = &s;
+        async move {
+            let all = (0..10).map(|_| {
+                let c = c.clone();
+                async move { get_at(&c, s, host, "/", &[]).await }
+            });
+            futures::future::join_all(all).await
+        }
+    };
+
+    let answers = burst("limited.test").await;
+    let ok = answers.iter().filter(|r| r.status == 200).count();
+    let limited_count = answers.iter().filter(|r| r.status == 503).count();
+    assert_eq!(
+        ok + limited_count,
+        10,
+        "only 200 and 503: {:?}",
+        answers.iter().map(|r| r.status).collect::<Vec<_>>()
+    );
+    assert!(ok >= 1, "nothing got through");
+    assert!(limited_count >= 1, "nothing was limited");
+    assert_eq!(
+        limited.count(),
+        ok,
+        "a limited request reached the upstream"
+    );
+    for r in answers.iter().filter(|r| r.status == 503) {
+        assert_eq!(r.header("x-upstream"), None);
+        assert!(
+            r.headers
+                .keys()
+                .all(|k| !k.as_str().starts_with("x-ratelimit")),
+            "{r:?}"
+        );
+    }
+
+    let before = exempt.count();
+    let answers = burst("exempt.test").await;
+    assert!(
+        answers.iter().all(|r| r.status == 200),
+        "{:?}",
+        answers.iter().map(|r| r.status).collect::<Vec<_>>()
+    );
+    assert_eq!(exempt.count(), before + 10);
+}
+
+// ---------------------------------------------------------------------------------------------
+// 10. cookie affinity
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cookie_affinity_keeps_a_client_on_one_upstream() {
+    let ups = [echo("a"), echo("b"), echo("c")];
+    let ports: Vec<u16> = ups.iter().map(|u| u.port).collect();
+    let manifests = docs(&[
+        service_many("sticky", &ports),
+        nginx(
+            "sticky",
+            "sticky.test",
+            &[
+                ("affinity", "cookie"),
+                ("session-cookie-name", "route"),
+                ("session-cookie-path", "/"),
+                ("session-cookie-max-age", "3600"),
+                ("session-cookie-samesite", "Lax"),
+            ],
+            "sticky",
+        ),
+    ]);
+    let s = Served::start(&manifests, &[]);
+    let c = client();
+    let first = ready(&c, &s, "sticky.test", "/", 200).await;
+
+    let set = first
+        .header("set-cookie")
+        .unwrap_or_else(|| panic!("no Set-Cookie: {first:?}"))
+        .to_string();
+    let (pair, attributes) = set.split_once(';').expect("attributes");
+    let value = pair
+        .strip_prefix("route=")
+        .unwrap_or_else(|| panic!("{set}"));
+    assert!(!value.is_empty(), "{set}");
+    assert_eq!(
+        attributes, " Path=/; Max-Age=3600; SameSite=Lax; HttpOnly",
+        "{set}"
+    );
+    let home = first.echo_name().expect("echo");
+
+    // The cookie keeps the client on the upstream that first answered it.
+    for i in 0..50 {
+        let r = get_at(
+            &c,
+            &s,
+            "sticky.test",
+            &format!("/page/{i}"),
+            &[("cookie", pair)],
+        )
+        .await;
+        assert_eq!(r.status, 200, "{r:?}");
+        assert_eq!(r.echo_name().as_deref(), Some(home.as_str()), "request {i}");
+        assert_eq!(r.header("set-cookie"), None, "the cookie is not set again");
+    }
+
+    // Other cookies spread over the upstreams.
+    let mut seen = std::collections::BTreeMap::<String, usize>::new();
+    for i in 0..100 {
+        let cookie = format!("route=client-{i}");
+        let r = get_at(&c, &s, "sticky.test", "/", &[("cookie", &cookie)]).await;
+        *seen.entry(r.echo_name().expect("echo")).or_default() += 1;
+    }
+    assert_eq!(seen.len(), 3, "100 cookies over 3 upstreams: {seen:?}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// 11. canary
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn canary_takes_its_weight_and_obeys_the_header() {
+    let stable = echo("stable");
+    let canary = echo("canary");
+    let manifests = docs(&[
+        service(NS, "stable", stable.port),
+        service(NS, "canary", canary.port),
+        nginx("main", "shop.test", &[], "stable"),
+        nginx(
+            "main-canary",
+            "shop.test",
+            &[
+                ("canary", "true"),
+                ("canary-weight", "20"),
+                ("canary-by-header", "X-Canary"),
+            ],
+            "canary",
+        ),
+        nginx("versioned", "versions.test", &[], "stable"),
+        nginx(
+            "versioned-canary",
+            "versions.test",
+            &[
+                ("canary", "true"),
+                ("canary-by-header", "X-Version"),
+                ("canary-by-header-value", "v2"),
+            ],
+            "canary",
+        ),
+    ]);
+    let s = Served::start(&manifests, &[]);
+    let c = client();
+    ready(&c, &s, "shop.test", "/", 200).await;
+    ready(&c, &s, "versions.test", "/", 200).await;
+
+    // 4,000 requests, 8 at a time: about 20% to the canary.
+    let started = Instant::now();
+    let tasks: Vec<_> = (0..8)
+        .map(|_| {
+            let c = c.clone();
+            let url = s.url("/item");
+            tokio::spawn(async move {
+                let mut to_canary = 0usize;
+                for _ in 0..500 {
+                    let r = get(&c, &url, &[("host", "shop.test")]).await;
+                    assert_eq!(r.status, 200, "{r:?}");
+                    match r.echo_name().as_deref() {
+                        Some("canary") => to_canary += 1,
+                        Some("stable") => {}
+                        other => panic!("answered by {other:?}"),
+                    }
+                }
+                to_canary
+            })
+        })
+        .collect();
+    let mut to_canary = 0;
+    for t in tasks {
+        to_canary += t.await.unwrap();
+    }
+    let share = to_canary as f64 / 4000.0 * 100.0;
+    assert!(
+        (17.0..=23.0).contains(&share),
+        "{to_canary} of 4000 to the canary ({share:.1}%), in {:?}",
+        started.elapsed()
+    );
+
+    // The header overrides the weight: always and never.
+    for (value, want) in [("always", "canary"), ("never", "stable")] {
+        for _ in 0..50 {
+            let r = get_at(&c, &s, "shop.test", "/item", &[("x-canary", value)]).await;
+            assert_eq!(r.echo_name().as_deref(), Some(want), "X-Canary: {value}");
+        }
+    }
+
+    // canary-by-header-value: only that value; `always` means nothing then; no weight.
+    for (header, want) in [
+        (Some("v2"), "canary"),
+        (Some("v1"), "stable"),
+        (Some("always"), "stable"),
+        (None, "stable"),
+    ] {
+        let headers: Vec<(&str, &str)> = header.map(|v| ("x-version", v)).into_iter().collect();
+        for _ in 0..20 {
+            let r = get_at(&c, &s, "versions.test", "/", &headers).await;
+            assert_eq!(
+                r.echo_name().as_deref(),
+                Some(want),
+                "X-Version: {header:?}"
+            );
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// 12. unsupported annotations
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unsupported_access_annotations_fail_closed() {
+    let up = Server::upstream("guarded");
+    let manifests = docs(&[
+        service(NS, "guarded", up.port),
+        nginx(
+            "mtls",
+            "mtls.test",
+            &[("auth-tls-verify-client", "on")],
+            "guarded",
+        ),
+        nginx(
+            "mtls-served",
+            "mtls-served.test",
+            &[
+                ("auth-tls-verify-client", "on"),
+                ("weir.dev/unsupported-annotations", "serve"),
+            ],
+            "guarded",
+        ),
+        nginx(
+            "snippet",
+            "snippet.test",
+            &[(
+                "configuration-snippet",
+                "more_set_headers \"X-Snippet: yes\";",
+            )],
+            "guarded",
+        ),
+        nginx("plain", "plain.test", &[], "guarded"),
+    ]);
+    let s = Served::start(&manifests, &[]);
+    let c = client();
+    ready(&c, &s, "plain.test", "/", 200).await;
+
+    // Client certificates are not supported: the Ingress answers 503 rather than serve
+    // without the check.
+    let before = up.count();
+    let r = get_at(&c, &s, "mtls.test", "/account", &[]).await;
+    assert_eq!(r.status, 503, "{r:?}");
+    assert_eq!(r.header("x-upstream"), None);
+    let message = r.json()["message"].as_str().unwrap_or_default().to_string();
+    // Which annotation is the operator's to read (Events, log), not every client's.
+    assert!(
+        message.starts_with("This route is disabled") && !message.contains("auth-tls"),
+        "the 503 says where to look, not what: {message}"
+    );
+    assert_eq!(
+        up.count(),
+        before,
+        "the disabled Ingress reached the upstream"
+    );
+
+    // Told to serve without it: served.
+    let r = get_at(&c, &s, "mtls-served.test", "/account", &[]).await;
+    assert_eq!(r.status, 200, "{r:?}");
+    assert_eq!(r.header("x-upstream"), Some("guarded"));
+
+    // A snippet is never applied, but guards nothing: the rest of the Ingress is served.
+    let r = get_at(&c, &s, "snippet.test", "/x", &[]).await;
+    assert_eq!(r.status, 200, "{r:?}");
+    assert_eq!(r.header("x-snippet"), None);
+
+    // The log names each annotation that was not applied.
+    let named = eventually(T, || {
+        let log = s.log();
+        log.contains("auth-tls-verify-client") && log.contains("configuration-snippet")
+    });
+    assert!(named, "log:\n{}", s.log());
+    let log = s.log();
+    let lines: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("auth-tls-verify-client"))
+        .collect();
+    assert!(
+        lines.iter().any(|l| l.contains("503")),
+        "no line says the paths answer 503:\n{log}"
+    );
+    assert!(
+        lines.iter().any(|l| l.contains("served without it")),
+        "no line says mtls-served is served:\n{log}"
+    );
+}
