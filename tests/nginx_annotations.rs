@@ -392,7 +392,7 @@ async fn rewrite_target_rewrites_the_upstream_path_with_capture_groups() {
         ingress_at(
             "rewrite",
             host,
-            &[("rewrite-target", "/$2")],
+            &[("rewrite-target", "/$2"), ("x-forwarded-prefix", "/api")],
             &[("/api(/|$)(.*)", "ImplementationSpecific", "api")],
             None,
         ),
@@ -408,6 +408,16 @@ async fn rewrite_target_rewrites_the_upstream_path_with_capture_groups() {
     assert_eq!(r.echo_name().as_deref(), Some("api"));
     assert_eq!(echoed(&r), ("/users/7".into(), Some("x=1".into())));
     assert_eq!(r.json()["host"], host, "the Host goes on unchanged");
+    // x-forwarded-prefix: the upstream gets the configured value, whatever the client sent.
+    let r = get_at(
+        &c,
+        &s,
+        host,
+        "/api/users/7",
+        &[("x-forwarded-prefix", "/forged")],
+    )
+    .await;
+    assert_eq!(r.json()["headers"]["x-forwarded-prefix"], "/api", "{r:?}");
 
     // `~*`: case-insensitive.
     let r = get_at(&c, &s, host, "/API/users", &[]).await;
