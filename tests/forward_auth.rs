@@ -5,133 +5,14 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpStream;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use common::manifests::*;
+use common::recorder::{response, Server};
 use common::*;
 
 const T: Duration = Duration::from_secs(10);
-
-/// A request a test server received.
-#[derive(Debug, Clone)]
-struct Seen {
-    head: String,
-    body: Vec<u8>,
-}
-
-impl Seen {
-    fn request_line(&self) -> &str {
-        self.head.lines().next().unwrap_or_default()
-    }
-
-    /// Every value of header `name` (case-insensitive), in order.
-    fn all(&self, name: &str) -> Vec<String> {
-        self.head
-            .lines()
-            .skip(1)
-            .filter_map(|l| l.split_once(':'))
-            .filter(|(n, _)| n.trim().eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.trim().to_string())
-            .collect()
-    }
-
-    fn header(&self, name: &str) -> Option<String> {
-        self.all(name).into_iter().next()
-    }
-}
-
-/// A keep-alive HTTP/1.1 server that records every request (head and body) and answers each
-/// with the raw response `answer` makes of it.
-struct Server {
-    port: u16,
-    seen: Arc<Mutex<Vec<Seen>>>,
-    accepted: Arc<AtomicUsize>,
-}
-
-impl Server {
-    fn start(answer: impl Fn(&Seen) -> String + Send + Sync + 'static) -> Server {
-        let seen = Arc::new(Mutex::new(Vec::new()));
-        let log = seen.clone();
-        let s = scripted(move |_, mut r, mut w| {
-            while let Some(head) = read_head(&mut r) {
-                let Some(body) = read_body(&mut r, &head) else {
-                    return;
-                };
-                let req = Seen { head, body };
-                log.lock().unwrap().push(req.clone());
-                if w.write_all(answer(&req).as_bytes()).is_err() {
-                    return;
-                }
-            }
-        });
-        Server {
-            port: s.port,
-            seen,
-            accepted: s.accepted,
-        }
-    }
-
-    fn seen(&self) -> Vec<Seen> {
-        self.seen.lock().unwrap().clone()
-    }
-
-    fn last(&self) -> Seen {
-        self.seen().pop().expect("no request received")
-    }
-
-    fn count(&self) -> usize {
-        self.seen.lock().unwrap().len()
-    }
-}
-
-/// A request body framed by Content-Length or chunked coding; `None` if the peer went away.
-fn read_body(r: &mut BufReader<TcpStream>, head: &str) -> Option<Vec<u8>> {
-    let h = Seen {
-        head: head.to_string(),
-        body: Vec::new(),
-    };
-    if let Some(n) = h.header("content-length") {
-        let mut body = vec![0; n.parse().ok()?];
-        r.read_exact(&mut body).ok()?;
-        return Some(body);
-    }
-    let mut body = Vec::new();
-    if h.header("transfer-encoding")
-        .is_some_and(|t| t.contains("chunked"))
-    {
-        loop {
-            let mut line = String::new();
-            r.read_line(&mut line).ok()?;
-            let size = usize::from_str_radix(line.trim().split(';').next()?, 16).ok()?;
-            if size == 0 {
-                // Trailers, then the empty line.
-                loop {
-                    line.clear();
-                    r.read_line(&mut line).ok()?;
-                    if line == "\r\n" || line.is_empty() {
-                        return Some(body);
-                    }
-                }
-            }
-            let start = body.len();
-            body.resize(start + size + 2, 0);
-            r.read_exact(&mut body[start..]).ok()?;
-            body.truncate(start + size);
-        }
-    }
-    Some(body)
-}
-
-fn response(status: u16, headers: &str, body: &str) -> String {
-    format!(
-        "HTTP/1.1 {status} X\r\n{headers}content-length: {}\r\n\r\n{body}",
-        body.len()
-    )
-}
 
 /// The auth service: decides by the bearer token.
 fn auth_service() -> Server {

@@ -8,15 +8,14 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpStream;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use common::manifests::{docs, service, Manifests, INGRESS_CLASS};
+use common::recorder::{response, Server};
 use common::*;
 
 /// Bound on every wait.
@@ -262,120 +261,9 @@ fn percent_decode(s: &str) -> String {
 // ---------------------------------------------------------------------------------------------
 // A recording upstream (and authentication service)
 
-/// A request a test server received.
-#[derive(Debug, Clone)]
-struct Seen {
-    head: String,
-    body: Vec<u8>,
-}
-
-impl Seen {
-    fn request_line(&self) -> &str {
-        self.head.lines().next().unwrap_or_default()
-    }
-
-    /// Every value of header `name` (case-insensitive), in order.
-    fn all(&self, name: &str) -> Vec<String> {
-        self.head
-            .lines()
-            .skip(1)
-            .filter_map(|l| l.split_once(':'))
-            .filter(|(n, _)| n.trim().eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.trim().to_string())
-            .collect()
-    }
-
-    fn header(&self, name: &str) -> Option<String> {
-        self.all(name).into_iter().next()
-    }
-}
-
-/// A keep-alive HTTP/1.1 server that records every request (head and body) and answers each
-/// with the raw response `answer` makes of it.
-struct Server {
-    port: u16,
-    seen: Arc<Mutex<Vec<Seen>>>,
-}
-
-impl Server {
-    fn start(answer: impl Fn(&Seen) -> String + Send + Sync + 'static) -> Server {
-        let seen = Arc::new(Mutex::new(Vec::new()));
-        let log = seen.clone();
-        let s = scripted(move |_, mut r, mut w| {
-            while let Some(head) = read_head(&mut r) {
-                let Some(body) = read_body(&mut r, &head) else {
-                    return;
-                };
-                let req = Seen { head, body };
-                log.lock().unwrap().push(req.clone());
-                if w.write_all(answer(&req).as_bytes()).is_err() {
-                    return;
-                }
-            }
-        });
-        Server { port: s.port, seen }
-    }
-
-    /// An upstream answering `200 ok` to everything, with `x-upstream: <name>`.
-    fn upstream(name: &'static str) -> Server {
-        Server::start(move |_| response(200, &format!("x-upstream: {name}\r\n"), "ok"))
-    }
-
-    fn seen(&self) -> Vec<Seen> {
-        self.seen.lock().unwrap().clone()
-    }
-
-    fn last(&self) -> Seen {
-        self.seen().pop().expect("no request received")
-    }
-
-    fn count(&self) -> usize {
-        self.seen.lock().unwrap().len()
-    }
-}
-
-/// A request body framed by Content-Length or chunked coding; `None` if the peer went away.
-fn read_body(r: &mut BufReader<TcpStream>, head: &str) -> Option<Vec<u8>> {
-    let h = Seen {
-        head: head.to_string(),
-        body: Vec::new(),
-    };
-    if let Some(n) = h.header("content-length") {
-        let mut body = vec![0; n.parse().ok()?];
-        r.read_exact(&mut body).ok()?;
-        return Some(body);
-    }
-    let mut body = Vec::new();
-    if h.header("transfer-encoding")
-        .is_some_and(|t| t.contains("chunked"))
-    {
-        loop {
-            let mut line = String::new();
-            r.read_line(&mut line).ok()?;
-            let size = usize::from_str_radix(line.trim().split(';').next()?, 16).ok()?;
-            if size == 0 {
-                loop {
-                    line.clear();
-                    r.read_line(&mut line).ok()?;
-                    if line == "\r\n" || line.is_empty() {
-                        return Some(body);
-                    }
-                }
-            }
-            let start = body.len();
-            body.resize(start + size + 2, 0);
-            r.read_exact(&mut body[start..]).ok()?;
-            body.truncate(start + size);
-        }
-    }
-    Some(body)
-}
-
-fn response(status: u16, headers: &str, body: &str) -> String {
-    format!(
-        "HTTP/1.1 {status} X\r\n{headers}content-length: {}\r\n\r\n{body}",
-        body.len()
-    )
+/// An upstream answering `200 ok` to everything, with `x-upstream: <name>`.
+fn upstream(name: &'static str) -> Server {
+    Server::start(move |_| response(200, &format!("x-upstream: {name}\r\n"), "ok"))
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -688,7 +576,7 @@ async fn ssl_redirect_sends_plain_http_to_https() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn proxy_body_size_refuses_larger_bodies_before_the_upstream() {
-    let up = Server::upstream("small");
+    let up = upstream("small");
     let manifests = docs(&[
         service(NS, "small", up.port),
         nginx("small", "small.test", &[("proxy-body-size", "1k")], "small"),
@@ -744,7 +632,7 @@ async fn proxy_body_size_refuses_larger_bodies_before_the_upstream() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn source_ranges_allow_and_deny_the_client_address() {
-    let up = Server::upstream("ranges");
+    let up = upstream("ranges");
     let manifests = docs(&[
         service(NS, "ranges", up.port),
         nginx(
@@ -798,7 +686,7 @@ async fn source_ranges_allow_and_deny_the_client_address() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn enable_cors_answers_preflights_with_ingress_nginx_defaults() {
-    let up = Server::upstream("cors");
+    let up = upstream("cors");
     let manifests = docs(&[
         service(NS, "cors", up.port),
         nginx("cors", "cors.test", &[("enable-cors", "true")], "cors"),
@@ -920,7 +808,7 @@ fn basic(user: &str, password: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn basic_auth_checks_the_htpasswd_secret() {
-    let up = Server::upstream("private");
+    let up = upstream("private");
     let secret = format!(
         "apiVersion: v1\nkind: Secret\nmetadata:\n  name: basic-users\n  namespace: {NS}\n  \
          labels: {{weir.dev/credential: \"true\"}}\nstringData:\n  auth: {}",
@@ -1003,7 +891,7 @@ async fn auth_url_asks_the_authentication_service() {
         Some("Bearer good") => response(200, "x-user: alice\r\nx-other: hidden\r\n", ""),
         _ => response(401, "www-authenticate: Bearer realm=\"t\"\r\n", "no"),
     });
-    let up = Server::upstream("app");
+    let up = upstream("app");
     let url = format!("http://127.0.0.1:{}/verify", auth.port);
     let signin = "https://login.example/start";
     let manifests = docs(&[
@@ -1090,8 +978,8 @@ async fn auth_url_asks_the_authentication_service() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn limit_rps_answers_503_beyond_the_burst_except_for_the_whitelist() {
-    let limited = Server::upstream("limited");
-    let exempt = Server::upstream("exempt");
+    let limited = upstream("limited");
+    let exempt = upstream("exempt");
     let manifests = docs(&[
         service(NS, "limited", limited.port),
         service(NS, "exempt", exempt.port),
@@ -1334,7 +1222,7 @@ async fn canary_takes_its_weight_and_obeys_the_header() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unsupported_access_annotations_fail_closed() {
-    let up = Server::upstream("guarded");
+    let up = upstream("guarded");
     let manifests = docs(&[
         service(NS, "guarded", up.port),
         nginx(

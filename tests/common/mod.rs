@@ -5,6 +5,7 @@
 
 pub mod grpc;
 pub mod manifests;
+pub mod recorder;
 pub mod redis;
 pub mod tls;
 
