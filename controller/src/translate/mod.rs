@@ -89,6 +89,11 @@ fn attribute_generated(t: &mut Translation, generated: &BTreeMap<(Kind, Key), Ke
             .get(&(o.kind, Key::new(ns, o.name.as_str())))
             .cloned()
     };
+    // Objects generated for an Ingress this controller does not serve (another class) are
+    // checked too; what is wrong with them is not ours to report.
+    let owned = t.owned_ingresses.clone();
+    t.problems
+        .retain(|p| source(&p.object).is_none_or(|ingress| owned.contains(&ingress)));
     for p in &mut t.problems {
         if let Some(ingress) = source(&p.object) {
             p.field = format!(
@@ -476,6 +481,48 @@ fn obj(kind: Kind, key: &Key) -> ObjectRef {
 mod tests {
     use super::*;
     use std::cell::Cell;
+
+    #[test]
+    fn problems_of_generated_objects_land_on_their_served_ingress_only() {
+        let problem = |kind, name: &str| Problem {
+            object: ObjectRef {
+                kind,
+                namespace: Some("shop".into()),
+                name: name.into(),
+            },
+            reason: Reason::InvalidPluginConfig,
+            field: "spec.config".into(),
+            message: "bad".into(),
+        };
+        let mut t = Translation {
+            problems: vec![
+                problem(Kind::Plugin, "ours-nginx-cors"),
+                problem(Kind::Plugin, "theirs-nginx-cors"),
+                problem(Kind::Plugin, "hand-written"),
+            ],
+            owned_ingresses: vec![Key::new("shop", "ours")],
+            ..Translation::default()
+        };
+        let generated = BTreeMap::from([
+            (
+                (Kind::Plugin, Key::new("shop", "ours-nginx-cors")),
+                Key::new("shop", "ours"),
+            ),
+            (
+                (Kind::Plugin, Key::new("shop", "theirs-nginx-cors")),
+                Key::new("shop", "theirs"),
+            ),
+        ]);
+        attribute_generated(&mut t, &generated);
+        let seen: Vec<String> = t.problems.iter().map(|p| p.to_string()).collect();
+        assert_eq!(
+            seen,
+            [
+                "Ingress shop/ours: (generated Plugin ours-nginx-cors) spec.config: InvalidPluginConfig: bad",
+                "Plugin shop/hand-written: spec.config: InvalidPluginConfig: bad",
+            ]
+        );
+    }
 
     #[test]
     fn sources_of_entity_ids() {

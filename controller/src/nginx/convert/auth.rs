@@ -118,6 +118,16 @@ impl Conv<'_> {
             errors.push(("auth-url", "not an http(s) URL".into()));
         } else if t.contains('$') {
             errors.push(("auth-url", "nginx variables ($host, …) are not expanded; name the authentication service's URL".into()));
+        } else if t.contains('#')
+            || t.split_once("://").is_some_and(|(_, rest)| {
+                rest.split(['/', '?'])
+                    .next()
+                    .is_some_and(|a| a.contains('@'))
+            })
+        {
+            // As the forward-auth plugin refuses them: credentials belong in headers.
+            let m = "a URL with credentials or a fragment is not accepted";
+            errors.push(("auth-url", m.into()));
         }
         let mut config = json!({"url": t});
         if let Some(m) = &method {
