@@ -214,8 +214,33 @@ impl HostTable {
 /// Compiles a Regex path rule the way the router matches it: anchored at the start of the
 /// path. Validation uses the same function, so a pattern that only breaks once wrapped (a
 /// `(?x)` comment swallowing the group) is rejected up front.
+///
+/// Compiling costs about half a millisecond per pattern, and one table needs each pattern
+/// several times (the controller's checks, the proxy's validation, the router, rewrites), as
+/// does every later table: compiled patterns are kept and shared (a clone shares the compiled
+/// program and brings its own match caches). Bounded: the cache starts over when full.
 pub fn anchored_regex(pattern: &str) -> Result<Regex, regex::Error> {
-    Regex::new(&format!("^(?:{pattern})"))
+    const MAX_CACHED: usize = 1 << 16;
+    static COMPILED: std::sync::Mutex<Option<HashMap<String, Regex>>> = std::sync::Mutex::new(None);
+    let cached = |f: &mut dyn FnMut(&mut HashMap<String, Regex>)| {
+        // A panic elsewhere while the lock was held leaves a map that is still valid.
+        let mut guard = COMPILED.lock().unwrap_or_else(|e| e.into_inner());
+        f(guard.get_or_insert_with(HashMap::new));
+    };
+    let mut hit = None;
+    cached(&mut |m| hit = m.get(pattern).cloned());
+    if let Some(re) = hit {
+        return Ok(re);
+    }
+    // Compiled outside the lock: other threads' compiles are not held up.
+    let re = Regex::new(&format!("^(?:{pattern})"))?;
+    cached(&mut |m| {
+        if m.len() >= MAX_CACHED {
+            m.clear();
+        }
+        m.insert(pattern.to_owned(), re.clone());
+    });
+    Ok(re)
 }
 
 /// The compiled router of one routing table.
@@ -528,6 +553,16 @@ mod tests {
             "falls through to host-less"
         );
         assert_eq!(id(&r, "other.org", "/"), Some("any".into()));
+    }
+
+    #[test]
+    fn compiled_patterns_are_shared_and_errors_are_not_kept() {
+        let a = anchored_regex("/v[0-9]+/(x|y)").unwrap();
+        let b = anchored_regex("/v[0-9]+/(x|y)").unwrap();
+        assert_eq!(a.as_str(), "^(?:/v[0-9]+/(x|y))");
+        assert!(b.is_match("/v2/y") && !b.is_match("/a/v2/y"));
+        assert!(anchored_regex("/v[").is_err());
+        assert!(anchored_regex("/v[").is_err());
     }
 
     #[test]
