@@ -12,7 +12,7 @@ use common::manifests::*;
 use common::recorder::{response, Server};
 use common::*;
 
-const T: Duration = Duration::from_secs(10);
+const T: Duration = Duration::from_secs(30);
 
 /// The auth service: decides by the bearer token.
 fn auth_service() -> Server {

@@ -13,7 +13,7 @@ use serde_json::{json, Value};
 use common::manifests::*;
 use common::*;
 
-const T: Duration = Duration::from_secs(10);
+const T: Duration = Duration::from_secs(30);
 
 fn basic(user_pass: &str) -> String {
     format!(

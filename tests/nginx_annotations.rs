@@ -19,7 +19,7 @@ use common::recorder::{response, Server};
 use common::*;
 
 /// Bound on every wait.
-const T: Duration = Duration::from_secs(10);
+const T: Duration = Duration::from_secs(30);
 
 /// The namespace of every object.
 const NS: &str = "demo";
