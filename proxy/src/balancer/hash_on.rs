@@ -132,7 +132,9 @@ fn read(
                 }
             }
         }
-        Source::Cookie(name) => cookie(headers, name).map(hash_key),
+        Source::Cookie(name) => cookie(headers, name)
+            .filter(|v| !v.is_empty())
+            .map(hash_key),
         Source::Path => Some(hash_key(path.as_bytes())),
         Source::QueryArg(name) => query?
             .split('&')
@@ -145,8 +147,9 @@ fn read(
     }
 }
 
-/// The value of cookie `name` in the request's `Cookie` headers.
-fn cookie<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a [u8]> {
+/// The value of the first cookie `name` in the request's `Cookie` headers, as sent (maybe
+/// empty): shared by hashing and canary decisions.
+pub(crate) fn cookie<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a [u8]> {
     headers
         .get_all(header::COOKIE)
         .iter()
@@ -154,7 +157,7 @@ fn cookie<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a [u8]> {
         .find_map(|pair| {
             let pair = pair.trim_ascii();
             let eq = pair.iter().position(|b| *b == b'=')?;
-            (&pair[..eq] == name.as_bytes() && eq + 1 < pair.len()).then(|| &pair[eq + 1..])
+            (&pair[..eq] == name.as_bytes()).then(|| &pair[eq + 1..])
         })
 }
 

@@ -6,7 +6,8 @@
 //! `never`), the `cookie` (`always`, `never`), then the weight. A header or cookie value that
 //! decides nothing falls through to the next rule.
 
-use http::header::{self, HeaderMap, HeaderName};
+use crate::balancer::hash_on::cookie;
+use http::header::{HeaderMap, HeaderName};
 use regex::Regex;
 
 use crate::config::Canary;
@@ -112,7 +113,7 @@ impl CompiledCanary {
     }
 
     fn by_cookie(&self, headers: &HeaderMap) -> Option<bool> {
-        always_or_never(cookie(headers, self.cookie.as_deref()?)?)
+        always_or_never(cookie(headers, self.cookie.as_deref()?)?.trim_ascii())
     }
 }
 
@@ -122,19 +123,6 @@ fn always_or_never(value: &[u8]) -> Option<bool> {
         b"never" => Some(false),
         _ => None,
     }
-}
-
-/// The value of cookie `name` in the request's `Cookie` headers (the first one).
-fn cookie<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a [u8]> {
-    headers
-        .get_all(header::COOKIE)
-        .iter()
-        .flat_map(|v| v.as_bytes().split(|b| *b == b';'))
-        .find_map(|pair| {
-            let pair = pair.trim_ascii();
-            let eq = pair.iter().position(|b| *b == b'=')?;
-            (&pair[..eq] == name.as_bytes()).then(|| pair[eq + 1..].trim_ascii())
-        })
 }
 
 /// Whether `name` may name a cookie (an RFC 6265 token).
