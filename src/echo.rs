@@ -8,7 +8,9 @@
 //! carrying its number and the Unix time in milliseconds it was sent:
 //! `id: 1\ndata: {"n":1,"of":N,"sent_unix_ms":T}\n\n`). WebSocket upgrades get an echo of
 //! every message; the text message `close` is answered instead with a close frame (1000) from
-//! the server, which then waits for the client's. `connection` numbers the TCP connections
+//! the server, which then waits for the client's. A gRPC call (`content-type:
+//! application/grpc…`) gets its request body back as the response body, then `grpc-status: 0`
+//! in trailers. `connection` numbers the TCP connections
 //! accepted, so a client can tell whether its peer reuses them.
 
 use std::convert::Infallible;
@@ -134,10 +136,21 @@ impl Echo {
             .and_then(|s| StatusCode::from_u16(s).ok())
             .unwrap_or(StatusCode::OK);
         let (parts, mut body) = req.into_parts();
+        let grpc = parts
+            .headers
+            .get(header::CONTENT_TYPE)
+            .is_some_and(|v| v.as_bytes().starts_with(b"application/grpc"));
         let mut body_length = 0u64;
+        let mut kept = bytes::BytesMut::new();
         while let Some(frame) = body.frame().await {
             match frame {
-                Ok(f) => body_length += f.data_ref().map_or(0, |d| d.len() as u64),
+                Ok(f) => {
+                    let data = f.data_ref().map_or(&[][..], |d| &d[..]);
+                    body_length += data.len() as u64;
+                    if grpc {
+                        kept.extend_from_slice(data);
+                    }
+                }
                 Err(_) => break,
             }
         }
@@ -163,6 +176,20 @@ impl Echo {
                 .body(BodyExt::boxed(body))
                 .expect("valid response");
         }
+        if grpc {
+            // A gRPC call: its messages come back as they were sent, and the status follows
+            // in trailers, as a gRPC server answers.
+            let mut trailers = HeaderMap::new();
+            trailers.insert("grpc-status", http::HeaderValue::from_static("0"));
+            let body = DataThenTrailers {
+                data: Some(kept.freeze()),
+                trailers: Some(trailers),
+            };
+            return resp
+                .header(header::CONTENT_TYPE, "application/grpc")
+                .body(BodyExt::boxed(body))
+                .expect("valid response");
+        }
         if let Some(n) = query_param::<u64>(q, "bytes") {
             resp = resp.header(header::CONTENT_TYPE, "application/octet-stream");
             let body = Chunks {
@@ -178,7 +205,8 @@ impl Echo {
             "method": parts.method.as_str(),
             "path": parts.uri.path(),
             "query": q,
-            "host": parts.headers.get(header::HOST).and_then(|h| h.to_str().ok()).or(parts.uri.host()),
+            // HTTP/2 requests name it in `:authority`.
+            "host": parts.headers.get(header::HOST).and_then(|h| h.to_str().ok()).or(parts.uri.authority().map(|a| a.as_str())),
             "headers": headers_json(&parts.headers),
             "body_length": body_length,
             "protocol": format!("{:?}", parts.version),
@@ -188,6 +216,28 @@ impl Echo {
         resp.header(header::CONTENT_TYPE, "application/json")
             .body(BodyExt::boxed(Full::new(Bytes::from(bytes))))
             .expect("valid response")
+    }
+}
+
+/// One data frame, then trailers.
+struct DataThenTrailers {
+    data: Option<Bytes>,
+    trailers: Option<HeaderMap>,
+}
+
+impl http_body::Body for DataThenTrailers {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        let frame = match self.data.take().filter(|d| !d.is_empty()) {
+            Some(d) => Some(Frame::data(d)),
+            None => self.trailers.take().map(Frame::trailers),
+        };
+        std::task::Poll::Ready(frame.map(Ok))
     }
 }
 

@@ -227,9 +227,12 @@ struct ProxyArgs {
     /// How long an idle upstream connection is kept before it is closed.
     #[arg(long, env = "WEIR_UPSTREAM_IDLE_TIMEOUT", default_value = "60s", value_parser = parse_duration)]
     upstream_idle_timeout: Duration,
-    /// How long the addresses a target's host name (an ExternalName Service) resolved to are used before they are looked up again; a failed connection looks them up sooner.
-    #[arg(long, env = "WEIR_DNS_TTL", default_value = "30s", value_parser = parse_duration)]
-    dns_ttl: Duration,
+    /// How long the addresses a target's host name (an ExternalName Service) resolved to are used before they are looked up again, replacing the records' TTLs (default: the records' TTL, at least 1s); a failed connection looks them up sooner.
+    #[arg(long, env = "WEIR_DNS_TTL", value_parser = parse_duration)]
+    dns_ttl: Option<Duration>,
+    /// Nameservers asked for targets' host names, `ip` or `ip:port` (port 53), comma-separated, in place of those of /etc/resolv.conf.
+    #[arg(long, env = "WEIR_DNS_RESOLVER", value_delimiter = ',', value_parser = weir_proxy::upstream::parse_dns_resolver)]
+    dns_resolver: Vec<std::net::SocketAddr>,
     /// What `%2F`, `%5C` and `\` in request paths get: reject (400), keep, unescape-and-redirect (307 to the decoded path), unescape-and-forward.
     #[arg(long, env = "WEIR_ESCAPED_SLASHES", default_value = "reject")]
     escaped_slashes: EscapedSlashes,
@@ -497,6 +500,7 @@ impl ProxyArgs {
             upstream_keepalive: self.upstream_keepalive,
             upstream_idle_timeout: self.upstream_idle_timeout,
             dns_ttl: self.dns_ttl,
+            dns_resolvers: self.dns_resolver.clone(),
             escaped_slashes: self.escaped_slashes,
             access_log: self.access_log,
             access_log_queue: self.access_log_queue,

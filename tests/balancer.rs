@@ -6,10 +6,11 @@ mod common;
 
 use std::collections::HashMap;
 use std::io::{BufRead, Read, Write};
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
+use common::health::{admin_health, health_gauge};
 use common::*;
 use futures::stream::{self, StreamExt};
 
@@ -23,9 +24,15 @@ fn table(upstream: &str, service_extra: &str) -> String {
 }
 
 fn targets(list: &[(&Proc, u32)]) -> String {
+    let ports: Vec<(u16, u32)> = list.iter().map(|(p, w)| (p.port, *w)).collect();
+    targets_at(&ports)
+}
+
+/// `targets:` of 127.0.0.1 at these (port, weight) pairs.
+fn targets_at(list: &[(u16, u32)]) -> String {
     let t: Vec<String> = list
         .iter()
-        .map(|(p, w)| format!("{{target: '127.0.0.1:{}', weight: {w}}}", p.port))
+        .map(|(port, w)| format!("{{target: '127.0.0.1:{port}', weight: {w}}}"))
         .collect();
     format!("targets: [{}]", t.join(", "))
 }
@@ -235,12 +242,29 @@ async fn one_dead_target_of_three_costs_no_client_an_error() {
     );
 }
 
-/// An upstream that answers every request with `status` after reading its body, counting
-/// requests and the body bytes of each.
 /// (method, body bytes) of each request an upstream received.
 type Seen = Arc<Mutex<Vec<(String, usize)>>>;
 
+/// What an upstream made by [`behaving`] does with each request.
+#[derive(Clone, Copy)]
+enum Behaviour {
+    /// Reads the body, then answers with this status.
+    Answer(u16),
+    /// Reads the body, then never answers: holds the connection until the proxy gives up.
+    Stall,
+    /// Reads this many bytes of the body (fewer if the body is shorter), then closes the
+    /// connection without answering.
+    CutAfter(usize),
+}
+
+/// An upstream that answers every request with `status` after reading its body, counting
+/// requests and the body bytes of each.
 fn counting(status: u16) -> (Scripted, Seen) {
+    behaving(Behaviour::Answer(status))
+}
+
+/// An upstream that records (method, body bytes read) of every request and acts as `b` says.
+fn behaving(b: Behaviour) -> (Scripted, Seen) {
     let seen = Arc::new(Mutex::new(Vec::new()));
     let log = seen.clone();
     let up = scripted(move |_, mut r, mut w| loop {
@@ -254,6 +278,14 @@ fn counting(status: u16) -> (Scripted, Seen) {
             .find_map(|l| l.strip_prefix("content-length:"))
             .map_or(0, |v| v.trim().parse().unwrap());
         let chunked = lower.contains("transfer-encoding: chunked");
+        if let Behaviour::CutAfter(n) = b {
+            // The raw bytes after the head (chunk framing included), then a reset.
+            let n = if chunked { n } else { n.min(len) };
+            let mut part = vec![0; n];
+            let got = r.read_exact(&mut part).map_or(0, |()| n);
+            log.lock().unwrap().push((method, got));
+            return;
+        }
         let mut got = 0;
         if chunked {
             loop {
@@ -273,9 +305,27 @@ fn counting(status: u16) -> (Scripted, Seen) {
             got = len;
         }
         log.lock().unwrap().push((method, got));
-        let _ = write!(w, "HTTP/1.1 {status} X\r\ncontent-length: 2\r\n\r\nno");
+        match b {
+            Behaviour::Answer(status) => {
+                let _ = write!(w, "HTTP/1.1 {status} X\r\ncontent-length: 2\r\n\r\nno");
+            }
+            // Until the proxy closes its end (the scripted read timeout bounds it).
+            _ => {
+                let _ = r.read(&mut [0; 1]);
+                return;
+            }
+        }
     });
     (up, seen)
+}
+
+/// How many requests of `method` an upstream received.
+fn total(s: &Seen, method: &str) -> usize {
+    s.lock()
+        .unwrap()
+        .iter()
+        .filter(|(m, _)| m == method)
+        .count()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -291,7 +341,6 @@ async fn listed_statuses_are_retried_for_idempotent_requests_and_a_large_upload_
         &["--max-retry-body", "1024"],
     );
     let c = client();
-    let total = |s: &Seen, m: &str| s.lock().unwrap().iter().filter(|(x, _)| x == m).count();
 
     // A GET is tried three times (retries: 2), on both targets, and the last answer passes.
     let r = get(&c, &w.url("/"), &[]).await;
@@ -391,15 +440,6 @@ async fn the_access_log_and_header_show_every_try() {
     let _ = std::fs::remove_dir_all(log_dir);
 }
 
-/// Reads the `weir_upstream_target_health` gauge of `target`.
-async fn health_gauge(c: &HttpClient, w: &Weir, target: u16) -> Option<u8> {
-    let text = metrics(c, w).await;
-    let needle = format!("target=\"127.0.0.1:{target}\"}} ");
-    text.lines()
-        .find(|l| l.starts_with("weir_upstream_target_health{") && l.contains(&needle))
-        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failing_target_is_ejected_by_passive_checks_and_brought_back_by_probes() {
     let dir = temp_dir("health");
@@ -427,15 +467,10 @@ async fn a_failing_target_is_ejected_by_passive_checks_and_brought_back_by_probe
         "three failures eject it, then only the good target answers"
     );
     assert_eq!(health_gauge(&c, &w, flaky.port).await, Some(0));
-    let upstreams = get(&c, &w.admin_url("/upstreams"), &[]).await.json();
-    let flaky_state = upstreams["upstreams"][0]["targets"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|t| t["target"] == format!("127.0.0.1:{}", flaky.port))
-        .unwrap()
-        .clone();
-    assert_eq!(flaky_state["health"], "unhealthy");
+    assert_eq!(
+        admin_health(&c, &w, flaky.port).await.as_deref(),
+        Some("unhealthy")
+    );
 
     std::fs::remove_file(&fail).unwrap();
     let back = {
@@ -590,4 +625,552 @@ async fn a_clients_own_short_deadline_does_not_eject_the_target() {
     let r = get(&c, &w.url("/"), &[]).await;
     assert_eq!(r.status, 200);
     assert_eq!(health_gauge(&c, &w, slow.port).await, Some(1));
+}
+
+/// The weight of the first target in tests that need each request's first try on it: smooth
+/// weighted round-robin over weights 100:1 picks the first target 50 times before the second,
+/// and a retry goes to the target not tried yet.
+const FIRST: u32 = 100;
+
+/// The access log (stdout) of a proxy started with [`logged_stdout`], one JSON value a line.
+fn access_lines(dir: &std::path::Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(dir.join("access.log"))
+        .unwrap_or_default()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+/// Starts the proxy with its access log (stdout) in a file of a new directory, returned.
+fn logged_stdout(config: &str, extra: &[&str]) -> (Weir, std::path::PathBuf) {
+    let dir = temp_dir("access-log");
+    let out = std::fs::File::create(dir.join("access.log")).unwrap();
+    (
+        Weir::start_with(config, extra, std::process::Stdio::from(out)),
+        dir,
+    )
+}
+
+/// The access log line of the request to `path`, waiting (bounded) for it.
+fn access_line(dir: &std::path::Path, path: &str) -> serde_json::Value {
+    let mut found = None;
+    eventually(Duration::from_secs(5), || {
+        found = access_lines(dir).into_iter().find(|l| l["path"] == path);
+        found.is_some()
+    });
+    found.unwrap_or_else(|| panic!("no access log line for {path}: {:?}", access_lines(dir)))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retry_on_timeouts_retries_idempotent_requests_on_another_target() {
+    let (stalls, stalled) = behaving(Behaviour::Stall);
+    let (answers, answered) = counting(200);
+    let config = format!(
+        "settings: {{upstream_tries_header: true}}\n{}",
+        table(
+            &targets_at(&[(stalls.port, FIRST), (answers.port, 1)]),
+            ", retries: 1, read_timeout: 300, retry_on: {timeouts: true}"
+        )
+    );
+    let (w, log_dir) = logged_stdout(&config, &[]);
+    let c = client();
+
+    // A GET: the first target says nothing within 300 ms, the second answers.
+    let began = Instant::now();
+    let r = get(&c, &w.url("/get"), &[]).await;
+    assert_eq!(r.status, 200, "{r:?}");
+    assert!(began.elapsed() >= Duration::from_millis(300));
+    assert_eq!(r.header("x-weir-upstream-tries"), Some("2"));
+    assert_eq!((total(&stalled, "GET"), total(&answered, "GET")), (1, 1));
+
+    // A PUT with a small body is kept, and sent whole to the second target.
+    let r = send(&c, "PUT", &w.url("/put"), &[], vec![b'x'; 100]).await;
+    assert_eq!(r.status, 200, "{r:?}");
+    assert_eq!(r.header("x-weir-upstream-tries"), Some("2"));
+    assert_eq!(total(&stalled, "PUT"), 1);
+    assert_eq!(
+        answered
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(m, _)| m == "PUT")
+            .collect::<Vec<_>>(),
+        vec![&("PUT".to_string(), 100)]
+    );
+
+    // The access log: the GET's timeout, then its answer.
+    let line = access_line(&log_dir, "/get");
+    assert_eq!(line["tries"], 2, "{line}");
+    let tries = line["upstream_tries"].as_array().expect("upstream_tries");
+    assert_eq!(tries.len(), 2, "{line}");
+    assert_eq!(tries[0]["target"], format!("127.0.0.1:{}", stalls.port));
+    assert_eq!(tries[0]["error"], "upstream timed out", "{line}");
+    assert!(tries[0]["ms"].as_f64().unwrap() >= 290.0, "{line}");
+    assert_eq!(tries[1]["target"], format!("127.0.0.1:{}", answers.port));
+    assert_eq!(tries[1]["status"], 200, "{line}");
+    let _ = std::fs::remove_dir_all(log_dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retry_on_timeouts_never_retries_a_post_which_gets_504_after_the_read_timeout() {
+    let (stalls, stalled) = behaving(Behaviour::Stall);
+    let (answers, answered) = counting(200);
+    // The write timeout (3 s) bounds pauses in sending the body; once the body is sent whole
+    // only the read timeout (300 ms) applies.
+    let w = Weir::start(
+        &table(
+            &targets_at(&[(stalls.port, FIRST), (answers.port, 1)]),
+            ", retries: 1, read_timeout: 300, write_timeout: 3000, retry_on: {timeouts: true}",
+        ),
+        &["--access-log", "false"],
+    );
+    let c = client();
+    let began = Instant::now();
+    let r = send(&c, "POST", &w.url("/post"), &[], vec![b'y'; 100]).await;
+    let took = began.elapsed();
+    // The POST may have been acted on: not sent again, and the second target never sees it.
+    assert_eq!((total(&stalled, "POST"), total(&answered, "POST")), (1, 0));
+    assert_eq!(
+        stalled.lock().unwrap()[0],
+        ("POST".to_string(), 100),
+        "the body reached the upstream whole"
+    );
+    assert_eq!(r.status, 504, "{r:?}");
+    assert!(
+        took < Duration::from_millis(2000),
+        "504 after {took:?}: the 300 ms read timeout did not apply once the body was sent"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_timeouts_in_retry_on_a_timed_out_get_is_not_retried() {
+    for retry_on in ["", ", retry_on: {statuses: [503]}"] {
+        let (stalls, stalled) = behaving(Behaviour::Stall);
+        let (answers, answered) = counting(200);
+        let w = Weir::start(
+            &table(
+                &targets_at(&[(stalls.port, FIRST), (answers.port, 1)]),
+                &format!(", retries: 1, read_timeout: 300{retry_on}"),
+            ),
+            &["--access-log", "false"],
+        );
+        let c = client();
+        let r = get(&c, &w.url("/"), &[]).await;
+        assert_eq!(r.status, 504, "retry_on {retry_on:?}: {r:?}");
+        assert_eq!(
+            (total(&stalled, "GET"), total(&answered, "GET")),
+            (1, 0),
+            "retry_on {retry_on:?}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_access_log_keeps_the_tries_of_a_request_that_failed() {
+    let (dead_a, dead_b) = (free_port(), free_port());
+    let (stalls, stalled) = behaving(Behaviour::Stall);
+    let config = format!(
+        "routes:\n- {{id: dead, paths: [{{path: /dead}}], service: dead}}\n\
+         - {{id: slow, paths: [{{path: /slow}}], service: slow}}\n\
+         services:\n- {{id: dead, upstream: dead, retries: 1}}\n\
+         - {{id: slow, host: 127.0.0.1, port: {}, retries: 1, read_timeout: 300}}\n\
+         upstreams:\n- {{id: dead, {}}}\n",
+        stalls.port,
+        targets_at(&[(dead_a, 100), (dead_b, 100)])
+    );
+    let (w, log_dir) = logged_stdout(&config, &[]);
+    let c = client();
+    assert_eq!(get(&c, &w.url("/dead"), &[]).await.status, 502);
+    assert_eq!(get(&c, &w.url("/slow"), &[]).await.status, 504);
+    assert_eq!(total(&stalled, "GET"), 1);
+
+    // Both targets were tried, and failed to connect.
+    let line = access_line(&log_dir, "/dead");
+    assert_eq!(line["tries"], 2, "{line}");
+    let tries = line["upstream_tries"].as_array();
+    let mut tried: Vec<String> = tries
+        .unwrap_or_else(|| panic!("no upstream_tries: {line}"))
+        .iter()
+        .map(|t| t["target"].as_str().unwrap().to_string())
+        .collect();
+    tried.sort();
+    let mut expected = vec![format!("127.0.0.1:{dead_a}"), format!("127.0.0.1:{dead_b}")];
+    expected.sort();
+    assert_eq!(tried, expected, "{line}");
+    // The one try of the timed-out request.
+    let line = access_line(&log_dir, "/slow");
+    assert_eq!(line["tries"], 1, "{line}");
+    assert_eq!(line["target"], format!("127.0.0.1:{}", stalls.port));
+    let _ = std::fs::remove_dir_all(log_dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_log_phase_reads_every_try_of_a_failover() {
+    let a = echo("a");
+    let (dead, dead_a, dead_b) = (free_port(), free_port(), free_port());
+    let dir = temp_dir("log-tries");
+    let file = dir.join("tries.jsonl");
+    let config = format!(
+        "routes:\n- {{id: r, paths: [{{path: /}}], service: s}}\n\
+         - {{id: dead, paths: [{{path: /dead}}], service: dead}}\n\
+         services:\n- {{id: s, upstream: u, retries: 1}}\n- {{id: dead, upstream: dead, retries: 1}}\n\
+         upstreams:\n- {{id: u, {}}}\n- {{id: dead, {}}}\n\
+         plugins: [{{id: t, name: test-log-tries, config: {{log_file: '{}'}}}}]\n",
+        targets_at(&[(dead, 100), (a.port, 100)]),
+        targets_at(&[(dead_a, 100), (dead_b, 100)]),
+        file.display()
+    );
+    let w = Weir::start(&config, &["--access-log", "false"]);
+    let c = client();
+    for i in 0..4 {
+        assert_eq!(get(&c, &w.url(&format!("/r{i}")), &[]).await.status, 200);
+    }
+    assert_eq!(get(&c, &w.url("/dead"), &[]).await.status, 502);
+    let read = || -> Vec<serde_json::Value> {
+        std::fs::read_to_string(&file)
+            .unwrap_or_default()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    };
+    assert!(
+        eventually(Duration::from_secs(5), || read().len() == 5),
+        "{:?}",
+        read()
+    );
+    let lines = read();
+    let (live, dead_target) = (format!("127.0.0.1:{}", a.port), format!("127.0.0.1:{dead}"));
+    let mut failovers = 0;
+    for l in lines.iter().filter(|l| l["path"] != "/dead") {
+        assert_eq!(l["status"], 200, "{l}");
+        let tries = l["tries"].as_array().unwrap();
+        assert_eq!(l["count"], tries.len(), "{l}");
+        match tries.len() {
+            // Straight to the live target.
+            1 => {
+                assert_eq!(tries[0]["target"], live.as_str(), "{l}");
+                assert_eq!(tries[0]["status"], 200, "{l}");
+                assert!(tries[0].get("error").is_none(), "{l}");
+            }
+            // The dead target first, then the live one.
+            2 => {
+                failovers += 1;
+                assert_eq!(tries[0]["target"], dead_target.as_str(), "{l}");
+                let error = tries[0]["error"].as_str().unwrap_or_default();
+                assert!(error.contains("connect"), "{l}");
+                assert!(tries[0].get("status").is_none(), "{l}");
+                assert_eq!(tries[1]["target"], live.as_str(), "{l}");
+                assert_eq!(tries[1]["status"], 200, "{l}");
+                assert!(tries[1].get("error").is_none(), "{l}");
+            }
+            n => panic!("{n} tries: {l}"),
+        }
+    }
+    assert!(failovers >= 1, "no request went to the dead target first");
+    // Every try failed: the log phase still sees both.
+    let l = lines.iter().find(|l| l["path"] == "/dead").unwrap();
+    assert_eq!(l["status"], 502, "{l}");
+    let tries = l["tries"].as_array().unwrap();
+    assert_eq!(tries.len(), 2, "{l}");
+    assert!(
+        tries
+            .iter()
+            .all(|t| t["error"].as_str().is_some_and(|e| e.contains("connect"))),
+        "{l}"
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// An upstream answering 200 to every request (after 300 ms for `GET /slow`), with the number
+/// of its connections open now.
+fn keepalive_upstream() -> (Scripted, Arc<AtomicUsize>) {
+    let open = Arc::new(AtomicUsize::new(0));
+    let gauge = open.clone();
+    let up = scripted(move |_, mut r, mut w| {
+        gauge.fetch_add(1, Ordering::SeqCst);
+        while let Some(head) = read_head(&mut r) {
+            if head.starts_with("GET /slow ") {
+                std::thread::sleep(Duration::from_millis(300));
+            }
+            if write!(w, "HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok").is_err() {
+                break;
+            }
+        }
+        gauge.fetch_sub(1, Ordering::SeqCst);
+    });
+    (up, open)
+}
+
+/// One route to 127.0.0.1:`port`.
+fn direct(port: u16) -> String {
+    format!(
+        "routes: [{{id: r, service: s}}]\nservices: [{{id: s, host: 127.0.0.1, port: {port}}}]\n"
+    )
+}
+
+/// `n` concurrent `GET /slow` over `n` new client connections, each answered 200.
+async fn burst(w: &Weir, n: usize) {
+    let c = client();
+    let url = w.url("/slow");
+    let answers = futures::future::join_all((0..n).map(|_| get(&c, &url, &[]))).await;
+    assert!(answers.iter().all(|r| r.status == 200), "{answers:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn upstream_keepalive_keeps_at_most_n_idle_connections_per_target() {
+    let (up, open) = keepalive_upstream();
+    let w = Weir::start(
+        &direct(up.port),
+        &[
+            "--access-log",
+            "false",
+            "--worker-threads",
+            "1",
+            "--upstream-keepalive",
+            "2",
+        ],
+    );
+    let accepted = || up.accepted.load(Ordering::SeqCst);
+    let open_now = || open.load(Ordering::SeqCst);
+    burst(&w, 8).await;
+    assert_eq!(
+        accepted(),
+        8,
+        "eight requests at once took eight connections"
+    );
+    assert!(
+        eventually(Duration::from_secs(5), || open_now() == 2),
+        "{} connections still open, 2 kept",
+        open_now()
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(open_now(), 2, "the two kept stay open");
+
+    // The two kept are reused: sequential requests open no connection.
+    let c = client();
+    for _ in 0..10 {
+        assert_eq!(get(&c, &w.url("/"), &[]).await.status, 200);
+    }
+    assert_eq!(accepted(), 8);
+    // Another burst takes both and opens six.
+    burst(&w, 8).await;
+    assert_eq!(accepted(), 14);
+    assert!(
+        eventually(Duration::from_secs(5), || open_now() == 2),
+        "{} open",
+        open_now()
+    );
+
+    // With the default (256), all eight of a burst stay.
+    let (up, open) = keepalive_upstream();
+    let w = Weir::start(
+        &direct(up.port),
+        &["--access-log", "false", "--worker-threads", "1"],
+    );
+    burst(&w, 8).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        (
+            up.accepted.load(Ordering::SeqCst),
+            open.load(Ordering::SeqCst)
+        ),
+        (8, 8)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upstream_connection_idle_past_the_idle_timeout_is_closed_and_not_reused() {
+    let (up, open) = keepalive_upstream();
+    let w = Weir::start(
+        &direct(up.port),
+        &[
+            "--access-log",
+            "false",
+            "--worker-threads",
+            "1",
+            "--upstream-idle-timeout",
+            "300ms",
+        ],
+    );
+    let c = client();
+    let accepted = || up.accepted.load(Ordering::SeqCst);
+    assert_eq!(get(&c, &w.url("/"), &[]).await.status, 200);
+    // Used again within the timeout: reused.
+    assert_eq!(get(&c, &w.url("/"), &[]).await.status, 200);
+    assert_eq!(accepted(), 1);
+    let idle_since = Instant::now();
+    assert!(
+        eventually(Duration::from_secs(5), || open.load(Ordering::SeqCst) == 0),
+        "the idle connection was not closed"
+    );
+    let idle = idle_since.elapsed();
+    assert!(
+        idle >= Duration::from_millis(200),
+        "closed after {idle:?} idle, before the 300 ms timeout"
+    );
+    assert_eq!(get(&c, &w.url("/"), &[]).await.status, 200);
+    assert_eq!(
+        accepted(),
+        2,
+        "a new connection after the idle one was closed"
+    );
+
+    // With the default timeout (60 s), a connection idle for a second is reused.
+    let (up, open) = keepalive_upstream();
+    let w = Weir::start(
+        &direct(up.port),
+        &["--access-log", "false", "--worker-threads", "1"],
+    );
+    assert_eq!(get(&c, &w.url("/"), &[]).await.status, 200);
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(get(&c, &w.url("/"), &[]).await.status, 200);
+    assert_eq!(
+        (
+            up.accepted.load(Ordering::SeqCst),
+            open.load(Ordering::SeqCst)
+        ),
+        (1, 1)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn passive_ejection_and_pooled_connections_survive_table_swaps() {
+    let good = recorder::Server::start(|_| recorder::response(200, "", "good"));
+    let bad = recorder::Server::start(|_| recorder::response(500, "", "bad"));
+    let (other1, other2) = (echo("other1"), echo("other2"));
+    let config = |other: &Proc, new_route: bool| {
+        format!(
+            "routes:\n- {{id: r, paths: [{{path: /}}], service: s}}\n\
+             - {{id: o, paths: [{{path: /other}}], service: o}}\n{}\
+             services:\n- {{id: s, upstream: u, retries: 0}}\n- {{id: o, upstream: o}}\n\
+             upstreams:\n- {{id: u, {}, healthchecks: {{passive: {{failures: 1, \
+             unhealthy_statuses: [500], cooldown: 600}}}}}}\n- {{id: o, {}}}\n",
+            if new_route {
+                "- {id: new, paths: [{path: /new}], service: o}\n"
+            } else {
+                ""
+            },
+            targets_at(&[(good.port, 100), (bad.port, 100)]),
+            targets(&[(other, 100)]),
+        )
+    };
+    let w = Weir::start(
+        &config(&other1, false),
+        &["--access-log", "false", "--worker-threads", "1"],
+    );
+    let c = client();
+    // Round-robin: one of the first two requests reaches the failing target; one failure
+    // ejects it.
+    let mut statuses = vec![
+        get(&c, &w.url("/"), &[]).await.status,
+        get(&c, &w.url("/"), &[]).await.status,
+    ];
+    statuses.sort();
+    assert_eq!(statuses, [200, 500]);
+    assert_eq!(bad.count(), 1);
+    assert_eq!(health_gauge(&c, &w, bad.port).await, Some(0));
+    let connections = good.accepted.load(Ordering::SeqCst);
+    assert_eq!(connections, 1);
+
+    // Only the good target gets traffic, over the connection it already has.
+    let only_good = |when: &'static str| {
+        let (c, w, good, bad) = (&c, &w, &good, &bad);
+        async move {
+            let before = good.count();
+            for _ in 0..6 {
+                let r = get(c, &w.url("/"), &[]).await;
+                assert_eq!((r.status, &r.body[..]), (200, &b"good"[..]), "{when}");
+            }
+            assert_eq!(good.count(), before + 6, "{when}");
+            assert_eq!(bad.count(), 1, "{when}: the ejected target got traffic");
+            assert_eq!(health_gauge(c, w, bad.port).await, Some(0), "{when}");
+            assert_eq!(
+                good.accepted.load(Ordering::SeqCst),
+                connections,
+                "{when}: the pooled connection was not reused"
+            );
+        }
+    };
+    only_good("before any push").await;
+
+    // An endpoint change of another upstream.
+    assert_eq!(push(&c, &w, &config(&other2, false)).await.status, 200);
+    only_good("after an endpoint change").await;
+    let r = get(&c, &w.url("/other"), &[]).await;
+    assert_eq!(r.echo_name().as_deref(), Some("other2"), "the push applied");
+
+    // A route change (the whole table compiled again).
+    assert_eq!(push(&c, &w, &config(&other2, true)).await.status, 200);
+    only_good("after a route change").await;
+    let r = get(&c, &w.url("/new"), &[]).await;
+    assert_eq!(r.echo_name().as_deref(), Some("other2"), "the push applied");
+}
+
+/// Sends `PUT /upload` with a chunked body of `chunks` chunks of `size` bytes over a new
+/// connection (every step bounded by a 10 s timeout); returns the response's status line, empty
+/// when the connection was cut before one arrived.
+fn chunked_put(port: u16, chunks: usize, size: usize) -> String {
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_write_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let _ = write!(
+        s,
+        "PUT /upload HTTP/1.1\r\nhost: test\r\ntransfer-encoding: chunked\r\n\r\n"
+    );
+    let chunk = vec![b'c'; size];
+    for _ in 0..chunks {
+        let sent = write!(s, "{size:x}\r\n")
+            .and_then(|()| s.write_all(&chunk))
+            .and_then(|()| s.write_all(b"\r\n"));
+        if sent.is_err() {
+            break;
+        }
+    }
+    let _ = s.write_all(b"0\r\n\r\n");
+    let mut out = Vec::new();
+    let _ = s.read_to_end(&mut out);
+    let text = String::from_utf8_lossy(&out);
+    text.lines().next().unwrap_or_default().to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_streamed_upload_cut_mid_body_is_never_replayed_but_a_small_kept_one_is() {
+    let (cuts, cut) = behaving(Behaviour::CutAfter(100));
+    let (answers, answered) = counting(200);
+    let w = Weir::start_logged(
+        &table(
+            &targets_at(&[(cuts.port, FIRST), (answers.port, 1)]),
+            ", retries: 1, retry_on: {statuses: [503]}",
+        ),
+        &["--access-log", "false"],
+    );
+    let port = w.proc.port;
+    // 4 MiB sent chunked: streamed upstream as it arrives, never kept.
+    let status = tokio::task::spawn_blocking(move || chunked_put(port, 64, 64 * 1024))
+        .await
+        .unwrap();
+    assert!(
+        status.is_empty() || status.starts_with("HTTP/1.1 502"),
+        "{status:?}"
+    );
+    assert_eq!(
+        cut.lock().unwrap().clone(),
+        vec![("PUT".to_string(), 100)],
+        "the first target saw the upload once"
+    );
+    assert_eq!(
+        total(&answered, "PUT"),
+        0,
+        "the cut streamed upload was sent again"
+    );
+
+    // A small PUT with a Content-Length is kept: the same failure is retried, body whole.
+    let c = client();
+    let r = send(&c, "PUT", &w.url("/small"), &[], vec![b'k'; 600]).await;
+    assert_eq!(r.status, 200, "{r:?}");
+    assert_eq!(total(&cut, "PUT"), 2);
+    assert_eq!(
+        answered.lock().unwrap().clone(),
+        vec![("PUT".to_string(), 600)]
+    );
 }

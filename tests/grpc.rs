@@ -39,33 +39,6 @@ fn table(server: u16) -> String {
     .to_string()
 }
 
-/// Every call kind came back as the server sent it.
-fn assert_all_calls(got: &std::collections::BTreeMap<String, Value>) {
-    let unary = &got["Unary"];
-    assert_eq!(unary["code"], "OK", "{unary}");
-    assert_eq!(unary["value"]["echo"], "hello");
-    assert_eq!(
-        unary["trailers"]["x-trailer"], "unary",
-        "trailers reach the client"
-    );
-    assert_eq!(
-        unary["value"]["metadata"]["via"], "2 weir",
-        "it went through Weir"
-    );
-    assert_eq!(
-        got["ServerStream"]["value"],
-        json!(["0", "1", "2", "3", "4"])
-    );
-    assert_eq!(got["ServerStream"]["code"], "OK");
-    assert_eq!(got["ClientStream"]["value"], "a,b,c");
-    assert_eq!(got["Bidi"]["value"], json!(["echo:x", "echo:y"]));
-    // An error status from the upstream arrives intact, with its trailing metadata.
-    let fail = &got["Fail"];
-    assert_eq!(fail["code"], "INVALID_ARGUMENT", "{fail}");
-    assert_eq!(fail["details"], "bad thing");
-    assert_eq!(fail["trailers"]["x-reason"], "test");
-}
-
 #[test]
 fn every_kind_of_call_over_h2c_and_tls() {
     let server = grpc_server();
@@ -107,6 +80,13 @@ fn weirs_own_failures_are_grpc_statuses() {
     // go through a second client below.
     let r = one("Unary", &[]);
     assert_eq!(r["code"], "OK", "{r}");
+    // The upstream's own error status, logged as the upstream sent it.
+    let r = one("Fail", &[]);
+    assert_eq!(
+        (r["code"].as_str(), r["details"].as_str()),
+        (Some("INVALID_ARGUMENT"), Some("bad thing")),
+        "{r}"
+    );
 
     // The upstream's answer takes 2 s; the client allows 300 ms.
     let r = one("Slow", &["--timeout", "0.3"]);
@@ -118,7 +98,11 @@ fn weirs_own_failures_are_grpc_statuses() {
         .enable_all()
         .build()
         .unwrap()
-        .block_on(bare_h2_call(w.proc.port, "/weir.test.Echo/Slow", "300m"));
+        .block_on(bare_h2_call(
+            w.proc.port,
+            "/weir.test.Echo/Slow",
+            &[("grpc-timeout", "300m")],
+        ));
     let took = started.elapsed();
     assert_eq!(status, 200);
     assert_eq!(headers.get("grpc-status").unwrap(), "4", "{headers:?}");
@@ -162,6 +146,7 @@ fn weirs_own_failures_are_grpc_statuses() {
     // The access log carries each call's gRPC status.
     let want = [
         ("/weir.test.Echo/Unary", 0),
+        ("/weir.test.Echo/Fail", 3),
         ("/weir.test.Echo/Slow", 4),
         ("/dead.Echo/Call", 14),
         ("/nowhere.Svc/Call", 12),
@@ -186,53 +171,6 @@ fn weirs_own_failures_are_grpc_statuses() {
     );
 }
 
-/// One gRPC call over HTTP/2 by hand (hyper, prior knowledge), with no deadline of its own
-/// beyond `grpc-timeout`; returns the status and the head (where a trailers-only answer keeps
-/// `grpc-status`).
-async fn bare_h2_call(port: u16, path: &str, timeout: &str) -> (u16, http::HeaderMap) {
-    use http_body_util::Full;
-    let client: hyper_util::client::legacy::Client<_, Full<bytes::Bytes>> =
-        hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
-            .http2_only(true)
-            .build_http();
-    // One length-prefixed message: no compression, 1 byte.
-    let frame = bytes::Bytes::from_static(&[0, 0, 0, 0, 1, b'x']);
-    let req = http::Request::post(format!("http://127.0.0.1:{port}{path}"))
-        .header("content-type", "application/grpc")
-        .header("te", "trailers")
-        .header("grpc-timeout", timeout)
-        .body(Full::new(frame))
-        .unwrap();
-    let resp = tokio::time::timeout(Duration::from_secs(10), client.request(req))
-        .await
-        .expect("no answer in 10 s")
-        .expect("request failed");
-    use http_body::Body as _;
-    // A trailers-only answer: END_STREAM rides on the head, no body frame follows.
-    assert!(resp.body().is_end_stream(), "a body follows the head");
-    (resp.status().as_u16(), resp.headers().clone())
-}
-
-/// Splits a gRPC(-Web) body into its frames: (flag, payload).
-fn frames(mut body: &[u8]) -> Vec<(u8, Vec<u8>)> {
-    let mut out = Vec::new();
-    while body.len() >= 5 {
-        let len = u32::from_be_bytes([body[1], body[2], body[3], body[4]]) as usize;
-        assert!(body.len() >= 5 + len, "a cut frame: {body:?}");
-        out.push((body[0], body[5..5 + len].to_vec()));
-        body = &body[5 + len..];
-    }
-    assert!(body.is_empty(), "bytes after the last frame: {body:?}");
-    out
-}
-
-fn message(payload: &[u8]) -> Vec<u8> {
-    let mut m = vec![0];
-    m.extend_from_slice(&(payload.len() as u32).to_be_bytes());
-    m.extend_from_slice(payload);
-    m
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn grpc_web_calls_reach_a_grpc_server() {
     use base64::Engine as _;
@@ -252,13 +190,13 @@ async fn grpc_web_calls_reach_a_grpc_server() {
             ("content-type", "application/grpc-web+proto"),
             ("x-grpc-web", "1"),
         ],
-        message(b"hello"),
+        grpc_message(b"hello"),
     )
     .await;
     assert_eq!(r.status, 200, "{r:?}");
     assert_eq!(r.header("content-type"), Some("application/grpc-web+proto"));
     assert_eq!(r.header("access-control-allow-origin"), Some("*"));
-    let f = frames(&r.body);
+    let f = grpc_frames(&r.body);
     assert_eq!(f.len(), 2, "{f:?}");
     assert_eq!(f[0].0, 0);
     let echoed: Value = serde_json::from_slice(&f[0].1).unwrap();
@@ -277,7 +215,7 @@ async fn grpc_web_calls_reach_a_grpc_server() {
             ("host", "web.test"),
             ("content-type", "application/grpc-web-text"),
         ],
-        b64.encode(message(b"text")),
+        b64.encode(grpc_message(b"text")),
     )
     .await;
     assert_eq!(r.status, 200, "{r:?}");
@@ -285,21 +223,9 @@ async fn grpc_web_calls_reach_a_grpc_server() {
         r.header("content-type"),
         Some("application/grpc-web-text+proto")
     );
-    // Each chunk is its own padded base64 segment: decode them one by one.
-    let mut decoded = Vec::new();
-    let mut rest = &r.body[..];
-    while !rest.is_empty() {
-        let end = match rest.iter().position(|b| *b == b'=') {
-            Some(i) => i + rest[i..].iter().take_while(|b| **b == b'=').count(),
-            None => rest.len(),
-        };
-        decoded.extend(
-            b64.decode(&rest[..end])
-                .unwrap_or_else(|e| panic!("{e}: {:?}", r.body)),
-        );
-        rest = &rest[end..];
-    }
-    let f = frames(&decoded);
+    // Each chunk is its own padded base64 segment.
+    let decoded = grpc_web_text_decode(&r.body);
+    let f = grpc_frames(&decoded);
     assert_eq!(f.len(), 2, "{f:?}");
     let echoed: Value = serde_json::from_slice(&f[0].1).unwrap();
     assert_eq!(echoed["echo"], "text");
@@ -315,7 +241,7 @@ async fn grpc_web_calls_reach_a_grpc_server() {
             ("host", "web.test"),
             ("content-type", "application/grpc-web+proto"),
         ],
-        message(b""),
+        grpc_message(b""),
     )
     .await;
     assert_eq!(r.status, 200, "{r:?}");
@@ -368,7 +294,7 @@ async fn the_documented_grpc_web_example_serves_a_browser_call() {
             ("host", "api.example.com"),
             ("content-type", "application/grpc-web+proto"),
         ],
-        message(b"from the docs"),
+        grpc_message(b"from the docs"),
     )
     .await;
     assert_eq!(r.status, 200, "{r:?}");
@@ -376,7 +302,7 @@ async fn the_documented_grpc_web_example_serves_a_browser_call() {
         r.header("access-control-allow-origin"),
         Some("https://app.example.com")
     );
-    let f = frames(&r.body);
+    let f = grpc_frames(&r.body);
     let echoed: Value = serde_json::from_slice(&f[0].1).unwrap();
     assert_eq!(echoed["echo"], "from the docs");
     assert!(String::from_utf8_lossy(&f[1].1).contains("grpc-status:0\r\n"));

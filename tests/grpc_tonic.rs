@@ -1,7 +1,9 @@
 //! gRPC through the real binary with a second implementation, tonic (Rust), next to gRPC's C
 //! core (tests/grpc.rs): a tonic client and a tonic server, no generated code (a raw-bytes
-//! codec), every call kind over h2c and TLS; tonic against grpcio across Weir both ways; and
-//! Weir's own failures as tonic sees them.
+//! codec), every call kind over h2c and TLS; tonic against grpcio across Weir both ways; TLS
+//! upstreams of both; gRPC-Web answered by tonic; and Weir's own failures as tonic sees them
+//! (no route, no healthy target, a dead upstream, its deadline and read timeout, key-auth's
+//! refusal).
 //!
 //! The grpcio half needs `python3` with `grpcio`, as tests/grpc.rs does.
 
@@ -63,7 +65,8 @@ impl Codec for Raw {
     }
 }
 
-// ---- The tonic server: service `weir.test.Echo`, the methods peer.py serves. ----
+// ---- The tonic server: service `weir.test.Echo`, the methods peer.py serves, StreamFail, and
+// a health-check path that answers 503. ----
 
 type Answer<T> = BoxFuture<'static, Result<tonic::Response<T>, Status>>;
 type Messages = BoxStream<'static, Result<Bytes, Status>>;
@@ -137,20 +140,47 @@ impl tonic::server::StreamingService<Bytes> for Bidi {
     }
 }
 
-/// Fail: INVALID_ARGUMENT "bad thing" with trailing metadata `x-reason: test`.
+/// INVALID_ARGUMENT "bad thing" with trailing metadata `x-reason: test`.
+fn bad_thing() -> Status {
+    let mut md = MetadataMap::new();
+    md.insert("x-reason", "test".parse().unwrap());
+    Status::with_metadata(Code::InvalidArgument, "bad thing", md)
+}
+
+/// Fail: [`bad_thing`] before any message (tonic answers it trailers-only).
 struct Fail;
 impl tonic::server::UnaryService<Bytes> for Fail {
     type Response = Bytes;
     type Future = Answer<Bytes>;
     fn call(&mut self, _: tonic::Request<Bytes>) -> Self::Future {
-        let mut md = MetadataMap::new();
-        md.insert("x-reason", "test".parse().unwrap());
+        Box::pin(async move { Err(bad_thing()) })
+    }
+}
+
+/// StreamFail: one message, "partial", then [`bad_thing`] (in trailers, after the message).
+struct StreamFail;
+impl tonic::server::ServerStreamingService<Bytes> for StreamFail {
+    type Response = Bytes;
+    type ResponseStream = Messages;
+    type Future = Answer<Messages>;
+    fn call(&mut self, _: tonic::Request<Bytes>) -> Self::Future {
+        let out = futures::stream::iter([Ok(Bytes::from("partial")), Err(bad_thing())]);
+        Box::pin(async move { Ok(tonic::Response::new(out.boxed())) })
+    }
+}
+
+/// How long Slow takes.
+const SLOW: Duration = Duration::from_secs(2);
+
+/// Slow: answers the request as it came, after [`SLOW`].
+struct Slow;
+impl tonic::server::UnaryService<Bytes> for Slow {
+    type Response = Bytes;
+    type Future = Answer<Bytes>;
+    fn call(&mut self, req: tonic::Request<Bytes>) -> Self::Future {
         Box::pin(async move {
-            Err(Status::with_metadata(
-                Code::InvalidArgument,
-                "bad thing",
-                md,
-            ))
+            tokio::time::sleep(SLOW).await;
+            Ok(tonic::Response::new(req.into_inner()))
         })
     }
 }
@@ -165,14 +195,25 @@ async fn dispatch(
         "/weir.test.Echo/ClientStream" => grpc.client_streaming(ClientStream, req).await,
         "/weir.test.Echo/Bidi" => grpc.streaming(Bidi, req).await,
         "/weir.test.Echo/Fail" => grpc.unary(Fail, req).await,
+        "/weir.test.Echo/StreamFail" => grpc.server_streaming(StreamFail, req).await,
+        "/weir.test.Echo/Slow" => grpc.unary(Slow, req).await,
+        // The health-check path: this server says it is out of service.
+        "/healthz" => http::Response::builder()
+            .status(503)
+            .body(tonic::body::Body::empty())
+            .unwrap(),
         _ => Status::unimplemented("no such method").into_http(),
     })
 }
 
+/// What a [`TonicServer`] received: each request's path and headers, in order.
+type Seen = std::sync::Arc<std::sync::Mutex<Vec<(String, http::HeaderMap)>>>;
+
 /// The tonic server on a free loopback port (h2c, hyper's HTTP/2 server), on a thread of its
-/// own; stopped, its connections with it, when dropped.
+/// own; stopped, its connections with it, when dropped. It records every request it gets.
 struct TonicServer {
     port: u16,
+    seen: Seen,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
@@ -209,6 +250,8 @@ impl TonicServer {
         let port = listener.local_addr().unwrap().port();
         listener.set_nonblocking(true).unwrap();
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let seen = Seen::default();
+        let record = seen.clone();
         let thread = std::thread::spawn(move || {
             let rt = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
@@ -222,11 +265,20 @@ impl TonicServer {
                             continue;
                         };
                         let tls = tls.clone();
+                        let record = record.clone();
                         tokio::spawn(async move {
                             let h2 = hyper::server::conn::http2::Builder::new(
                                 hyper_util::rt::TokioExecutor::new(),
                             );
-                            let service = hyper::service::service_fn(dispatch);
+                            let service = hyper::service::service_fn(
+                                move |req: http::Request<hyper::body::Incoming>| {
+                                    record.lock().unwrap().push((
+                                        req.uri().path().to_string(),
+                                        req.headers().clone(),
+                                    ));
+                                    dispatch(req)
+                                },
+                            );
                             let _ = match tls {
                                 None => {
                                     h2.serve_connection(hyper_util::rt::TokioIo::new(io), service)
@@ -250,9 +302,20 @@ impl TonicServer {
         });
         TonicServer {
             port,
+            seen,
             stop: Some(stop),
             thread: Some(thread),
         }
+    }
+
+    /// The requests received so far: (path, headers).
+    fn seen(&self) -> Vec<(String, http::HeaderMap)> {
+        self.seen.lock().unwrap().clone()
+    }
+
+    /// The paths of the requests received so far.
+    fn paths(&self) -> Vec<String> {
+        self.seen().into_iter().map(|(p, _)| p).collect()
     }
 }
 
@@ -289,6 +352,52 @@ async fn tls(port: u16) -> Channel {
         .tls_config(tls)
         .unwrap();
     connect(endpoint).await
+}
+
+/// A tonic client over a plain hyper HTTP/2 client to Weir's plain listener: unlike a
+/// [`Channel`], it never enforces a call's `grpc-timeout` itself (it only sends it), so a
+/// DEADLINE_EXCEEDED it reports came from the other side.
+type Unenforced = tonic::client::Grpc<
+    hyper_util::client::legacy::Client<
+        hyper_util::client::legacy::connect::HttpConnector,
+        tonic::body::Body,
+    >,
+>;
+
+fn unenforced(port: u16) -> Unenforced {
+    let http = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+        .http2_only(true)
+        .build_http();
+    tonic::client::Grpc::with_origin(http, format!("http://127.0.0.1:{port}").parse().unwrap())
+}
+
+/// One unary call of `p` over [`unenforced`] with `grpc-timeout` set to `timeout`; its
+/// outcome and how long it took (the wait bounded at 10 s here, not by the deadline).
+async fn unenforced_call(port: u16, p: &'static str, timeout: Duration) -> (Outcome, Duration) {
+    let mut g = unenforced(port);
+    g.ready().await.expect("client ready");
+    let mut req = tonic::Request::new(Bytes::from("slow"));
+    req.set_timeout(timeout);
+    let started = std::time::Instant::now();
+    let r = tokio::time::timeout(LIMIT, g.unary(req, path(p), Raw))
+        .await
+        .expect("no answer in 10 s");
+    (single(r), started.elapsed())
+}
+
+/// A unary call of `p` over `ch` carrying the metadata `md` (name, value).
+async fn unary_with(ch: &Channel, p: &'static str, md: &[(&'static str, &str)]) -> Outcome {
+    let mut g = tonic::client::Grpc::new(ch.clone());
+    g.ready().await.expect("channel ready");
+    let mut req = tonic::Request::new(Bytes::from("hello"));
+    for (k, v) in md {
+        req.metadata_mut().insert(*k, v.parse().unwrap());
+    }
+    single(
+        tokio::time::timeout(LIMIT, g.unary(req, path(p), Raw))
+            .await
+            .expect("no answer in 10 s"),
+    )
 }
 
 fn path(p: &'static str) -> http::uri::PathAndQuery {
@@ -506,10 +615,47 @@ async fn tonic_and_grpcio_through_weir_to_tls_upstreams_of_both() {
     assert_tonic_calls(&tonic_calls(&h2c(w.proc.port).await).await);
     let got = grpcio_client(format!("127.0.0.1:{}", w.proc.port)).await;
     assert_eq!(got["Unary"]["code"], "OK", "{}", got["Unary"]);
+    let echoed = &got["Unary"]["value"];
+    assert_eq!(
+        (&echoed["echo"], &echoed["metadata"]["via"]),
+        (&json!("hello"), &json!("2 weir")),
+        "{echoed}"
+    );
+    assert_eq!(got["ServerStream"]["code"], "OK", "{}", got["ServerStream"]);
+    assert_eq!(
+        got["ServerStream"]["value"],
+        json!(["0", "1", "2", "3", "4"])
+    );
+    assert_eq!(got["ClientStream"]["code"], "OK", "{}", got["ClientStream"]);
+    assert_eq!(got["ClientStream"]["value"], "a,b,c");
+    assert_eq!(got["Bidi"]["code"], "OK", "{}", got["Bidi"]);
     assert_eq!(got["Bidi"]["value"], json!(["echo:x", "echo:y"]));
-    assert_eq!(got["Fail"]["code"], "INVALID_ARGUMENT", "{}", got["Fail"]);
+    let fail = &got["Fail"];
+    assert_eq!(
+        (
+            &fail["code"],
+            &fail["details"],
+            &fail["trailers"]["x-reason"]
+        ),
+        (
+            &json!("INVALID_ARGUMENT"),
+            &json!("bad thing"),
+            &json!("test")
+        ),
+        "{fail}"
+    );
+    // Every call went to the TLS server through Weir, once each.
+    let mut paths = server.paths();
+    paths.sort();
+    let mut want: Vec<String> = ["Unary", "ServerStream", "ClientStream", "Bidi", "Fail"]
+        .repeat(2)
+        .iter()
+        .map(|m| format!("/weir.test.Echo/{m}"))
+        .collect();
+    want.sort();
+    assert_eq!(paths, want, "tonic's five calls and grpcio's five");
 
-    // gRPC's C core serving TLS: tonic's calls arrive, statuses and trailers intact.
+    // gRPC's C core serving TLS: tonic's calls arrive, statuses and trailers intact ...
     let server = grpc_server_tls();
     let w = Weir::start(&table_grpcs(server.port), &[]);
     let got = tonic_calls(&h2c(w.proc.port).await).await;
@@ -521,6 +667,8 @@ async fn tonic_and_grpcio_through_weir_to_tls_upstreams_of_both() {
             .and_then(|v| v.to_str().ok()),
         Some("unary")
     );
+    // ... and so do grpcio's: gRPC's C core on both ends, over TLS to the upstream.
+    assert_all_calls(&grpcio_client(format!("127.0.0.1:{}", w.proc.port)).await);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -615,5 +763,459 @@ async fn weirs_own_failures_reach_tonic_as_statuses() {
         (missing.code, missing.message.as_str()),
         (Code::Unimplemented, "no such method"),
         "{missing:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_short_grpc_timeout_is_deadline_exceeded_from_weir() {
+    let server = TonicServer::start();
+    let w = Weir::start(&table(server.port), &[]);
+    let port = w.proc.port;
+
+    // tonic's client with a 300 ms deadline, on a transport that does not keep it itself:
+    // only Weir can end the call at 300 ms (Slow answers after 2 s).
+    let (slow, took) =
+        unenforced_call(port, "/weir.test.Echo/Slow", Duration::from_millis(300)).await;
+    assert_eq!(
+        (slow.code, slow.message.as_str()),
+        (Code::DeadlineExceeded, "The upstream server is timing out"),
+        "{slow:?}"
+    );
+    assert!(
+        took >= Duration::from_millis(290) && took < Duration::from_millis(1500),
+        "{took:?}"
+    );
+
+    // The same deadline from a bare HTTP/2 call: trailers-only (checked by the helper).
+    let started = std::time::Instant::now();
+    let (status, head) = bare_h2_call(
+        port,
+        "/weir.test.Echo/Slow",
+        &[
+            ("grpc-timeout", "300m"),
+            ("content-type", "application/grpc+proto"),
+        ],
+    )
+    .await;
+    let took = started.elapsed();
+    assert_eq!(status, 200, "{head:?}");
+    assert_eq!(head.get("grpc-status").unwrap(), "4", "{head:?}");
+    assert_eq!(
+        head.get("grpc-message").unwrap(),
+        "The upstream server is timing out",
+        "{head:?}"
+    );
+    assert_eq!(
+        head.get("content-type").unwrap(),
+        "application/grpc+proto",
+        "the call's own content type: {head:?}"
+    );
+    assert!(
+        took >= Duration::from_millis(290) && took < Duration::from_millis(1500),
+        "{took:?}"
+    );
+
+    // Both calls reached the server with their deadline, which Weir passed on.
+    let seen = server.seen();
+    let slow: Vec<_> = seen
+        .iter()
+        .filter(|(p, _)| p == "/weir.test.Echo/Slow")
+        .map(|(_, h)| h.get("grpc-timeout").and_then(|v| v.to_str().ok()))
+        .collect();
+    assert_eq!(slow.len(), 2, "{seen:?}");
+    assert_eq!(slow[0], Some("300000u"), "tonic's grpc-timeout: {seen:?}");
+    assert_eq!(slow[1], Some("300m"), "{seen:?}");
+
+    // A deadline longer than the answer takes is no failure.
+    let (ok, _) = unenforced_call(port, "/weir.test.Echo/Slow", Duration::from_secs(5)).await;
+    assert_eq!(
+        (ok.code, ok.values.as_slice()),
+        (Code::Ok, &["slow".to_string()][..]),
+        "{ok:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grpc_web_calls_answered_by_a_tonic_server() {
+    use base64::Engine as _;
+    let server = TonicServer::start();
+    let mut t: Value = serde_json::from_str(&table(server.port)).unwrap();
+    t["routes"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!({"id": "web", "hosts": ["web.test"], "paths": [{"path": "/weir.test.Echo"}], "service": "echo"}));
+    t["plugins"] = json!([{"id": "web", "name": "grpc-web", "route": "web", "config": {}}]);
+    let w = Weir::start(&t.to_string(), &[]);
+    let c = client();
+    let call = |method: &str, content_type: &'static str, body: Vec<u8>| {
+        let url = w.url(&format!("/weir.test.Echo/{method}"));
+        let c = c.clone();
+        async move {
+            send(
+                &c,
+                "POST",
+                &url,
+                &[
+                    ("host", "web.test"),
+                    ("content-type", content_type),
+                    ("x-grpc-web", "1"),
+                ],
+                body,
+            )
+            .await
+        }
+    };
+
+    // Binary mode: the message, then the trailers as the last frame.
+    let r = call(
+        "Unary",
+        "application/grpc-web+proto",
+        grpc_message(b"hello"),
+    )
+    .await;
+    assert_eq!(r.status, 200, "{r:?}");
+    assert_eq!(r.header("content-type"), Some("application/grpc-web+proto"));
+    let f = grpc_frames(&r.body);
+    assert_eq!(f.len(), 2, "{f:?}");
+    assert_eq!(f[0].0, 0, "{f:?}");
+    let echoed: Value = serde_json::from_slice(&f[0].1).unwrap();
+    assert_eq!(echoed["echo"], "hello", "{echoed}");
+    // The tonic server got gRPC, not gRPC-Web, and through Weir.
+    assert_eq!(
+        echoed["metadata"]["content-type"], "application/grpc+proto",
+        "{echoed}"
+    );
+    assert_eq!(echoed["metadata"]["te"], "trailers", "{echoed}");
+    assert_eq!(echoed["metadata"]["via"], "1.1 weir", "{echoed}");
+    assert_eq!(f[1].0, 0x80, "the trailer frame: {f:?}");
+    assert_eq!(grpc_web_trailers(&f[1].1)["grpc-status"], "0", "{f:?}");
+
+    // Text mode: base64 both ways.
+    let b64 = base64::engine::general_purpose::STANDARD;
+    let r = call(
+        "Unary",
+        "application/grpc-web-text",
+        b64.encode(grpc_message(b"text")).into_bytes(),
+    )
+    .await;
+    assert_eq!(r.status, 200, "{r:?}");
+    assert_eq!(
+        r.header("content-type"),
+        Some("application/grpc-web-text+proto")
+    );
+    let f = grpc_frames(&grpc_web_text_decode(&r.body));
+    assert_eq!(f.len(), 2, "{f:?}");
+    let echoed: Value = serde_json::from_slice(&f[0].1).unwrap();
+    assert_eq!(echoed["echo"], "text", "{echoed}");
+    assert_eq!(f[1].0, 0x80, "{f:?}");
+    assert_eq!(grpc_web_trailers(&f[1].1)["grpc-status"], "0", "{f:?}");
+
+    // A server stream: every message, then the status.
+    let r = call(
+        "ServerStream",
+        "application/grpc-web+proto",
+        grpc_message(b"3"),
+    )
+    .await;
+    assert_eq!(r.status, 200, "{r:?}");
+    let f = grpc_frames(&r.body);
+    let msgs: Vec<_> = f
+        .iter()
+        .filter(|(flag, _)| *flag == 0)
+        .map(|(_, m)| m.clone())
+        .collect();
+    assert_eq!(msgs, [b"0".to_vec(), b"1".to_vec(), b"2".to_vec()], "{f:?}");
+    assert_eq!(f.len(), 4, "{f:?}");
+    assert_eq!(f[3].0, 0x80, "{f:?}");
+    assert_eq!(grpc_web_trailers(&f[3].1)["grpc-status"], "0", "{f:?}");
+
+    // tonic's error after a message travels in the trailer frame, in both modes.
+    let r = call(
+        "StreamFail",
+        "application/grpc-web+proto",
+        grpc_message(b""),
+    )
+    .await;
+    assert_eq!(r.status, 200, "{r:?}");
+    assert_eq!(r.header("grpc-status"), None, "not trailers-only: {r:?}");
+    let binary = grpc_frames(&r.body);
+    let r = call(
+        "StreamFail",
+        "application/grpc-web-text",
+        b64.encode(grpc_message(b"")).into_bytes(),
+    )
+    .await;
+    assert_eq!(r.status, 200, "{r:?}");
+    let text = grpc_frames(&grpc_web_text_decode(&r.body));
+    for f in [binary, text] {
+        assert_eq!(f.len(), 2, "{f:?}");
+        assert_eq!((f[0].0, f[0].1.as_slice()), (0, &b"partial"[..]), "{f:?}");
+        assert_eq!(f[1].0, 0x80, "{f:?}");
+        let trailers = grpc_web_trailers(&f[1].1);
+        assert_eq!(trailers["grpc-status"], "3", "{trailers:?}");
+        // As tonic sent it (percent-encoding the space, as gRPC allows).
+        assert_eq!(trailers["grpc-message"], "bad%20thing", "{trailers:?}");
+        assert_eq!(trailers["x-reason"], "test", "{trailers:?}");
+    }
+
+    // tonic's error before any message (trailers-only) keeps its status in the head.
+    let r = call("Fail", "application/grpc-web+proto", grpc_message(b"")).await;
+    assert_eq!(r.status, 200, "{r:?}");
+    assert_eq!(r.header("grpc-status"), Some("3"), "{r:?}");
+    assert_eq!(r.header("grpc-message"), Some("bad%20thing"), "{r:?}");
+    assert_eq!(r.header("x-reason"), Some("test"), "{r:?}");
+    assert!(r.body.is_empty(), "{r:?}");
+
+    // The documented example, pointed at the tonic server.
+    let example = common::manifests::doc_example_at("grpc-web", server.port)
+        .replace("/helloworld.Greeter", "/weir.test.Echo");
+    let m = common::manifests::Manifests::start(&[("10.yaml", &example)], &[]);
+    let r = send(
+        &c,
+        "POST",
+        &m.url("/weir.test.Echo/Unary"),
+        &[
+            ("host", "api.example.com"),
+            ("content-type", "application/grpc-web+proto"),
+        ],
+        grpc_message(b"from the docs"),
+    )
+    .await;
+    assert_eq!(r.status, 200, "{r:?}");
+    assert_eq!(
+        r.header("access-control-allow-origin"),
+        Some("https://app.example.com")
+    );
+    let f = grpc_frames(&r.body);
+    assert_eq!(f.len(), 2, "{f:?}");
+    let echoed: Value = serde_json::from_slice(&f[0].1).unwrap();
+    assert_eq!(echoed["echo"], "from the docs", "{echoed}");
+    assert_eq!(grpc_web_trailers(&f[1].1)["grpc-status"], "0", "{f:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_auth_refusal_is_unauthenticated_and_never_reaches_the_upstream() {
+    let server = TonicServer::start();
+    let table = json!({
+        "routes": [{"id": "locked", "paths": [{"path": "/weir.test.Echo"}], "service": "echo"}],
+        "services": [{"id": "echo", "protocol": "grpc", "host": "127.0.0.1", "port": server.port}],
+        "consumers": [{"id": "alice", "username": "alice", "credentials": [
+            {"type": "key-auth", "id": "alice-key", "key_sha256": weir_proxy::config::hash_key("k-1")},
+        ]}],
+        "plugins": [{"id": "auth", "name": "key-auth", "route": "locked", "config": {"realm": "grpc"}}],
+    });
+    let w = Weir::start(&table.to_string(), &[]);
+    let port = w.proc.port;
+    let ch = h2c(port).await;
+
+    // tonic: no key, a wrong key.
+    for (md, message) in [
+        (vec![], "No API key found in request"),
+        (
+            vec![("apikey", "wrong")],
+            "Invalid authentication credentials",
+        ),
+    ] {
+        let r = unary_with(&ch, "/weir.test.Echo/Unary", &md).await;
+        assert_eq!(
+            (r.code, r.message.as_str()),
+            (Code::Unauthenticated, message),
+            "{md:?}: {r:?}"
+        );
+        assert_eq!(
+            r.metadata
+                .get("www-authenticate")
+                .and_then(|v| v.to_str().ok()),
+            Some("Key realm=\"grpc\""),
+            "the plugin's challenge stays: {r:?}"
+        );
+    }
+    // Trailers-only, seen on the wire.
+    let (status, head) = bare_h2_call(port, "/weir.test.Echo/Unary", &[]).await;
+    assert_eq!(status, 200, "{head:?}");
+    assert_eq!(head.get("grpc-status").unwrap(), "16", "{head:?}");
+    assert_eq!(
+        head.get("grpc-message").unwrap(),
+        "No API key found in request",
+        "{head:?}"
+    );
+    // grpcio without a key.
+    let target = format!("127.0.0.1:{port}");
+    let t = target.clone();
+    let refused = tokio::task::spawn_blocking(move || {
+        grpc_client(&["one", &t, "Unary"]).remove("Unary").unwrap()
+    })
+    .await
+    .unwrap();
+    assert_eq!(
+        (refused["code"].as_str(), refused["details"].as_str()),
+        (Some("UNAUTHENTICATED"), Some("No API key found in request")),
+        "{refused}"
+    );
+    assert!(
+        server.paths().is_empty(),
+        "a refused call reached the upstream: {:?}",
+        server.paths()
+    );
+
+    // With the key, both clients get through as alice.
+    let ok = unary_with(&ch, "/weir.test.Echo/Unary", &[("apikey", "k-1")]).await;
+    assert_eq!(ok.code, Code::Ok, "{ok:?}");
+    let echoed: Value = serde_json::from_str(&ok.values[0]).unwrap();
+    assert_eq!(echoed["echo"], "hello", "{echoed}");
+    assert_eq!(echoed["metadata"]["x-consumer-id"], "alice", "{echoed}");
+    assert_eq!(
+        echoed["metadata"]["x-credential-identifier"], "alice-key",
+        "{echoed}"
+    );
+    let passed = tokio::task::spawn_blocking(move || {
+        grpc_client(&["one", &target, "Unary", "--metadata", "apikey=k-1"])
+            .remove("Unary")
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    assert_eq!(passed["code"], "OK", "{passed}");
+    let echoed: Value = serde_json::from_str(passed["value"].as_str().unwrap()).unwrap();
+    assert_eq!(echoed["echo"], "1", "{echoed}");
+    assert_eq!(echoed["metadata"]["x-consumer-id"], "alice", "{echoed}");
+    assert_eq!(
+        server.paths(),
+        ["/weir.test.Echo/Unary", "/weir.test.Echo/Unary"],
+        "only the two calls with the key reached the upstream"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_healthy_target_is_unavailable_and_the_call_goes_nowhere() {
+    // Up, but answering its health check 503: ejected by the active check.
+    let sick = TonicServer::start();
+    let table = json!({
+        "routes": [
+            {"id": "sick", "paths": [{"path": "/sick.Echo"}], "service": "sick"},
+            {"id": "empty", "paths": [{"path": "/empty.Echo"}], "service": "empty"},
+        ],
+        "services": [
+            {"id": "sick", "protocol": "grpc", "upstream": "sick"},
+            {"id": "empty", "protocol": "grpc", "upstream": "empty"},
+        ],
+        "upstreams": [
+            {"id": "sick", "targets": [{"target": format!("127.0.0.1:{}", sick.port)}],
+             "healthchecks": {"active": {"path": "/healthz", "interval": 100,
+                                         "unhealthy_threshold": 1}}},
+            {"id": "empty", "targets": []},
+        ],
+    });
+    let w = Weir::start(&table.to_string(), &[]);
+    let port = w.proc.port;
+    let c = client();
+    let deadline = std::time::Instant::now() + LIMIT;
+    loop {
+        let up = get(&c, &w.admin_url("/upstreams"), &[]).await.json();
+        let sick_up = up["upstreams"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|u| u["id"] == "sick")
+            .cloned();
+        if sick_up
+            .as_ref()
+            .is_some_and(|u| u["targets"][0]["health"] == "unhealthy")
+        {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the target was not ejected in 10 s: {up}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    // Every target ejected, and no target at all: UNAVAILABLE with Weir's message, for
+    // tonic and on the wire (trailers-only, checked by the helper).
+    let ch = h2c(port).await;
+    for p in ["/sick.Echo/Unary", "/empty.Echo/Unary"] {
+        let r = unary(&ch, p, "x").await;
+        assert_eq!(
+            (r.code, r.message.as_str()),
+            (Code::Unavailable, "no healthy upstream targets"),
+            "{p}: {r:?}"
+        );
+        let (status, head) = bare_h2_call(port, p, &[]).await;
+        assert_eq!(status, 200, "{p}: {head:?}");
+        assert_eq!(head.get("grpc-status").unwrap(), "14", "{p}: {head:?}");
+        assert_eq!(
+            head.get("grpc-message").unwrap(),
+            "no healthy upstream targets",
+            "{p}: {head:?}"
+        );
+    }
+    let probed = sick.paths();
+    assert!(
+        !probed.is_empty() && probed.iter().all(|p| p == "/healthz"),
+        "the ejected target got only probes: {probed:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn weirs_own_read_timeout_is_unavailable_unless_the_calls_deadline_passed() {
+    let server = TonicServer::start();
+    let table = json!({
+        "routes": [{"id": "echo", "paths": [{"path": "/weir.test.Echo"}], "service": "impatient"}],
+        "services": [{"id": "impatient", "protocol": "grpc", "host": "127.0.0.1",
+                      "port": server.port, "read_timeout": 300}],
+    });
+    let w = Weir::start(&table.to_string(), &[]);
+    let port = w.proc.port;
+    let ch = h2c(port).await;
+    // A call the upstream answers in time passes.
+    let ok = unary(&ch, "/weir.test.Echo/Unary", "quick").await;
+    assert_eq!(ok.code, Code::Ok, "{ok:?}");
+
+    // Weir's own read timeout (300 ms) ends the call before Slow answers (2 s): 504, which is
+    // UNAVAILABLE, since the call's own deadline had not passed: a call without a deadline ...
+    let started = std::time::Instant::now();
+    let r = unary(&ch, "/weir.test.Echo/Slow", "x").await;
+    let took = started.elapsed();
+    assert_eq!(
+        (r.code, r.message.as_str()),
+        (Code::Unavailable, "The upstream server is timing out"),
+        "no deadline, after {took:?}: {r:?}"
+    );
+    assert!(
+        took >= Duration::from_millis(290) && took < Duration::from_millis(1500),
+        "{took:?}"
+    );
+    // ... and one whose deadline is later than the read timeout ...
+    let (r, took) = unenforced_call(port, "/weir.test.Echo/Slow", Duration::from_secs(5)).await;
+    assert_eq!(
+        (r.code, r.message.as_str()),
+        (Code::Unavailable, "The upstream server is timing out"),
+        "5 s deadline, after {took:?}: {r:?}"
+    );
+    assert!(
+        took >= Duration::from_millis(290) && took < Duration::from_millis(1500),
+        "{took:?}"
+    );
+    // ... while a deadline sooner than the read timeout is DEADLINE_EXCEEDED.
+    let (r, took) = unenforced_call(port, "/weir.test.Echo/Slow", Duration::from_millis(100)).await;
+    assert_eq!(
+        (r.code, r.message.as_str()),
+        (Code::DeadlineExceeded, "The upstream server is timing out"),
+        "{r:?}"
+    );
+    assert!(
+        took >= Duration::from_millis(90) && took < Duration::from_millis(290),
+        "{took:?}"
+    );
+    assert_eq!(
+        server.paths(),
+        [
+            "/weir.test.Echo/Unary",
+            "/weir.test.Echo/Slow",
+            "/weir.test.Echo/Slow",
+            "/weir.test.Echo/Slow"
+        ],
+        "each call was tried once"
     );
 }

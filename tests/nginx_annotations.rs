@@ -9,12 +9,12 @@
 mod common;
 
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use common::manifests::{docs, service, Manifests, INGRESS_CLASS};
+use common::manifests::{docs, service, Manifests};
 use common::recorder::{response, Server};
 use common::*;
 
@@ -143,37 +143,10 @@ impl Served {
     /// Writes `manifests` (one file) and the IngressClass into a fresh folder and serves it
     /// with `extra` flags; returns once the proxy listens.
     fn start(manifests: &str, extra: &[&str]) -> Served {
-        let dir = temp_dir("nginx-manifests");
-        std::fs::write(dir.join("00-ingressclass.yaml"), INGRESS_CLASS).unwrap();
-        std::fs::write(dir.join("10-test.yaml"), manifests).unwrap();
         let log_dir = temp_dir("nginx-log");
         let log = std::fs::File::create(log_dir.join("stderr.log")).unwrap();
-        let port = free_port();
-        let admin = free_port();
-        let child = Command::new(WEIR)
-            .arg("standalone")
-            .arg(&dir)
-            .args(["--listen", &format!("127.0.0.1:{port}")])
-            .args(["--admin-listen", &format!("127.0.0.1:{admin}")])
-            .args(["--worker-threads", "2"])
-            .args(extra)
-            .env("RUST_LOG", "warn")
-            .stdout(Stdio::null())
-            .stderr(Stdio::from(log))
-            .spawn()
-            .expect("spawn weir standalone");
-        // Owned at once, so a failed wait still stops the process.
-        let served = Served {
-            m: Manifests {
-                proc: Proc { child, port },
-                admin,
-                dir,
-            },
-            log_dir,
-        };
-        wait_for_port(port);
-        wait_for_port(admin);
-        served
+        let m = Manifests::launch(&[("10-test.yaml", manifests)], extra, &[], Stdio::from(log));
+        Served { m, log_dir }
     }
 
     fn log(&self) -> String {
@@ -1302,4 +1275,104 @@ async fn unsupported_access_annotations_fail_closed() {
         lines.iter().any(|l| l.contains("served without it")),
         "no line says mtls-served is served:\n{log}"
     );
+}
+
+// ---------------------------------------------------------------------------------------------
+// 13. host and backend annotations, as the upstream sees them
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn host_and_backend_annotations_reach_the_upstream() {
+    let api = echo("api");
+    let direct = echo("direct");
+    let pages = echo("pages");
+    // A Service whose cluster IP is loopback and whose port is the echo's own, with no
+    // EndpointSlice: only `service-upstream` can reach it.
+    let cluster_ip_only = format!(
+        "apiVersion: v1\nkind: Service\nmetadata: {{name: cip, namespace: {NS}}}\n\
+         spec:\n  clusterIP: 127.0.0.1\n  ports: [{{name: http, port: {p}, targetPort: {p}}}]\n",
+        p = direct.port
+    );
+    let manifests = docs(&[
+        service(NS, "api", api.port),
+        service(NS, "pages", pages.port),
+        cluster_ip_only,
+        nginx(
+            "vhost",
+            "vhost.test",
+            &[
+                ("upstream-vhost", "internal.example"),
+                ("server-alias", "alias.test, www.alias.test"),
+            ],
+            "api",
+        ),
+        ingress_at(
+            "direct",
+            "direct.test",
+            &[("service-upstream", "true")],
+            &[],
+            None,
+        )
+        .replace(
+            "      paths:\n",
+            &format!(
+                "      paths:\n      - {{path: /, pathType: Prefix, backend: {{service: {{name: cip, port: {{number: {}}}}}}}}}\n",
+                direct.port
+            ),
+        ),
+        nginx(
+            "errors",
+            "errors.test",
+            &[("custom-http-errors", "404,503"), ("default-backend", "pages")],
+            "api",
+        ),
+    ]);
+    let s = Served::start(&manifests, &[]);
+    let c = client();
+    ready(&c, &s, "vhost.test", "/", 200).await;
+
+    // upstream-vhost: the Host sent upstream; the client's stays in X-Forwarded-Host. The
+    // aliases are routed like the host itself.
+    for host in ["vhost.test", "alias.test", "www.alias.test"] {
+        let r = get_at(&c, &s, host, "/who", &[]).await;
+        assert_eq!(r.status, 200, "{host}: {r:?}");
+        assert_eq!(r.echo_name().as_deref(), Some("api"), "{host}");
+        let seen = r.json();
+        assert_eq!(seen["host"], "internal.example", "{host}: {seen}");
+        assert_eq!(seen["headers"]["x-forwarded-host"], host, "{host}: {seen}");
+    }
+    // Not an alias: no route.
+    assert_eq!(
+        get_at(&c, &s, "other.alias.test", "/who", &[]).await.status,
+        404
+    );
+
+    // service-upstream: the cluster IP and port, though the Service has no endpoints.
+    let r = ready(&c, &s, "direct.test", "/x", 200).await;
+    assert_eq!(r.echo_name().as_deref(), Some("direct"), "{r:?}");
+    assert_eq!(echoed(&r).0, "/x");
+
+    // custom-http-errors: the upstream's 404 is replaced by the default backend's page, which
+    // learns what happened from the X- headers; other statuses pass.
+    let r = get_at(
+        &c,
+        &s,
+        "errors.test",
+        "/missing?status=404",
+        &[("accept", "text/plain")],
+    )
+    .await;
+    assert_eq!(r.echo_name().as_deref(), Some("pages"), "{r:?}");
+    let seen = r.json();
+    assert_eq!(seen["path"], "/", "{seen}");
+    let h = &seen["headers"];
+    assert_eq!(h["x-code"], "404", "{seen}");
+    assert_eq!(h["x-format"], "text/plain", "{seen}");
+    assert_eq!(h["x-original-uri"], "/missing?status=404", "{seen}");
+    assert_eq!(h["x-namespace"], NS, "{seen}");
+    assert_eq!(h["x-ingress-name"], "errors", "{seen}");
+    assert_eq!(h["x-service-name"], "api", "{seen}");
+    assert_eq!(h["x-service-port"], "80", "{seen}");
+    let r = get_at(&c, &s, "errors.test", "/teapot?status=418", &[]).await;
+    assert_eq!(r.status, 418, "{r:?}");
+    assert_eq!(r.echo_name().as_deref(), Some("api"), "{r:?}");
 }

@@ -527,6 +527,64 @@ async fn request_transformer_sets_method_and_host_and_streams_bodies_without_bod
 // ---------------------------------------------------------------------------------------------
 // response-transformer
 
+/// A client's forwarding headers are gone before plugins run; what a plugin sets there is what
+/// the upstream gets (not replaced by Weir's own), and Weir fills in the rest.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forwarding_headers_a_plugin_sets_reach_the_upstream_and_a_clients_do_not() {
+    let port = mirror().await;
+    let files = docs(&[
+        service("demo", "echo", port),
+        plugin(
+            "prefixed",
+            "request-transformer",
+            json!({"add": {"headers": ["x-forwarded-prefix:/shop", "x-forwarded-proto:https"]}}),
+        ),
+        ingress("prefixed", "/prefixed", "prefixed", "echo"),
+        ingress("plain", "/plain", "", "echo"),
+    ]);
+    let m = Manifests::start(&[("10-demo.yaml", &files)], &[]);
+    let c = client();
+    ready(&c, &m, "/plain", 200).await;
+    let spoofed = [
+        ("x-forwarded-prefix", "/spoof"),
+        ("x-forwarded-proto", "gopher"),
+        ("x-forwarded-ssl", "on"),
+        ("x-forwarded-client-cert", "Hash=spoof"),
+        ("forwarded", "for=6.6.6.6;proto=https"),
+        ("x-real-ip", "6.6.6.6"),
+        ("x-forwarded-for", "6.6.6.6"),
+    ];
+    for path in ["/prefixed/a", "/plain/a"] {
+        let r = get(&c, &m.url(path), &spoofed).await;
+        assert_eq!(r.status, 200, "{r:?}");
+        let seen = r.json();
+        let plugin = path.starts_with("/prefixed");
+        assert_eq!(
+            seen_header(&seen, "x-forwarded-prefix"),
+            plugin.then_some("/shop"),
+            "{path}: {seen}"
+        );
+        let proto = if plugin { "https" } else { "http" };
+        assert_eq!(
+            seen_header(&seen, "x-forwarded-proto"),
+            Some(proto),
+            "{path}"
+        );
+        assert_eq!(
+            seen_header(&seen, "x-forwarded-for"),
+            Some("127.0.0.1"),
+            "{path}"
+        );
+        assert_eq!(seen_header(&seen, "x-real-ip"), Some("127.0.0.1"), "{path}");
+        for gone in ["x-forwarded-ssl", "x-forwarded-client-cert", "forwarded"] {
+            assert!(
+                seen["headers"].get(gone).is_none(),
+                "{path}: {gone} in {seen}"
+            );
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn response_transformer_example_reshapes_the_answer() {
     let up = echo("echo-1");

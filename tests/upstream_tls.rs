@@ -9,61 +9,13 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use bytes::Bytes;
+use common::ca::{block, Ca, Leaf};
 use common::*;
 use http_body_util::Full;
-use rcgen::{
-    BasicConstraints, CertificateParams, CertifiedIssuer, DnType, ExtendedKeyUsagePurpose, IsCa,
-    KeyPair, KeyUsagePurpose,
-};
-use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rcgen::ExtendedKeyUsagePurpose;
+use rustls::pki_types::PrivateKeyDer;
 use rustls::server::WebPkiClientVerifier;
 use rustls::{RootCertStore, ServerConfig};
-
-struct Ca {
-    issuer: CertifiedIssuer<'static, KeyPair>,
-}
-
-/// A certificate and its key, as PEM and DER.
-struct Leaf {
-    der: CertificateDer<'static>,
-    pem: String,
-    key_der: Vec<u8>,
-    key_pem: String,
-}
-
-impl Ca {
-    fn new(cn: &str) -> Ca {
-        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
-        params.distinguished_name.push(DnType::CommonName, cn);
-        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        params.key_usages = vec![
-            KeyUsagePurpose::KeyCertSign,
-            KeyUsagePurpose::DigitalSignature,
-        ];
-        Ca {
-            issuer: CertifiedIssuer::self_signed(params, KeyPair::generate().unwrap()).unwrap(),
-        }
-    }
-
-    fn pem(&self) -> String {
-        self.issuer.pem()
-    }
-
-    fn leaf(&self, names: &[&str], eku: ExtendedKeyUsagePurpose) -> Leaf {
-        let names: Vec<String> = names.iter().map(|n| n.to_string()).collect();
-        let mut params = CertificateParams::new(names).unwrap();
-        params.distinguished_name.push(DnType::CommonName, "leaf");
-        params.extended_key_usages = vec![eku];
-        let key = KeyPair::generate().unwrap();
-        let cert = params.signed_by(&key, &*self.issuer).unwrap();
-        Leaf {
-            der: cert.der().clone(),
-            pem: cert.pem(),
-            key_der: key.serialize_der(),
-            key_pem: key.serialize_pem(),
-        }
-    }
-}
 
 /// An HTTPS upstream: answers every request with JSON naming the SNI it was reached by,
 /// whether a client certificate was shown, the connection's number and the path.
@@ -148,13 +100,6 @@ async fn https_upstream(server: &Leaf, client_ca: Option<&Ca>, alpn: &[&[u8]]) -
         }
     });
     Upstream { port, connections }
-}
-
-/// YAML for a PEM, indented as a block scalar at `indent` spaces.
-fn block(pem: &str, indent: usize) -> String {
-    let pad = " ".repeat(indent);
-    let lines: Vec<String> = pem.lines().map(|l| format!("{pad}{l}")).collect();
-    format!("|\n{}", lines.join("\n"))
 }
 
 /// A table with one route per `(path, service YAML)`.

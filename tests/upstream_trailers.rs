@@ -327,3 +327,60 @@ async fn an_http1_client_that_asks_gets_the_announced_trailers_of_both_upstream_
     }
     assert!(!grpc_not.contains("grpc-status"), "{grpc_not}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chunked_http1_request_trailers_reach_an_h2_upstream_without_forbidden_fields() {
+    let up = trailer_echo().await;
+    let config = format!(
+        "routes:\n\
+         - {{id: h2c, paths: [{{path: /h2c}}], service: h2c}}\n\
+         - {{id: grpc, paths: [{{path: /grpc}}], service: grpc}}\n\
+         services:\n\
+         - {{id: h2c, protocol: h2c, host: 127.0.0.1, port: {up}}}\n\
+         - {{id: grpc, protocol: grpc, host: 127.0.0.1, port: {up}}}\n"
+    );
+    let w = Weir::start(&config, &["--access-log", "false"]);
+    let port = w.proc.port;
+    // Allowed trailers, and fields that must never be trailers or that only Weir's
+    // authentication may set (checked in the head, never let in behind the body).
+    let trailers = "x-checksum: c0ffee\r\n\
+                    grpc-custom-bin: AAEC\r\n\
+                    content-length: 5\r\n\
+                    host: evil.example\r\n\
+                    authorization: Bearer forged\r\n\
+                    cookie: session=forged\r\n\
+                    te: trailers\r\n\
+                    content-type: text/evil\r\n\
+                    x-consumer-id: forged\r\n\
+                    x-credential-identifier: forged\r\n";
+    let answers = tokio::task::spawn_blocking(move || {
+        ["/h2c", "/grpc"].map(|path| {
+            let request = format!(
+                "POST {path} HTTP/1.1\r\nhost: t\r\ncontent-type: application/grpc\r\n\
+                 transfer-encoding: chunked\r\nconnection: close\r\n\r\n\
+                 3\r\nabc\r\n2\r\nde\r\n0\r\n{trailers}\r\n"
+            );
+            (path, raw(port, request.as_bytes(), Duration::from_secs(10)))
+        })
+    })
+    .await
+    .unwrap();
+    for (path, answer) in answers {
+        let (head, body) = answer
+            .split_once("\r\n\r\n")
+            .unwrap_or_else(|| panic!("{path}: {answer:?}"));
+        assert!(head.starts_with("HTTP/1.1 200 "), "{path}: {answer}");
+        // The echo's JSON, whatever the framing of the answer.
+        let json = &body[body.find('{').unwrap_or_else(|| panic!("{path}: {answer}"))
+            ..=body
+                .rfind('}')
+                .unwrap_or_else(|| panic!("{path}: {answer}"))];
+        let got: serde_json::Value = serde_json::from_str(json).unwrap();
+        assert_eq!(got["body"], "abcde", "{path}: {got}");
+        assert_eq!(
+            got["trailers"],
+            serde_json::json!({"x-checksum": "c0ffee", "grpc-custom-bin": "AAEC"}),
+            "{path}: only the allowed trailers arrive"
+        );
+    }
+}

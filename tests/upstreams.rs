@@ -270,6 +270,8 @@ async fn h2c_on_both_sides() {
     let weir = Weir::start(
         &format!(
             "routes:\n- {{id: h1, paths: [{{path: /h1}}], service: h1}}\n- {{id: h2, paths: [{{path: /h2}}], service: h2}}\n\
+             - {{id: kept, paths: [{{path: /kept}}], service: h2, preserve_host: true}}\n\
+             - {{id: named, paths: [{{path: /named}}], service: h2, host_header: api.internal}}\n\
              services:\n- {{id: h1, host: 127.0.0.1, port: {p}}}\n- {{id: h2, host: 127.0.0.1, port: {p}, protocol: h2c}}\n",
             p = up.port
         ),
@@ -297,6 +299,20 @@ async fn h2c_on_both_sides() {
         "HTTP/1.1 client, h2c upstream"
     );
     assert_eq!(r.json()["path"], "/h2/x");
+    // HTTP/2 upstreams get the host in `:authority` and no `Host` (RFC 9113 §8.3.1): the
+    // target's, the client's with preserve_host, or host_header.
+    for (path, want) in [
+        ("/h2/x", format!("127.0.0.1:{}", up.port)),
+        ("/kept/x", "client.test".to_string()),
+        ("/named/x", "api.internal".to_string()),
+    ] {
+        let seen = get(&client(), &weir.url(path), &[("host", "client.test")])
+            .await
+            .json();
+        assert_eq!(seen["host"], want.as_str(), "{path}: {seen}");
+        assert!(seen["headers"].get("host").is_none(), "{path}: {seen}");
+        assert_eq!(seen["headers"]["x-forwarded-host"], "client.test", "{path}");
+    }
 }
 
 #[test]

@@ -274,6 +274,7 @@ impl Runtime {
                 consumer_plugins.entry(c).or_default().push(p);
             }
         }
+        let candidates = Candidates::new(&instances);
         let routes: Arc<[CompiledRoute]> = config
             .routes
             .iter()
@@ -322,7 +323,7 @@ impl Runtime {
                     consumer: None,
                     namespace: r.namespace.as_deref(),
                 };
-                let base = resolve_chain(&instances, &scope);
+                let base = resolve_chain(&instances, &candidates, &scope);
                 let by_consumer = consumer_plugins
                     .iter()
                     .filter_map(|(c, own)| {
@@ -332,7 +333,12 @@ impl Runtime {
                         };
                         own.iter()
                             .any(|p| specificity(p, &scope).is_some())
-                            .then(|| (Arc::from(*c), resolve_chain(&instances, &scope)))
+                            .then(|| {
+                                (
+                                    Arc::from(*c),
+                                    resolve_chain(&instances, &candidates, &scope),
+                                )
+                            })
                     })
                     .collect();
                 Ok(CompiledRoute {
@@ -683,12 +689,59 @@ fn specificity(p: &PluginConfig, scope: &Scope<'_>) -> Option<u8> {
     })
 }
 
+/// Which plugin entries may apply to a route, found by its id and its service's: a table of
+/// 10,000 routes each with its own plugins would otherwise compare every route with every
+/// entry (seconds of compiling).
+struct Candidates<'a> {
+    by_route: HashMap<&'a str, Vec<usize>>,
+    by_service: HashMap<&'a str, Vec<usize>>,
+    /// Entries for no route and no service (global and consumer-only ones).
+    unscoped: Vec<usize>,
+}
+
+impl<'a> Candidates<'a> {
+    fn new(instances: &[(&'a PluginConfig, PluginInstance)]) -> Candidates<'a> {
+        let mut c = Candidates {
+            by_route: HashMap::new(),
+            by_service: HashMap::new(),
+            unscoped: Vec::new(),
+        };
+        for (i, (p, _)) in instances.iter().enumerate() {
+            match (&p.route, &p.service) {
+                (Some(r), _) => c.by_route.entry(r.as_str()).or_default().push(i),
+                (None, Some(s)) => c.by_service.entry(s.as_str()).or_default().push(i),
+                (None, None) => c.unscoped.push(i),
+            }
+        }
+        c
+    }
+
+    /// Indexes of the entries that may apply to `scope`, in table order (the first of equally
+    /// specific entries wins).
+    fn of(&self, scope: &Scope<'_>) -> Vec<usize> {
+        let none = Vec::new();
+        let route = self.by_route.get(scope.route).unwrap_or(&none);
+        let service = scope
+            .service
+            .and_then(|s| self.by_service.get(s))
+            .unwrap_or(&none);
+        let mut all = Vec::with_capacity(route.len() + service.len() + self.unscoped.len());
+        all.extend_from_slice(route);
+        all.extend_from_slice(service);
+        all.extend_from_slice(&self.unscoped);
+        all.sort_unstable();
+        all
+    }
+}
+
 fn resolve_chain(
     instances: &[(&PluginConfig, PluginInstance)],
+    candidates: &Candidates<'_>,
     scope: &Scope<'_>,
 ) -> Arc<[PluginInstance]> {
     let mut best: HashMap<&str, (u8, &PluginInstance)> = HashMap::new();
-    for (cfg, inst) in instances {
+    for i in candidates.of(scope) {
+        let (cfg, inst) = &instances[i];
         if let Some(rank) = specificity(cfg, scope) {
             let slot = best.entry(inst.name).or_insert((rank, inst));
             if rank > slot.0 {

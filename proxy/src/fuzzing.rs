@@ -1173,3 +1173,58 @@ pub fn fuzz_resp(data: &[u8]) {
     assert_eq!(back, Some(want));
     assert!(out.is_empty());
 }
+
+/// `dns_response`: `[selector, message…]`. The low bit of `selector` picks the question type
+/// (`A` or `AAAA`), the rest one of a few names; the id asked is the message's own, so that
+/// the parser gets past the id check. The oracle: no panic; addresses of the asked family
+/// only, with a TTL when there are any, never above 2³¹−1; and a query Weir encodes (its name
+/// the message as text, when that is a DNS name) read back as a response (QR set) is a valid
+/// empty answer.
+pub fn fuzz_dns_response(data: &[u8]) {
+    use crate::upstream::dns::wire::{encode_query, parse_response, Answer, ParseError};
+    use crate::upstream::dns::wire::{TYPE_A, TYPE_AAAA};
+
+    let Some((&selector, msg)) = data.split_first() else {
+        return;
+    };
+    let qtype = if selector & 1 == 0 { TYPE_A } else { TYPE_AAAA };
+    let names = ["app.weir.test", "a", "WWW.Example.Test."];
+    let name = names[usize::from(selector >> 1) % names.len()];
+    let id = match msg {
+        [a, b, ..] => u16::from_be_bytes([*a, *b]),
+        _ => 0,
+    };
+    match parse_response(msg, id, name, qtype) {
+        Ok(Answer::Records { addrs, ttl }) => {
+            assert!(
+                addrs.iter().all(|a| a.is_ipv4() == (qtype == TYPE_A)),
+                "wrong family in {addrs:?}: {}",
+                show(data)
+            );
+            assert!(addrs.is_empty() || ttl.is_some(), "no TTL: {}", show(data));
+            assert!(
+                ttl.is_none_or(|t| t <= i32::MAX as u32),
+                "TTL {ttl:?}: {}",
+                show(data)
+            );
+        }
+        Ok(Answer::NxDomain | Answer::Truncated) => {}
+        Err(e) => assert_ne!(e, ParseError::WrongId, "{}", show(data)),
+    }
+
+    if let Ok(text) = std::str::from_utf8(msg) {
+        if let Some(query) = encode_query(id, text, qtype) {
+            let mut response = query.clone();
+            response[2] |= 0x80;
+            assert_eq!(
+                parse_response(&response, id, &text.to_ascii_uppercase(), qtype),
+                Ok(Answer::Records {
+                    addrs: Vec::new(),
+                    ttl: None
+                }),
+                "our query for {text:?} as its own answer: {}",
+                show(&query)
+            );
+        }
+    }
+}

@@ -1,5 +1,7 @@
 //! gRPC's C core (Python `grpcio`, driven by tests/grpc/peer.py) as a server and a client for
-//! the gRPC tests. Without `python3` and `grpcio` those tests fail, they never skip.
+//! the gRPC tests, and what the gRPC tests share besides: a bare HTTP/2 call that enforces no
+//! deadline itself, and gRPC / gRPC-Web framing. Without `python3` and `grpcio` those tests
+//! fail, they never skip.
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
@@ -65,4 +67,130 @@ pub fn grpc_client(args: &[&str]) -> BTreeMap<String, Value> {
             (v["call"].as_str().unwrap().to_string(), v)
         })
         .collect()
+}
+
+/// Every call kind peer.py's `call` makes, as a grpcio server answers it through Weir:
+/// messages, statuses, trailing metadata, and the `via` Weir added.
+pub fn assert_all_calls(got: &BTreeMap<String, Value>) {
+    use serde_json::json;
+    let unary = &got["Unary"];
+    assert_eq!(unary["code"], "OK", "{unary}");
+    assert_eq!(unary["value"]["echo"], "hello");
+    assert_eq!(
+        unary["trailers"]["x-trailer"], "unary",
+        "trailers reach the client"
+    );
+    assert_eq!(
+        unary["value"]["metadata"]["via"], "2 weir",
+        "it went through Weir"
+    );
+    assert_eq!(
+        got["ServerStream"]["value"],
+        json!(["0", "1", "2", "3", "4"])
+    );
+    assert_eq!(got["ServerStream"]["code"], "OK");
+    assert_eq!(got["ClientStream"]["value"], "a,b,c");
+    assert_eq!(got["Bidi"]["value"], json!(["echo:x", "echo:y"]));
+    // An error status from the upstream arrives intact, with its trailing metadata.
+    let fail = &got["Fail"];
+    assert_eq!(fail["code"], "INVALID_ARGUMENT", "{fail}");
+    assert_eq!(fail["details"], "bad thing");
+    assert_eq!(fail["trailers"]["x-reason"], "test");
+}
+
+/// One gRPC call over HTTP/2 by hand (hyper, prior knowledge) with `headers` set, and no
+/// deadline of its own: a `grpc-timeout` among `headers` is only sent, never enforced here, so
+/// a DEADLINE_EXCEEDED can only come from the other side. Expects a trailers-only answer
+/// (END_STREAM on the head, no body) within 10 s; returns its status and head, where
+/// `grpc-status` is.
+pub async fn bare_h2_call(
+    port: u16,
+    path: &str,
+    headers: &[(&str, &str)],
+) -> (u16, http::HeaderMap) {
+    use http_body::Body as _;
+    use http_body_util::Full;
+    let client: Client<_, Full<Bytes>> = Client::builder(TokioExecutor::new())
+        .http2_only(true)
+        .build_http();
+    // One length-prefixed message: no compression, 1 byte.
+    let mut req = http::Request::post(format!("http://127.0.0.1:{port}{path}"))
+        .header("content-type", "application/grpc")
+        .header("te", "trailers")
+        .body(Full::new(Bytes::from(grpc_message(b"x"))))
+        .unwrap();
+    // `headers` replace those above.
+    for (k, v) in headers {
+        req.headers_mut().insert(
+            http::HeaderName::from_bytes(k.as_bytes()).unwrap(),
+            http::HeaderValue::from_str(v).unwrap(),
+        );
+    }
+    let resp = tokio::time::timeout(Duration::from_secs(10), client.request(req))
+        .await
+        .expect("no answer in 10 s")
+        .expect("request failed");
+    // A trailers-only answer: END_STREAM rides on the head, no body frame follows.
+    assert!(
+        resp.body().is_end_stream(),
+        "a body follows the head: {resp:?}"
+    );
+    (resp.status().as_u16(), resp.headers().clone())
+}
+
+/// One length-prefixed gRPC(-Web) message frame (not compressed) carrying `payload`.
+pub fn grpc_message(payload: &[u8]) -> Vec<u8> {
+    let mut m = vec![0];
+    m.extend_from_slice(&(payload.len() as u32).to_be_bytes());
+    m.extend_from_slice(payload);
+    m
+}
+
+/// Splits a gRPC(-Web) body into its frames: (flag, payload); fails on a cut frame.
+pub fn grpc_frames(mut body: &[u8]) -> Vec<(u8, Vec<u8>)> {
+    let mut out = Vec::new();
+    while body.len() >= 5 {
+        let len = u32::from_be_bytes([body[1], body[2], body[3], body[4]]) as usize;
+        assert!(body.len() >= 5 + len, "a cut frame: {body:?}");
+        out.push((body[0], body[5..5 + len].to_vec()));
+        body = &body[5 + len..];
+    }
+    assert!(body.is_empty(), "bytes after the last frame: {body:?}");
+    out
+}
+
+/// A gRPC-Web trailer frame's payload (`name:value\r\n` lines) as a map; fails unless every
+/// line is one field ended by CRLF.
+pub fn grpc_web_trailers(payload: &[u8]) -> BTreeMap<String, String> {
+    let text = std::str::from_utf8(payload).expect("trailers are text");
+    assert!(text.ends_with("\r\n"), "{text:?}");
+    text.split_terminator("\r\n")
+        .map(|l| {
+            let (k, v) = l
+                .split_once(':')
+                .unwrap_or_else(|| panic!("{l:?} in {text:?}"));
+            (k.to_string(), v.trim().to_string())
+        })
+        .collect()
+}
+
+/// A gRPC-Web text body decoded: each chunk is its own padded base64 segment, so they are
+/// decoded one by one.
+pub fn grpc_web_text_decode(body: &[u8]) -> Vec<u8> {
+    use base64::Engine as _;
+    let b64 = base64::engine::general_purpose::STANDARD;
+    let mut decoded = Vec::new();
+    let mut rest = body;
+    while !rest.is_empty() {
+        let end = match rest.iter().position(|b| *b == b'=') {
+            Some(i) => i + rest[i..].iter().take_while(|b| **b == b'=').count(),
+            None => rest.len(),
+        };
+        decoded.extend(
+            b64.decode(&rest[..end])
+                .unwrap_or_else(|e| panic!("{e}: {body:?}")),
+        );
+        rest = &rest[end..];
+    }
+    decoded
 }

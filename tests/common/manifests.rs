@@ -142,6 +142,16 @@ impl Manifests {
         extra: &[&str],
         env: &[(&str, &str)],
     ) -> Manifests {
+        Manifests::launch(files, extra, env, Stdio::inherit())
+    }
+
+    /// [`Manifests::start_with_env`] with the process's stderr (its log) sent to `stderr`.
+    pub fn launch(
+        files: &[(&str, &str)],
+        extra: &[&str],
+        env: &[(&str, &str)],
+        stderr: Stdio,
+    ) -> Manifests {
         let dir = temp_dir("manifests");
         std::fs::write(dir.join("00-ingressclass.yaml"), INGRESS_CLASS).unwrap();
         for (name, text) in files {
@@ -159,15 +169,18 @@ impl Manifests {
             .env("RUST_LOG", "warn")
             .envs(env.iter().copied())
             .stdout(Stdio::null())
+            .stderr(stderr)
             .spawn()
             .expect("spawn weir standalone");
-        wait_for_port(port);
-        wait_for_port(admin);
-        Manifests {
+        // Owned at once, so a failed wait still stops the process.
+        let m = Manifests {
             proc: Proc { child, port },
             admin,
             dir,
-        }
+        };
+        wait_for_port(port);
+        wait_for_port(admin);
+        m
     }
 
     pub fn url(&self, path: &str) -> String {

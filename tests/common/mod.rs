@@ -3,7 +3,9 @@
 
 #![allow(dead_code)]
 
+pub mod ca;
 pub mod grpc;
+pub mod health;
 pub mod manifests;
 pub mod recorder;
 pub mod redis;
@@ -169,9 +171,11 @@ impl Weir {
             format!("127.0.0.1:{admin}"),
             "--config".into(),
             cfg.display().to_string(),
-            "--worker-threads".into(),
-            "2".into(),
         ];
+        // Two workers unless the test asks for another number.
+        if !extra.contains(&"--worker-threads") {
+            args.extend(["--worker-threads".into(), "2".into()]);
+        }
         args.extend(extra.iter().map(|s| s.to_string()));
         let child = Command::new(WEIR)
             .args(&args)

@@ -591,13 +591,13 @@ impl Translator<'_> {
         if let Some(name) = named {
             return self.named_upstream(key, Kind::Service, name);
         }
-        let mut targeting = self.store.upstreams.iter().filter(|(k, u)| {
-            k.namespace == key.namespace
-                && u.spec
-                    .target_ref
-                    .as_ref()
-                    .is_some_and(|t| t.name == key.name)
-        });
+        let store = self.store;
+        let mut targeting = self
+            .upstreams_by_target
+            .get(&(key.namespace.as_str(), key.name.as_str()))
+            .into_iter()
+            .flatten()
+            .filter_map(|k| Some((*k, store.upstreams.get(*k)?)));
         let first = targeting.next().map(|(k, u)| (k.clone(), u.clone()));
         let others: Vec<Key> = targeting.map(|(k, _)| k.clone()).collect();
         if let Some((winner, _)) = &first {

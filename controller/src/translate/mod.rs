@@ -91,7 +91,7 @@ fn attribute_generated(t: &mut Translation, generated: &BTreeMap<(Kind, Key), Ke
     };
     // Objects generated for an Ingress this controller does not serve (another class) are
     // checked too; what is wrong with them is not ours to report.
-    let owned = t.owned_ingresses.clone();
+    let owned: BTreeSet<Key> = t.owned_ingresses.iter().cloned().collect();
     t.problems
         .retain(|p| source(&p.object).is_none_or(|ingress| owned.contains(&ingress)));
     for p in &mut t.problems {
@@ -136,6 +136,9 @@ struct Translator<'a> {
     /// Ingress joins (as ingress-nginx matches canaries, whatever the path type).
     served_paths: HashMap<(String, String), String>,
     owned: Vec<Key>,
+    /// Upstreams by the Service their `spec.targetRef` names ((namespace, service name)), in
+    /// key order: the first configures it.
+    upstreams_by_target: HashMap<(&'a str, &'a str), Vec<&'a Key>>,
     checked: BTreeSet<ObjectRef>,
     /// Set when a global ClusterPlugin that decides who may pass (authentication, `acl`,
     /// `ip-restriction`) is not accepted: every route answers 503 rather than serve without it.
@@ -154,6 +157,15 @@ impl<'a> Translator<'a> {
                     .push(slice);
             }
         }
+        let mut upstreams_by_target: HashMap<(&str, &str), Vec<&Key>> = HashMap::new();
+        for (key, u) in &store.upstreams {
+            if let Some(t) = &u.spec.target_ref {
+                upstreams_by_target
+                    .entry((key.namespace.as_str(), t.name.as_str()))
+                    .or_default()
+                    .push(key);
+            }
+        }
         Translator {
             store,
             opts,
@@ -167,6 +179,7 @@ impl<'a> Translator<'a> {
             claimed: HashMap::new(),
             served_paths: HashMap::new(),
             owned: Vec::new(),
+            upstreams_by_target,
             checked: BTreeSet::new(),
             global_broken: None,
         }
@@ -233,8 +246,9 @@ impl<'a> Translator<'a> {
     /// Reports every ingress-nginx annotation of a served Ingress that does not carry over.
     fn nginx_reports(&mut self, reports: &[crate::nginx::Report]) {
         use crate::nginx::Status;
+        let owned: BTreeSet<Key> = self.owned.iter().cloned().collect();
         for r in reports {
-            if !self.owned.contains(&r.ingress) {
+            if !owned.contains(&r.ingress) {
                 continue;
             }
             let me = obj(Kind::Ingress, &r.ingress);

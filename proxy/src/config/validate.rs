@@ -984,5 +984,22 @@ mod tests {
         assert!(check_host("*.*.example.com").is_err());
         assert!(check_host("example.com:80").is_err());
         assert!(check_host("").is_err());
+        // Where the controller's own copy once differed from the proxy's: `_` is allowed
+        // (Kubernetes Service-style names), non-ASCII is not.
+        assert!(check_host("a_b.example.com").is_ok());
+        assert!(check_host("bücher.example").is_err());
+    }
+
+    #[test]
+    fn path_rules_refuse_every_control_character() {
+        let rule = |path: &str| crate::config::PathRule {
+            path: path.into(),
+            kind: PathKind::Prefix,
+        };
+        assert!(check_path_rule(&rule("/a/b")).is_ok());
+        // ASCII and Unicode (C1) control characters alike.
+        for bad in ["/a\x7fb", "/a\u{85}b", "/a\tb", "/a b", "/a?b", "a"] {
+            assert!(check_path_rule(&rule(bad)).is_err(), "{bad:?}");
+        }
     }
 }

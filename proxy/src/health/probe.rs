@@ -56,14 +56,16 @@ impl Probe {
         let mut req = Request::new(UpstreamBody::empty());
         *req.method_mut() = Method::GET;
         let uri = if self.key.h2 {
-            // HTTP/2 carries the scheme and authority in the request line.
+            // HTTP/2 carries the scheme and the host (`:authority`, not `Host`) in the request
+            // line.
             let scheme = if self.key.tls.is_some() {
                 "https"
             } else {
                 "http"
             };
             *req.version_mut() = http::Version::HTTP_2;
-            format!("{scheme}://{}{path}", self.key.target)
+            let host = self.host.to_str().unwrap_or(&self.key.target);
+            format!("{scheme}://{host}{path}")
         } else {
             path.to_string()
         };
@@ -71,7 +73,9 @@ impl Probe {
             .parse()
             .map_err(|_| format!("bad probe path {path:?}"))?;
         let h = req.headers_mut();
-        h.insert(header::HOST, self.host.clone());
+        if !self.key.h2 {
+            h.insert(header::HOST, self.host.clone());
+        }
         h.insert(header::USER_AGENT, USER_AGENT);
         // The connection is not kept: a probe must find out whether a new one can be made.
         // (HTTP/2 has no `Connection`; its connection is shared with the pool.)

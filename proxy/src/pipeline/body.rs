@@ -172,6 +172,7 @@ impl ProxyBody {
     }
 
     fn poll_inner(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        let grpc_deadline = self.finish.as_ref().and_then(|f| f.grpc_deadline);
         match &mut self.inner {
             Inner::Full(b) => Poll::Ready(
                 b.take()
@@ -182,30 +183,62 @@ impl ProxyBody {
                 body,
                 read_timeout,
                 timer,
-            } => match Pin::new(&mut *body).poll_frame(cx) {
-                Poll::Ready(r) => {
-                    *timer = None;
-                    Poll::Ready(r)
+            } => {
+                if grpc_deadline.is_some_and(|d| Instant::now() >= d) && !body.is_end_stream() {
+                    return Poll::Ready(Some(Ok(deadline_exceeded(body))));
                 }
-                Poll::Pending => {
-                    let t = timer.get_or_insert_with(|| {
-                        Timer::at(tokio::time::Instant::now() + *read_timeout)
-                    });
-                    match Pin::new(t).poll(cx) {
-                        Poll::Ready(()) => {
-                            // Dropping the body closes the connection mid-response.
-                            *body = ResponseBody::Done;
-                            Poll::Ready(Some(Err(Box::new(ReadTimeout))))
+                match Pin::new(&mut *body).poll_frame(cx) {
+                    Poll::Ready(r) => {
+                        *timer = None;
+                        Poll::Ready(r)
+                    }
+                    Poll::Pending => {
+                        let t = timer.get_or_insert_with(|| {
+                            let at = tokio::time::Instant::now() + *read_timeout;
+                            Timer::at(
+                                grpc_deadline
+                                    .map_or(at, |d| at.min(tokio::time::Instant::from_std(d))),
+                            )
+                        });
+                        match Pin::new(t).poll(cx) {
+                            Poll::Ready(())
+                                if grpc_deadline.is_some_and(|d| Instant::now() >= d) =>
+                            {
+                                Poll::Ready(Some(Ok(deadline_exceeded(body))))
+                            }
+                            Poll::Ready(()) => {
+                                // Dropping the body closes the connection mid-response.
+                                *body = ResponseBody::Done;
+                                Poll::Ready(Some(Err(Box::new(ReadTimeout))))
+                            }
+                            Poll::Pending => Poll::Pending,
                         }
-                        Poll::Pending => Poll::Pending,
                     }
                 }
-            },
+            }
         }
     }
 }
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// A gRPC call whose deadline passed while its answer streamed: the upstream's stream is
+/// dropped (reset, so the upstream stops working on it) and the client's ends with the
+/// status a gRPC server gives for it, in trailers, instead of a cut stream.
+fn deadline_exceeded(body: &mut ResponseBody) -> Frame<Bytes> {
+    *body = ResponseBody::Done;
+    tracing::debug!("grpc-timeout passed mid-response; the call ends with DEADLINE_EXCEEDED");
+    let mut trailers = http::HeaderMap::with_capacity(2);
+    trailers.insert(
+        crate::server::grpc::GRPC_STATUS,
+        http::HeaderValue::from(crate::server::grpc::code::DEADLINE_EXCEEDED),
+    );
+    trailers.insert(
+        crate::server::grpc::GRPC_MESSAGE,
+        http::HeaderValue::from_static("Deadline Exceeded"),
+    );
+    Frame::trailers(trailers)
+}
 
 impl Body for ProxyBody {
     type Data = Bytes;

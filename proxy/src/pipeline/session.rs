@@ -27,6 +27,9 @@ pub(crate) struct Session {
     pub _guard: Option<InFlight>,
     /// A gRPC call's content type: Weir's own answers are gRPC statuses in that type.
     pub grpc: Option<http::HeaderValue>,
+    /// A gRPC call's deadline (its `grpc-timeout`): it bounds the whole call, the response
+    /// body included, not only the wait for the head.
+    pub grpc_deadline: Option<Instant>,
     /// The request counted in flight on its target, until it ends.
     pub upstream_load: Option<crate::balancer::InFlight>,
     /// The trailers of a request body read whole before `access`, sent after it (boxed:
@@ -40,6 +43,12 @@ impl Drop for Session {
         if record.status == 0 {
             record.status = CLIENT_CLOSED;
             record.aborted = true;
+        }
+        // A request that failed upstream ended before the tries were copied into the record
+        // (an answered one has them already): its tries, with why each failed, are logged too.
+        if record.tries == 0 && !ctx.tries.is_empty() {
+            record.tries = ctx.tries.len();
+            record.upstream_tries = Some(ctx.tries.as_slice().into());
         }
         if let Some(stats) = &self.request_bytes {
             record.request_bytes = stats.bytes.load(Ordering::Relaxed);

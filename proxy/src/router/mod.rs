@@ -232,6 +232,11 @@ pub fn anchored_regex(pattern: &str) -> Result<Regex, regex::Error> {
     if let Some(re) = hit {
         return Ok(re);
     }
+    // The pattern must stand on its own: `x)|(.*` would otherwise close the anchoring group
+    // and match anywhere.
+    if let Err(e) = regex_syntax::ast::parse::Parser::new().parse(pattern) {
+        return Err(regex::Error::Syntax(e.to_string()));
+    }
     // Compiled outside the lock: other threads' compiles are not held up.
     let re = Regex::new(&format!("^(?:{pattern})"))?;
     cached(&mut |m| {
@@ -479,6 +484,17 @@ mod tests {
 
     fn id(r: &(Router, Vec<String>), host: &str, path: &str) -> Option<String> {
         find(r, host, path).map(|x| x.0)
+    }
+
+    #[test]
+    fn a_pattern_cannot_close_its_anchoring_group() {
+        assert!(anchored_regex("/x)|(.*").is_err());
+        assert!(anchored_regex("(/x").is_err());
+        let re = anchored_regex("/a|/b").unwrap();
+        assert!(
+            re.is_match("/b/c") && !re.is_match("/c/b"),
+            "anchored as a whole"
+        );
     }
 
     #[test]

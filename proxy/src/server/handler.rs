@@ -143,6 +143,11 @@ pub async fn handle(
         && headers::is_upgrade(&head.headers);
     // The client IP is read first: `Connection: x-forwarded-for` must not change it.
     let client_ip = headers::client_ip(conn.peer.ip(), &head.headers, &shared.opts.trusted_proxies);
+    headers::remove_untrusted_forwarding(
+        &mut head.headers,
+        conn.peer.ip(),
+        &shared.opts.trusted_proxies,
+    );
     let accepts_trailers = headers::remove_hop_by_hop(&mut head.headers, upgrade);
     // An HTTP/1.1 client gets trailers only for fields the response announces (`Trailer`).
     let h1_client_trailers = accepts_trailers && head.version <= http::Version::HTTP_11;
@@ -186,6 +191,7 @@ pub async fn handle(
             request_bytes: None,
             _guard: Some(guard),
             grpc,
+            grpc_deadline: None,
             upstream_load: None,
             request_trailers: None,
         }),
@@ -201,6 +207,7 @@ pub async fn handle(
         // 99999999H is 11,000 years: no deadline rather than an overflow.
         p.s.ctx.timings.start.checked_add(timeout)
     });
+    p.s.grpc_deadline = deadline;
 
     // rewrite: global plugins only.
     if !p.s.ctx.plugins().is_empty() {
@@ -1258,6 +1265,7 @@ fn prepare_request_headers(
             host: forwarded_host.as_ref(),
             port: &conn.port_value,
             stripped_prefix: route.forwarded_prefix.as_deref().or(stripped),
+            plugins_ran: !p.s.ctx.plugins().is_empty(),
         },
         &p.shared.opts.trusted_proxies,
     );
@@ -1278,7 +1286,7 @@ fn millis_value(ms: u64) -> HeaderValue {
     }
 }
 
-fn set_absolute_uri(req: &mut Request<UpstreamBody>, authority: &str, tls: bool) {
+fn set_absolute_uri(req: &mut Request<UpstreamBody>, target: &str, tls: bool) {
     let pq = req
         .uri()
         .path_and_query()
@@ -1286,7 +1294,16 @@ fn set_absolute_uri(req: &mut Request<UpstreamBody>, authority: &str, tls: bool)
         .to_string();
     // `:scheme` says how the upstream was reached.
     let scheme = if tls { "https" } else { "http" };
-    if let Ok(uri) = format!("{scheme}://{authority}{pq}").parse() {
+    // HTTP/2 names the host in `:authority`, and a `Host` beside it may not differ (RFC 9113
+    // §8.3.1; servers such as Go's route on `:authority`): the Host chosen for the request
+    // (the target's, the client's with preserve_host, or host_header) becomes `:authority`.
+    let host = req.headers_mut().remove(header::HOST);
+    let uri = host
+        .as_ref()
+        .and_then(|h| h.to_str().ok())
+        .and_then(|h| format!("{scheme}://{h}{pq}").parse().ok())
+        .or_else(|| format!("{scheme}://{target}{pq}").parse().ok());
+    if let Some(uri) = uri {
         *req.uri_mut() = uri;
     }
     *req.version_mut() = http::Version::HTTP_2;
@@ -1319,6 +1336,21 @@ where
     };
     let mut timer = crate::timer::Timer::at(deadline());
     loop {
+        // The upload's end moves the deadline: a body-less request (most) waits on two futures.
+        let uploading = stats.filter(|s| !s.done.load(Ordering::Relaxed));
+        if uploading.is_none() {
+            tokio::select! {
+                r = fut.as_mut() => return Ok(r),
+                _ = &mut timer => {
+                    let at = deadline();
+                    if Instant::now() >= at {
+                        return Err(TimedOut);
+                    }
+                    timer.reset(at);
+                }
+            }
+            continue;
+        }
         tokio::select! {
             r = fut.as_mut() => return Ok(r),
             _ = &mut timer => {
@@ -1327,6 +1359,10 @@ where
                     return Err(TimedOut);
                 }
                 timer.reset(at);
+            }
+            // The upload ended: from now on the (often shorter) read timeout applies.
+            () = async { uploading.expect("guarded").finished.notified().await }, if uploading.is_some() => {
+                timer.reset(deadline());
             }
         }
     }

@@ -420,17 +420,32 @@ pub struct Forwarding<'a> {
     pub port: &'a HeaderValue,
     /// The prefix removed by `strip_path`, if any.
     pub stripped_prefix: Option<&'a str>,
+    /// Plugins ran on the request: forwarding headers found now are theirs.
+    pub plugins_ran: bool,
 }
 
-/// The forwarding headers a client that is not a trusted proxy may not set.
-const FORWARDING: [HeaderName; 6] = [
-    X_FORWARDED_FOR,
-    X_FORWARDED_PROTO,
-    X_FORWARDED_HOST,
-    X_FORWARDED_PORT,
-    X_FORWARDED_PREFIX,
-    X_REAL_IP,
-];
+/// `X-Forwarded-*` (every one: `-Ssl`, `-Scheme`, `-Client-Cert` are trusted by some
+/// upstreams too), `X-Real-IP` and RFC 7239 `Forwarded`.
+fn is_forwarding(n: &HeaderName) -> bool {
+    let n = n.as_str();
+    n.starts_with("x-forwarded-") || n == "x-real-ip" || n == "forwarded"
+}
+
+/// Edge, before any plugin: a client that is not a trusted proxy may not say how it was
+/// forwarded, so its forwarding headers ([`is_forwarding`]) go. What a plugin sets there
+/// afterwards is then the plugin's own, and [`set_forwarded`] keeps it.
+pub fn remove_untrusted_forwarding(headers: &mut HeaderMap, peer: IpAddr, trusted_list: &[Cidr]) {
+    if headers.keys().any(is_forwarding) && !trusted(trusted_list, peer) {
+        let names: Vec<HeaderName> = headers
+            .keys()
+            .filter(|n| is_forwarding(n))
+            .cloned()
+            .collect();
+        for n in names {
+            headers.remove(n);
+        }
+    }
+}
 
 /// Sets `X-Forwarded-For/Proto/Host/Port/Prefix` and `X-Real-IP`, keeping incoming values only
 /// from trusted proxies.
@@ -445,29 +460,33 @@ pub fn set_forwarded(
 ) {
     let from_trusted = trusted(trusted_list, f.peer);
     if !from_trusted {
-        let forwarding = |n: &HeaderName| {
-            let n = n.as_str();
-            n.starts_with("x-forwarded-") || n == "x-real-ip"
-        };
-        if headers.keys().any(forwarding) {
-            for n in FORWARDING {
-                headers.remove(n);
-            }
+        // The client's own values went at the edge ([`remove_untrusted_forwarding`]): any
+        // found now a plugin set, and the plugin's value is the one sent.
+        let plugin_set = f.plugins_ran && headers.keys().any(is_forwarding);
+        let unset = |n: &HeaderName| !(plugin_set && headers.contains_key(n));
+        if unset(&X_FORWARDED_FOR) {
+            added.push(X_FORWARDED_FOR, f.peer_value.clone());
         }
-        added.push(X_FORWARDED_FOR, f.peer_value.clone());
-        added.push(X_FORWARDED_PROTO, HeaderValue::from_static(f.proto));
-        if let Some(h) = f.host {
+        if unset(&X_FORWARDED_PROTO) {
+            added.push(X_FORWARDED_PROTO, HeaderValue::from_static(f.proto));
+        }
+        if let Some(h) = f.host.filter(|_| unset(&X_FORWARDED_HOST)) {
             added.push(X_FORWARDED_HOST, h.clone());
         }
-        added.push(X_FORWARDED_PORT, f.port.clone());
+        if unset(&X_FORWARDED_PORT) {
+            added.push(X_FORWARDED_PORT, f.port.clone());
+        }
         if let Some(v) = f
             .stripped_prefix
+            .filter(|_| unset(&X_FORWARDED_PREFIX))
             .and_then(|p| HeaderValue::from_str(p).ok())
         {
             added.push(X_FORWARDED_PREFIX, v);
         }
         // An untrusted peer is the client.
-        added.push(X_REAL_IP, f.peer_value.clone());
+        if unset(&X_REAL_IP) {
+            added.push(X_REAL_IP, f.peer_value.clone());
+        }
         return;
     }
     let prev: Vec<&str> = if from_trusted {
@@ -645,9 +664,11 @@ mod tests {
             host: Some(&host),
             port: &port,
             stripped_prefix: Some("/api"),
+            plugins_ran: false,
         };
         h.insert(X_FORWARDED_PREFIX, HeaderValue::from_static("/spoof"));
         let mut added = Added::default();
+        remove_untrusted_forwarding(&mut h, peer, &[]);
         set_forwarded(&mut h, &mut added, &f, &[]);
         assert!(!h.contains_key(X_FORWARDED_FOR) && !h.contains_key(X_FORWARDED_PREFIX));
         added.append_to(&mut h);
@@ -679,6 +700,61 @@ mod tests {
         f.client = "7.7.7.7".parse().unwrap();
         set_forwarded(&mut h, &mut added, &f, &cidrs(&["127.0.0.0/8"]));
         assert_eq!(h[X_REAL_IP], "7.7.7.7");
+    }
+
+    #[test]
+    fn an_untrusted_clients_forwarding_goes_at_the_edge_and_a_plugins_stays() {
+        let peer: IpAddr = "127.0.0.1".parse().unwrap();
+        let (peer_value, host, port) = (
+            ip_value(peer),
+            HeaderValue::from_static("example.com"),
+            HeaderValue::from_static("8080"),
+        );
+        let mut h = HeaderMap::new();
+        for n in [
+            "x-forwarded-ssl",
+            "x-forwarded-client-cert",
+            "forwarded",
+            "x-real-ip",
+        ] {
+            h.insert(n, HeaderValue::from_static("spoof"));
+        }
+        h.insert("x-other", HeaderValue::from_static("kept"));
+        remove_untrusted_forwarding(&mut h, peer, &[]);
+        assert_eq!(h.len(), 1, "only x-other is left: {h:?}");
+        // From a trusted proxy they stay.
+        let mut t = HeaderMap::new();
+        t.insert("forwarded", HeaderValue::from_static("for=1.2.3.4"));
+        remove_untrusted_forwarding(&mut t, peer, &cidrs(&["127.0.0.0/8"]));
+        assert_eq!(t["forwarded"], "for=1.2.3.4");
+
+        // A plugin then sets two of them: its values are sent, Weir's fill in the rest.
+        h.insert(X_FORWARDED_PREFIX, HeaderValue::from_static("/from-plugin"));
+        h.insert(X_FORWARDED_PROTO, HeaderValue::from_static("https"));
+        let f = Forwarding {
+            peer,
+            peer_value: &peer_value,
+            client: peer,
+            proto: "http",
+            host: Some(&host),
+            port: &port,
+            stripped_prefix: Some("/api"),
+            plugins_ran: true,
+        };
+        let mut added = Added::default();
+        set_forwarded(&mut h, &mut added, &f, &[]);
+        added.append_to(&mut h);
+        assert_eq!(
+            h.get_all(X_FORWARDED_PREFIX).iter().collect::<Vec<_>>(),
+            ["/from-plugin"]
+        );
+        assert_eq!(
+            h.get_all(X_FORWARDED_PROTO).iter().collect::<Vec<_>>(),
+            ["https"]
+        );
+        assert_eq!(h[X_FORWARDED_FOR], "127.0.0.1");
+        assert_eq!(h[X_FORWARDED_HOST], "example.com");
+        assert_eq!(h[X_REAL_IP], "127.0.0.1");
     }
 
     #[test]

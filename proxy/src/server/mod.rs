@@ -73,8 +73,11 @@ pub struct ProxyOptions {
     pub upstream_keepalive: usize,
     /// How long an idle upstream connection is kept.
     pub upstream_idle_timeout: Duration,
-    /// How long the addresses a target's host name resolved to are used.
-    pub dns_ttl: Duration,
+    /// How long the addresses a target's host name resolved to are used, in place of the
+    /// records' TTLs; `None`: the records' TTLs.
+    pub dns_ttl: Option<Duration>,
+    /// Nameservers asked for targets' host names instead of those of `/etc/resolv.conf`.
+    pub dns_resolvers: Vec<std::net::SocketAddr>,
     /// What `%2F`, `%5C` and `\` in request paths get.
     pub escaped_slashes: crate::router::EscapedSlashes,
     /// Access-log lines that may wait for the writer thread; more are dropped and counted.
@@ -207,7 +210,8 @@ impl Default for ProxyOptions {
             max_retry_body: 64 * 1024,
             upstream_keepalive: 256,
             upstream_idle_timeout: Duration::from_secs(60),
-            dns_ttl: Duration::from_secs(30),
+            dns_ttl: None,
+            dns_resolvers: Vec::new(),
             escaped_slashes: crate::router::EscapedSlashes::Reject,
             access_log_queue: 16_384,
             shutdown_grace: Duration::from_secs(30),
@@ -280,6 +284,7 @@ impl Proxy {
             idle_timeout: opts.upstream_idle_timeout,
         });
         crate::upstream::set_dns_ttl(opts.dns_ttl);
+        crate::upstream::set_dns_resolvers(opts.dns_resolvers.clone());
         let workers = opts.worker_threads.max(1);
         let access_log = opts
             .access_log

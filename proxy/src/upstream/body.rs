@@ -26,6 +26,9 @@ pub struct BodyStats {
     /// The client's body was malformed (a bad chunk) or cut off: the client's fault, not the
     /// upstream's.
     pub client_error: AtomicBool,
+    /// Told when `done` is set: the wait for the answer moves from the write timeout to the
+    /// read timeout then, not when its timer next fires.
+    pub finished: tokio::sync::Notify,
 }
 
 impl BodyStats {
@@ -38,7 +41,16 @@ impl BodyStats {
             done: AtomicBool::new(false),
             too_large: AtomicBool::new(false),
             client_error: AtomicBool::new(false),
+            finished: tokio::sync::Notify::new(),
         })
+    }
+
+    /// The whole body has been forwarded.
+    pub fn finish(&self) {
+        if !self.done.swap(true, Ordering::Relaxed) {
+            // A permit is kept if nobody waits yet.
+            self.finished.notify_one();
+        }
     }
 
     /// When a frame last moved (or when streaming started).
@@ -119,6 +131,9 @@ impl UpstreamBody {
 
     /// Streams `body`, recording progress in `stats`; `limit` 0 means unlimited.
     pub fn streamed(body: Incoming, stats: Arc<BodyStats>, limit: u64) -> UpstreamBody {
+        if body.is_end_stream() {
+            stats.finish();
+        }
         UpstreamBody {
             inner: Some(body),
             full: None,
@@ -156,6 +171,14 @@ impl Body for UpstreamBody {
                         return Poll::Ready(Some(Err(Box::new(TooLarge(this.limit)))));
                     }
                 }
+                // hyper's HTTP/2 client stops polling a body that says it has ended, so the
+                // end is recorded here rather than only at `Ready(None)`; otherwise the wait
+                // for the answer would go on under the write timeout.
+                let ended =
+                    frame.is_trailers() || this.inner.as_ref().is_some_and(|b| b.is_end_stream());
+                if let (true, Some(s)) = (ended, stats) {
+                    s.finish();
+                }
                 match frame.into_trailers() {
                     Ok(t) => Poll::Ready(Some(Ok(Frame::trailers(clean_trailers(t))))),
                     Err(frame) => Poll::Ready(Some(Ok(frame))),
@@ -163,7 +186,7 @@ impl Body for UpstreamBody {
             }
             Poll::Ready(None) => {
                 if let Some(s) = stats {
-                    s.done.store(true, Ordering::Relaxed);
+                    s.finish();
                 }
                 this.inner = None;
                 Poll::Ready(None)

@@ -3,7 +3,7 @@
 
 mod added;
 mod body;
-mod dns;
+pub(crate) mod dns;
 pub(crate) mod h1;
 mod pool;
 mod stream;
@@ -19,7 +19,10 @@ use http_body::{Body, Frame, SizeHint};
 
 pub use added::Added;
 pub use body::{BodyStats, UpstreamBody};
-pub use dns::set_ttl as set_dns_ttl;
+pub use dns::{
+    parse_nameserver as parse_dns_resolver, set_resolvers as set_dns_resolvers,
+    set_ttl as set_dns_ttl,
+};
 pub use h1::Upgraded;
 pub use pool::{
     checkout, configure, retire, sweep_idle, Conn, ConnectError, PoolKey, PoolSettings, SendError,

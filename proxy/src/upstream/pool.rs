@@ -6,11 +6,16 @@
 //! concurrent requests.
 //! The key is everything that makes two connections interchangeable: the target, the
 //! protocol and the TLS settings (SNI, verification, CAs, client certificate, ALPN), so a
-//! connection verified one way is never handed to a service that asked for another.
+//! connection verified one way is never handed to a service that asked for another. A target
+//! named by host name is resolved before its pool is looked at, and its connections are kept
+//! per address ([`Slot::Named`]): connections to different addresses never mix, and when DNS
+//! moves the name, new requests go to new connections while those to the old addresses age
+//! out with the idle sweep.
 
 use std::cell::RefCell;
 use std::collections::{HashMap, HashSet};
 use std::hash::{BuildHasherDefault, Hash, Hasher};
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, LazyLock};
 
@@ -107,7 +112,9 @@ fn sweep_schedule(idle_timeout: Duration) -> (Duration, u64) {
 /// What identifies interchangeable upstream connections.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PoolKey {
-    /// `host:port` of the target.
+    /// `host:port` of the target. For a host name, the key of a connection made by
+    /// [`checkout`] carries an `Arc` of its own per resolved address, with the same text
+    /// (the pool's `Via`).
     pub target: Arc<str>,
     /// HTTP/2 (with prior knowledge over TCP, agreed by ALPN over TLS) instead of HTTP/1.1.
     pub h2: bool,
@@ -137,8 +144,50 @@ enum Sender {
     H2(http2::SendRequest<UpstreamBody>),
 }
 
+/// The idle connections of one key.
+enum Slot {
+    /// An IP target's: the key says where they go.
+    Direct(Vec<Sender>),
+    /// A host-name target's, per address it resolved to.
+    Named(Vec<Via>),
+}
+
+/// A host-name target's connections to one of its addresses.
+struct Via {
+    addr: SocketAddr,
+    /// The target's `host:port`, allocated for this address alone. The key of a connection
+    /// to the address carries this `Arc`, which is how a released connection finds its
+    /// address again (`Arc::ptr_eq`), while the key's text stays the target's, as the TLS
+    /// server name and the default `Host` want it. Its count also says whether connections
+    /// to the address are out.
+    target: Arc<str>,
+    idle: Vec<Sender>,
+}
+
+impl Slot {
+    /// The idle list of the connections `key` stands for: an IP target's, or a host-name
+    /// target's to the address `key` was made for; `None` for a host name's own key.
+    fn list(&mut self, key: &PoolKey) -> Option<&mut Vec<Sender>> {
+        match self {
+            Slot::Direct(list) => Some(list),
+            Slot::Named(vias) => vias
+                .iter_mut()
+                .find(|v| Arc::ptr_eq(&v.target, &key.target))
+                .map(|v| &mut v.idle),
+        }
+    }
+}
+
+/// Whether an idle connection is kept by a sweep at `now`.
+fn keep(s: &Sender, now: u64, max_sweeps: u64) -> bool {
+    match s {
+        Sender::H1(c, since) => now - since < max_sweeps && c.is_usable(),
+        Sender::H2(s) => !s.is_closed(),
+    }
+}
+
 thread_local! {
-    static IDLE: RefCell<HashMap<PoolKey, Vec<Sender>, BuildHasherDefault<Fnv>>> = RefCell::default();
+    static IDLE: RefCell<HashMap<PoolKey, Slot, BuildHasherDefault<Fnv>>> = RefCell::default();
     /// Sweeps done on this worker: the pool's clock, cheaper than reading the time per release.
     static SWEEPS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
 }
@@ -167,17 +216,28 @@ fn sweep_once(max_sweeps: u64) {
     });
     let retired = RETIRED.load();
     IDLE.with(|m| {
-        m.borrow_mut().retain(|key, list| {
+        m.borrow_mut().retain(|key, slot| {
             // A target gone from the table is never asked for again: close its connections
             // now rather than when the upstream or the idle timeout does.
             if retired.contains(&key.target) {
                 return false;
             }
-            list.retain(|s| match s {
-                Sender::H1(c, since) => now - since < max_sweeps && c.is_usable(),
-                Sender::H2(s) => !s.is_closed(),
-            });
-            !list.is_empty()
+            match slot {
+                Slot::Direct(list) => {
+                    list.retain(|s| keep(s, now, max_sweeps));
+                    !list.is_empty()
+                }
+                Slot::Named(vias) => {
+                    // An address with connections out stays, so that they find it when
+                    // released; the others go with their last idle connection (addresses
+                    // no longer in the answer among them).
+                    vias.retain_mut(|v| {
+                        v.idle.retain(|s| keep(s, now, max_sweeps));
+                        !v.idle.is_empty() || Arc::strong_count(&v.target) > 1
+                    });
+                    !vias.is_empty()
+                }
+            }
         })
     });
 }
@@ -221,22 +281,96 @@ pub struct Conn {
 
 /// Returns an idle pooled connection for `key`, or connects a new one.
 pub async fn checkout(key: &PoolKey, connect_timeout: Duration) -> Result<Conn, ConnectError> {
-    if let Some(sender) = take_idle(key) {
-        return Ok(Conn {
-            key: key.clone(),
-            sender,
-            reused: true,
-        });
-    }
+    // An IP target's idle connection costs one lookup, as it did before host names were
+    // pooled by address.
+    let named = match take_idle(key) {
+        Idle::Taken(sender) => {
+            return Ok(Conn {
+                key: key.clone(),
+                sender,
+                reused: true,
+            })
+        }
+        Idle::Named => true,
+        Idle::Empty => false,
+    };
     // The connect timeout covers resolution, TCP connect, and the TLS and HTTP/2 handshakes.
-    match tokio::time::timeout(connect_timeout, connect(key)).await {
+    match tokio::time::timeout(connect_timeout, open(key, named)).await {
         Ok(r) => r,
         Err(_) => Err(ConnectError::Timeout(key.target.clone())),
     }
 }
 
-async fn connect(key: &PoolKey) -> Result<Conn, ConnectError> {
-    let addr = super::dns::resolve(&key.target).await?;
+/// What the pool holds for a key.
+enum Idle {
+    /// A usable idle connection, taken out.
+    Taken(Sender),
+    /// The key is a host name's: which connections fit depends on what it resolves to.
+    Named,
+    /// None idle (or not known yet whether the target is a host name).
+    Empty,
+}
+
+/// A connection for `key` when none of an IP target is idle: for a host name, the next
+/// address of its answer (looked up when it ran out), then an idle connection to that
+/// address or a new one.
+async fn open(key: &PoolKey, named: bool) -> Result<Conn, ConnectError> {
+    let ip = if named {
+        None
+    } else {
+        key.target.parse::<SocketAddr>().ok()
+    };
+    let (key, addr) = match ip {
+        Some(addr) => (key.clone(), addr),
+        None => {
+            let addr = super::dns::resolve_name(&key.target).await?;
+            let via = via_key(key, addr);
+            if let Idle::Taken(sender) = take_idle(&via) {
+                return Ok(Conn {
+                    key: via,
+                    sender,
+                    reused: true,
+                });
+            }
+            (via, addr)
+        }
+    };
+    connect(key, addr).await
+}
+
+/// The key of `key`'s connections to `addr`, a host-name target's address: `key` with the
+/// address's own `target` ([`Via`]), made on first use.
+fn via_key(key: &PoolKey, addr: SocketAddr) -> PoolKey {
+    let target = IDLE.with(|m| {
+        let mut m = m.borrow_mut();
+        let slot = m
+            .entry(key.clone())
+            .or_insert_with(|| Slot::Named(Vec::new()));
+        let Slot::Named(vias) = slot else {
+            // A host name parses the same way every time, so its slot is never `Direct`.
+            return key.target.clone();
+        };
+        match vias.iter().find(|v| v.addr == addr) {
+            Some(v) => v.target.clone(),
+            None => {
+                let target: Arc<str> = Arc::from(&*key.target);
+                vias.push(Via {
+                    addr,
+                    target: target.clone(),
+                    idle: Vec::new(),
+                });
+                target
+            }
+        }
+    });
+    PoolKey {
+        target,
+        h2: key.h2,
+        tls: key.tls.clone(),
+    }
+}
+
+async fn connect(key: PoolKey, addr: SocketAddr) -> Result<Conn, ConnectError> {
     let tcp = TcpStream::connect(addr).await.map_err(|e| {
         // A host name's other addresses are tried (and looked up again) next time.
         super::dns::failed(&key.target);
@@ -256,39 +390,62 @@ async fn connect(key: &PoolKey) -> Result<Conn, ConnectError> {
             let _ = conn.await;
         });
         // h2 connections are shared: keep a handle in the pool right away.
-        IDLE.with(|m| {
-            m.borrow_mut()
-                .entry(key.clone())
-                .or_default()
-                .push(Sender::H2(sender.clone()))
-        });
+        park(&key, Sender::H2(sender.clone()), usize::MAX);
         Sender::H2(sender)
     } else {
         Sender::H1(h1::Connection::new(stream), 0)
     };
     Ok(Conn {
-        key: key.clone(),
+        key,
         sender,
         reused: false,
     })
 }
 
-fn take_idle(key: &PoolKey) -> Option<Sender> {
+fn take_idle(key: &PoolKey) -> Idle {
     IDLE.with(|m| {
         let mut m = m.borrow_mut();
-        let list = m.get_mut(key)?;
+        let Some(slot) = m.get_mut(key) else {
+            return Idle::Empty;
+        };
+        let Some(list) = slot.list(key) else {
+            return Idle::Named;
+        };
         while let Some(s) = list.pop() {
             match s {
-                Sender::H1(c, since) if c.is_usable() => return Some(Sender::H1(c, since)),
+                Sender::H1(c, since) if c.is_usable() => return Idle::Taken(Sender::H1(c, since)),
                 Sender::H2(s) if !s.is_closed() => {
                     list.push(Sender::H2(s.clone()));
-                    return Some(Sender::H2(s));
+                    return Idle::Taken(Sender::H2(s));
                 }
                 _ => {}
             }
         }
-        None
+        Idle::Empty
     })
+}
+
+/// Puts an idle connection of `key` in this worker's pool if fewer than `limit` are there.
+fn park(key: &PoolKey, idle: Sender, limit: usize) {
+    IDLE.with(|m| {
+        let mut m = m.borrow_mut();
+        match m.get_mut(key) {
+            Some(slot) => {
+                if let Some(list) = slot.list(key) {
+                    if list.len() < limit {
+                        list.push(idle);
+                    }
+                }
+                // Else a host name's address the sweep or a table swap forgot: closed.
+            }
+            // Only an IP target gets a slot here: a host name's was made before connecting,
+            // and one gone since went with a table swap.
+            None if limit > 0 && key.target.parse::<SocketAddr>().is_ok() => {
+                m.insert(key.clone(), Slot::Direct(vec![idle]));
+            }
+            None => {}
+        }
+    });
 }
 
 impl Conn {
@@ -326,17 +483,7 @@ impl Conn {
 pub(super) fn release_h1(key: &PoolKey, mut conn: h1::Connection) {
     conn.prepare_idle();
     let max = MAX_IDLE_PER_KEY.load(Ordering::Relaxed);
-    let idle = Sender::H1(conn, SWEEPS.with(|s| s.get()));
-    IDLE.with(|m| {
-        let mut m = m.borrow_mut();
-        if let Some(list) = m.get_mut(key) {
-            if list.len() < max {
-                list.push(idle);
-            }
-        } else if max > 0 {
-            m.insert(key.clone(), vec![idle]);
-        }
-    });
+    park(key, Sender::H1(conn, SWEEPS.with(|s| s.get())), max);
 }
 
 #[cfg(test)]
@@ -345,7 +492,12 @@ mod tests {
     use tokio::net::TcpListener;
 
     fn idle(key: &PoolKey) -> usize {
-        IDLE.with(|m| m.borrow().get(key).map_or(0, Vec::len))
+        IDLE.with(|m| {
+            m.borrow_mut()
+                .get_mut(key)
+                .and_then(|s| s.list(key))
+                .map_or(0, |l| l.len())
+        })
     }
 
     /// A pooled connection to a fresh listener, and the listener's end of it.
@@ -420,6 +572,59 @@ mod tests {
         // Shorter: sweeps more often, so that the timeout is kept to within a sixth.
         assert_eq!(s(3.0), (Duration::from_millis(500), 6));
         assert_eq!(s(0.001), (Duration::from_millis(10), 1));
+    }
+
+    #[tokio::test]
+    async fn a_host_names_connections_are_pooled_per_address() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let name = PoolKey {
+            target: format!("pooled.weir.test:{port}").into(),
+            h2: false,
+            tls: None,
+        };
+        let a: SocketAddr = ([127, 0, 0, 1], port).into();
+        let b: SocketAddr = ([127, 0, 0, 2], port).into();
+        let via_a = via_key(&name, a);
+        let via_b = via_key(&name, b);
+        // Same text (the TLS name and default Host), not the same connections.
+        assert_eq!(via_a, name);
+        assert!(!Arc::ptr_eq(&via_a.target, &via_b.target));
+        assert!(Arc::ptr_eq(&via_key(&name, a).target, &via_a.target));
+
+        let client = TcpStream::connect(a).await.unwrap();
+        let (_server, _) = listener.accept().await.unwrap();
+        release_h1(&via_a, h1::Connection::new(Stream::Tcp(client)));
+        assert_eq!((idle(&via_a), idle(&via_b)), (1, 0));
+        // The name's own key finds nothing without an address: it has to be resolved.
+        assert!(matches!(take_idle(&name), Idle::Named));
+        assert!(matches!(take_idle(&via_b), Idle::Empty));
+        assert!(matches!(take_idle(&via_a), Idle::Taken(_)));
+
+        // An address with nothing idle stays while a key made for it is out, and goes after.
+        sweep_once(6);
+        assert!(IDLE.with(|m| m.borrow().contains_key(&name)));
+        let vias = || {
+            IDLE.with(|m| match m.borrow().get(&name) {
+                Some(Slot::Named(v)) => v.iter().map(|v| v.addr).collect::<Vec<_>>(),
+                _ => Vec::new(),
+            })
+        };
+        assert_eq!(vias(), [a, b]);
+        drop(via_b);
+        sweep_once(6);
+        assert_eq!(vias(), [a]);
+        drop(via_a);
+        sweep_once(6);
+        assert!(IDLE.with(|m| !m.borrow().contains_key(&name)));
+
+        // A connection released after its slot went (a table swap) is closed, not pooled
+        // as if the name were an address.
+        let stale = via_key(&name, a);
+        IDLE.with(|m| m.borrow_mut().clear());
+        let client = TcpStream::connect(a).await.unwrap();
+        release_h1(&stale, h1::Connection::new(Stream::Tcp(client)));
+        assert!(IDLE.with(|m| m.borrow().is_empty()));
     }
 
     #[test]

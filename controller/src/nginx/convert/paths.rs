@@ -57,7 +57,8 @@ impl Conv<'_> {
                     }
                     let path = p.path.clone().unwrap_or_else(|| "/".into());
                     let path = path.strip_prefix("/~").unwrap_or(&path).to_string();
-                    if regex::Regex::new(&path).is_err() {
+                    // The pattern the route gets (compiled once, and kept for the router).
+                    if weir_proxy::router::anchored_regex(&format!("(?i){path}")).is_err() {
                         bad.push(path.clone());
                     }
                     p.path = Some(format!("/~(?i){path}"));

@@ -30,6 +30,7 @@ pub(super) fn factories() -> Vec<Arc<dyn PluginFactory>> {
         simple("test-body", 300, build_body),
         simple("test-counter", 600, build_counter),
         simple("test-set-target", 450, build_set_target),
+        simple("test-log-tries", 590, build_log_tries),
         Arc::new(waiting::AWAIT),
         simple("test-request-body", 450, waiting::build_request_body),
         Arc::new(lifecycle::Lifecycle::default()),
@@ -170,6 +171,37 @@ impl Plugin for SetTarget {
             resp.headers.insert("x-test-targets", v);
         }
         Ok(())
+    }
+}
+
+/// Appends, in the `log` phase, a JSON line per request to `log_file`: its path, the status
+/// sent and every try the balancer made as plugins read them (`RequestCtx::tries`: target,
+/// error, status, ms).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct LogTries {
+    log_file: String,
+}
+
+fn build_log_tries(c: &serde_json::Value) -> Result<Arc<dyn Plugin>, String> {
+    Ok(Arc::new(parse_config::<LogTries>(c)?))
+}
+
+impl Plugin for LogTries {
+    fn log(&self, ctx: &RequestCtx, record: &LogRecord) {
+        let line = serde_json::json!({
+            "path": record.path,
+            "status": record.status,
+            "count": ctx.tries.len(),
+            "tries": ctx.tries,
+        });
+        if let Ok(mut f) = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log_file)
+        {
+            let _ = writeln!(f, "{line}");
+        }
     }
 }
 
