@@ -5,13 +5,14 @@ Weir (`protocol: grpc`), and through nginx's `grpc_pass`, measured in turn in on
     cargo build --release
     python3 bench/grpc.py                       # 3 rounds x 5 s per contender
     python3 bench/grpc.py --seconds 10 --rounds 5 --weir PATH
+    python3 bench/grpc.py --weir OLD --echo target/release/weir   # an older proxy, today's upstream
 
 Every call is a POST with `content-type: application/grpc`, `te: trailers` and one 5-byte
 length-prefixed message, from h2load (nghttp2) over h2c: 32 connections, 8 streams each. The
-upstream is `weir echo` (an h2c server, a JSON answer per call) on CPU 1 with h2load; Weir and
-nginx each run one worker pinned to CPU 0, one after the other. The upstream is not a gRPC
-server (no trailers), which makes no difference to what a proxy does per call. Needs h2load
-(`apt-get install nghttp2-client`), nginx and taskset.
+upstream is `weir echo` (an h2c server, which answers a gRPC call as a gRPC server does: the
+message back, then `grpc-status: 0` in trailers) on CPU 1 with h2load; Weir and nginx each run
+one worker pinned to CPU 0, one after the other, so each proxy forwards the trailers of every
+call. Needs h2load (`apt-get install nghttp2-client`), nginx and taskset.
 """
 
 import json
@@ -49,7 +50,10 @@ def h2load(port: int, body: Path, seconds: int) -> float:
 
 
 def main() -> int:
-    args = parser(__doc__).parse_args()
+    ap = parser(__doc__)
+    ap.add_argument("--echo", type=Path, help="the binary whose `weir echo` is the upstream "
+                    "(default: --weir), to compare two proxies behind one upstream")
+    args = ap.parse_args()
     if not have(("h2load", "nginx", "taskset")):
         return 2
     tmp = Path(tempfile.mkdtemp(prefix="weir-grpc-bench-"))
@@ -58,7 +62,7 @@ def main() -> int:
         up, weir_port, admin, nginx_port = free_port(), free_port(), free_port(), free_port()
         body = tmp / "call.bin"
         body.write_bytes(bytes([0, 0, 0, 0, 5]) + b"hello")
-        procs.append(start([str(args.weir), "echo", "--listen", f"{HOST}:{up}", "--name", "up"], "1",
+        procs.append(start([str(args.echo or args.weir), "echo", "--listen", f"{HOST}:{up}", "--name", "up"], "1",
                            env={"RUST_LOG": "warn"}))
         (tmp / "table.json").write_text(json.dumps({
             "routes": [{"id": "g", "paths": [{"path": "/weir.test.Echo"}], "service": "g"}],

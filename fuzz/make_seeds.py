@@ -196,3 +196,61 @@ for i, p in enumerate(paths):
     write("path_routing", name, bytes([flags]) + seed + (RULES + p).encode("utf-8"))
 write("path_routing", "no-rules", bytes([1]) + bytes(8) + b"/a/../b")
 write("path_routing", "rule-odd", bytes([3]) + bytes(8) + "Eno-slash\nP/x;p\nP\\y\n/x;p/z".encode())
+
+
+# --- dns_response: [selector, DNS response] -------------------------------------------------------
+# The selector's low bit asks A (0) or AAAA (1); selector >> 1 the name: 0 app.weir.test, 1 a,
+# 2 WWW.Example.Test.
+A, CNAME, AAAA = 1, 5, 28
+
+def dns_header(id_, flags, qd, an, ns=0, ar=0):
+    return struct.pack(">HHHHHH", id_, flags, qd, an, ns, ar)
+
+def dns_name(n):
+    return b"".join(bytes([len(l)]) + l.encode() for l in n.split(".") if l) + b"\0"
+
+def ptr(at):
+    return struct.pack(">H", 0xC000 | at)
+
+def rr(owner, rtype, ttl, data):
+    return owner + struct.pack(">HHIH", rtype, 1, ttl, len(data)) + data
+
+dns = {}
+q = dns_name("app.weir.test")
+# Two A records, owners compressed to the question's name (offset 12).
+m = dns_header(0x1234, 0x8180, 1, 2) + q + struct.pack(">HH", A, 1)
+m += rr(ptr(12), A, 300, bytes([10, 0, 0, 1])) + rr(ptr(12), A, 60, bytes([10, 0, 0, 2]))
+dns["two-a"] = bytes([0]) + m
+# One AAAA record (2001:db8::1).
+m = dns_header(0x2345, 0x8180, 1, 1) + q + struct.pack(">HH", AAAA, 1)
+m += rr(ptr(12), AAAA, 120, bytes.fromhex("20010db8000000000000000000000001"))
+dns["aaaa"] = bytes([1]) + m
+# www.example.test (asked in other case) -> CNAME edge.example.test -> CNAME lb.edge.example.test
+# -> A, every name after the question compressed.
+m = dns_header(0x3456, 0x8180, 1, 3) + dns_name("www.example.test") + struct.pack(">HH", A, 1)
+example = 12 + 4  # "example.test" inside the question's name
+first = len(m)
+edge_at = first + 2 + 10  # the first record's data: "edge" + pointer
+m += rr(ptr(12), CNAME, 3600, b"\x04edge" + ptr(example))
+lb_at = len(m) + 2 + 10
+m += rr(ptr(edge_at), CNAME, 30, b"\x02lb" + ptr(edge_at))
+m += rr(ptr(lb_at), A, 600, bytes([192, 0, 2, 7]))
+dns["cname-chain"] = bytes([4]) + m
+# NXDOMAIN for "a".
+m = dns_header(0x4567, 0x8183, 1, 0) + dns_name("a") + struct.pack(">HH", A, 1)
+dns["nxdomain"] = bytes([2]) + m
+# REFUSED with the header alone (no question).
+dns["refused-no-question"] = bytes([0]) + dns_header(0x789A, 0x8185, 0, 0)
+# TC set, cut in the middle of its answer.
+m = dns_header(0x5678, 0x8380, 1, 2) + q + struct.pack(">HH", AAAA, 1)
+m += rr(ptr(12), AAAA, 120, bytes(16))[:9]
+dns["truncated"] = bytes([1]) + m
+# A TTL with its top bit set, read as 0 (RFC 2181 section 8).
+m = dns_header(0x6789, 0x8180, 1, 1) + dns_name("a") + struct.pack(">HH", A, 1)
+m += rr(ptr(12), A, 0x80000000, bytes([127, 0, 0, 1]))
+dns["ttl-top-bit"] = bytes([2]) + m
+# The message as text, a DNS name: the target's query round trip.
+dns["query-text"] = bytes([0]) + b"app.weir.test"
+
+for k, v in dns.items():
+    write("dns_response", k, v)

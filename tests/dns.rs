@@ -1,8 +1,9 @@
 //! Host-name targets through the real binary and Weir's own resolver, asking a test DNS server
 //! on a loopback UDP port (`--dns-resolver`): every address of an answer is used, an answer
 //! lives for its record TTL and then moves requests to the new address (on new connections),
-//! a failed connection looks the name up again, an ExternalName Service resolves through it,
-//! and a name that does not exist is a 502 that is not asked again per request.
+//! a failed connection (refused, or timed out) looks the name up again but not on every
+//! failure, an ExternalName Service resolves through it, and a name that does not exist is a
+//! 502 that is not asked again per request.
 
 mod common;
 
@@ -170,10 +171,15 @@ fn upstreams() -> (u16, Proc, Proc) {
 
 /// A proxy sending everything to `host:port`, asking `dns`.
 fn proxy(host: &str, port: u16, dns: &Dns) -> Weir {
+    proxy_with(host, port, dns, 5000)
+}
+
+/// [`proxy`] with a connect timeout of `connect_ms`.
+fn proxy_with(host: &str, port: u16, dns: &Dns, connect_ms: u64) -> Weir {
     Weir::start_logged(
         &format!(
             "routes:\n- {{id: r, service: s}}\n\
-             services:\n- {{id: s, host: {host}, port: {port}, connect_timeout: 5000}}\n"
+             services:\n- {{id: s, host: {host}, port: {port}, connect_timeout: {connect_ms}}}\n"
         ),
         &["--dns-resolver", &dns.flag()],
     )
@@ -265,12 +271,85 @@ async fn a_failed_connection_looks_the_name_up_again() {
     );
 
     let dead = proxy("dead.weir.test", port, &dns);
-    // The first connection goes to 127.0.0.3 and is refused; the retry looks the name up
-    // again and takes the next address.
+    // The first connection goes to 127.0.0.3 and is refused; the retry takes the next
+    // address (a failure right after the lookup does not ask again).
+    let r = get(&c, &dead.url("/"), &[]).await;
+    assert_eq!(r.status, 200, "{:?}", String::from_utf8_lossy(&r.body));
+    assert_eq!(r.echo_name().as_deref(), Some("one"));
+    assert_eq!(dns.asked("dead.weir.test"), 1);
+    // A second on, the next refusal looks the name up again.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
     let r = get(&c, &dead.url("/"), &[]).await;
     assert_eq!(r.status, 200, "{:?}", String::from_utf8_lossy(&r.body));
     assert_eq!(r.echo_name().as_deref(), Some("one"));
     assert_eq!(dns.asked("dead.weir.test"), 2);
+}
+
+#[tokio::test]
+async fn a_refusing_address_does_not_make_requests_ask_again_each_time() {
+    let (port, _one, _two) = upstreams();
+    let dns = Dns::start();
+    // Half the connections go to 127.0.0.3, which refuses them.
+    dns.set("half.weir.test", &["127.0.0.3", "127.0.0.1"], 300);
+    let w = proxy("half.weir.test", port, &dns);
+    let c = client();
+    let first = Instant::now();
+    for i in 0..50 {
+        let r = get(&c, &w.url("/"), &[]).await;
+        // Every request succeeds: its retry goes to the other address.
+        assert_eq!(
+            r.status,
+            200,
+            "request {i}: {:?}",
+            String::from_utf8_lossy(&r.body)
+        );
+        assert_eq!(r.echo_name().as_deref(), Some("one"));
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // At most one question per second of failures (not one per refused connection).
+    let asked = dns.asked("half.weir.test");
+    let allowed = 2 + first.elapsed().as_secs() as usize;
+    assert!(
+        (1..=allowed).contains(&asked),
+        "{asked} questions in {:?}",
+        first.elapsed()
+    );
+}
+
+/// A listener on `addr` whose accept queue is full, so that the kernel drops further SYNs
+/// (connections to it time out), and the connections that fill it.
+fn black_hole(addr: SocketAddr) -> (tokio::net::TcpListener, Vec<TcpStream>) {
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.bind(addr).unwrap();
+    let listener = socket.listen(0).unwrap();
+    let mut filling = Vec::new();
+    loop {
+        match TcpStream::connect_timeout(&addr, Duration::from_millis(200)) {
+            Ok(s) => filling.push(s),
+            Err(_) => break,
+        }
+        assert!(filling.len() < 64, "the accept queue does not fill");
+    }
+    (listener, filling)
+}
+
+#[tokio::test]
+async fn a_connection_that_times_out_looks_the_name_up_again() {
+    let (port, _one, _two) = upstreams();
+    let (_hole, _filling) = black_hole(SocketAddr::from(([127, 0, 0, 4], port)));
+    let dns = Dns::start();
+    dns.set("syn.weir.test", &["127.0.0.4", "127.0.0.1"], 300);
+    let w = proxy_with("syn.weir.test", port, &dns, 300);
+    let c = client();
+    // 127.0.0.4 drops the SYN: the connect times out, the retry takes 127.0.0.1.
+    let r = get(&c, &w.url("/"), &[]).await;
+    assert_eq!(r.status, 200, "{:?}", String::from_utf8_lossy(&r.body));
+    assert_eq!(dns.asked("syn.weir.test"), 1);
+    // A second on, the timeout looks the name up again, as a refusal does.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let r = get(&c, &w.url("/"), &[]).await;
+    assert_eq!(r.status, 200, "{:?}", String::from_utf8_lossy(&r.body));
+    assert_eq!(dns.asked("syn.weir.test"), 2);
 }
 
 #[tokio::test]

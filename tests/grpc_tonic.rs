@@ -185,8 +185,64 @@ impl tonic::server::UnaryService<Bytes> for Slow {
     }
 }
 
+/// Ticker's pace: a message at once, then one every [`TICK`] until [`TICKS`] more were sent
+/// (about 3 s in all).
+const TICK: Duration = Duration::from_millis(200);
+const TICKS: u32 = 15;
+
+/// How one Ticker call ended: the messages it handed to the stream, whether the stream went
+/// away before the last one (the call cancelled), and when that was seen.
+#[derive(Clone, Debug)]
+struct Ticked {
+    sent: u32,
+    cancelled: bool,
+    at: std::time::Instant,
+}
+
+/// Every Ticker call a [`TonicServer`] finished, in order.
+type Ticks = std::sync::Arc<std::sync::Mutex<Vec<Ticked>>>;
+
+/// Ticker: messages "0", "1", ... "[`TICKS`]", the first at once, then one every [`TICK`];
+/// records in [`Ticks`] how the call ended, and stops as soon as its stream is dropped
+/// (what hyper does when the stream is reset).
+struct Ticker(Ticks);
+impl tonic::server::ServerStreamingService<Bytes> for Ticker {
+    type Response = Bytes;
+    type ResponseStream = Messages;
+    type Future = Answer<Messages>;
+    fn call(&mut self, _: tonic::Request<Bytes>) -> Self::Future {
+        let ticks = self.0.clone();
+        let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, Status>>(1);
+        tokio::spawn(async move {
+            let mut sent = 0;
+            let cancelled = loop {
+                if tx.send(Ok(Bytes::from(sent.to_string()))).await.is_err() {
+                    break true;
+                }
+                sent += 1;
+                if sent > TICKS {
+                    break false;
+                }
+                tokio::select! {
+                    _ = tx.closed() => break true,
+                    _ = tokio::time::sleep(TICK) => {}
+                }
+            };
+            ticks.lock().unwrap().push(Ticked {
+                sent,
+                cancelled,
+                at: std::time::Instant::now(),
+            });
+        });
+        let out =
+            futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|m| (m, rx)) });
+        Box::pin(async move { Ok(tonic::Response::new(out.boxed())) })
+    }
+}
+
 async fn dispatch(
     req: http::Request<hyper::body::Incoming>,
+    ticks: Ticks,
 ) -> Result<http::Response<tonic::body::Body>, std::convert::Infallible> {
     let mut grpc = tonic::server::Grpc::new(Raw);
     Ok(match req.uri().path() {
@@ -197,6 +253,7 @@ async fn dispatch(
         "/weir.test.Echo/Fail" => grpc.unary(Fail, req).await,
         "/weir.test.Echo/StreamFail" => grpc.server_streaming(StreamFail, req).await,
         "/weir.test.Echo/Slow" => grpc.unary(Slow, req).await,
+        "/weir.test.Echo/Ticker" => grpc.server_streaming(Ticker(ticks), req).await,
         // The health-check path: this server says it is out of service.
         "/healthz" => http::Response::builder()
             .status(503)
@@ -210,10 +267,12 @@ async fn dispatch(
 type Seen = std::sync::Arc<std::sync::Mutex<Vec<(String, http::HeaderMap)>>>;
 
 /// The tonic server on a free loopback port (h2c, hyper's HTTP/2 server), on a thread of its
-/// own; stopped, its connections with it, when dropped. It records every request it gets.
+/// own; stopped, its connections with it, when dropped. It records every request it gets, and
+/// how each Ticker call ended.
 struct TonicServer {
     port: u16,
     seen: Seen,
+    ticks: Ticks,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
@@ -252,6 +311,8 @@ impl TonicServer {
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let seen = Seen::default();
         let record = seen.clone();
+        let ticks = Ticks::default();
+        let ticked = ticks.clone();
         let thread = std::thread::spawn(move || {
             let rt = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
@@ -266,6 +327,7 @@ impl TonicServer {
                         };
                         let tls = tls.clone();
                         let record = record.clone();
+                        let ticked = ticked.clone();
                         tokio::spawn(async move {
                             let h2 = hyper::server::conn::http2::Builder::new(
                                 hyper_util::rt::TokioExecutor::new(),
@@ -276,7 +338,7 @@ impl TonicServer {
                                         req.uri().path().to_string(),
                                         req.headers().clone(),
                                     ));
-                                    dispatch(req)
+                                    dispatch(req, ticked.clone())
                                 },
                             );
                             let _ = match tls {
@@ -303,6 +365,7 @@ impl TonicServer {
         TonicServer {
             port,
             seen,
+            ticks,
             stop: Some(stop),
             thread: Some(thread),
         }
@@ -311,6 +374,11 @@ impl TonicServer {
     /// The requests received so far: (path, headers).
     fn seen(&self) -> Vec<(String, http::HeaderMap)> {
         self.seen.lock().unwrap().clone()
+    }
+
+    /// The Ticker calls ended so far.
+    fn ticks(&self) -> Vec<Ticked> {
+        self.ticks.lock().unwrap().clone()
     }
 
     /// The paths of the requests received so far.
@@ -832,6 +900,219 @@ async fn a_short_grpc_timeout_is_deadline_exceeded_from_weir() {
         (ok.code, ok.values.as_slice()),
         (Code::Ok, &["slow".to_string()][..]),
         "{ok:?}"
+    );
+}
+
+/// One Ticker call over [`unenforced`] with the metadata `grpc-timeout: <timeout>` (sent,
+/// never kept by this client): the messages that arrived before the stream ended, then its
+/// status (code, message, and the trailers' metadata when it ended well), and when it ended.
+async fn unenforced_ticker(port: u16, timeout: &str) -> (Outcome, Duration) {
+    let mut g = unenforced(port);
+    g.ready().await.expect("client ready");
+    let mut req = tonic::Request::new(Bytes::from("tick"));
+    req.metadata_mut()
+        .insert("grpc-timeout", timeout.parse().unwrap());
+    let started = std::time::Instant::now();
+    let call = async {
+        let r = match g
+            .server_streaming(req, path("/weir.test.Echo/Ticker"), Raw)
+            .await
+        {
+            Ok(r) => r,
+            Err(s) => return failed(s),
+        };
+        let mut s = r.into_inner();
+        let mut values = Vec::new();
+        loop {
+            match s.message().await {
+                Ok(Some(m)) => values.push(text(&m)),
+                Ok(None) => break,
+                Err(e) => {
+                    return Outcome {
+                        values,
+                        ..failed(e)
+                    }
+                }
+            }
+        }
+        let metadata = s.trailers().await.ok().flatten().unwrap_or_default();
+        Outcome {
+            values,
+            code: Code::Ok,
+            message: String::new(),
+            metadata,
+        }
+    };
+    let out = tokio::time::timeout(LIMIT, call)
+        .await
+        .expect("no end in 10 s");
+    (out, started.elapsed())
+}
+
+/// Waits (5 s at most) until the server has seen `n` Ticker calls end; returns them.
+async fn ticks_ended(server: &TonicServer, n: usize) -> Vec<Ticked> {
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let ticks = server.ticks();
+        if ticks.len() >= n || std::time::Instant::now() >= deadline {
+            return ticks;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grpc_timeout_ends_a_streaming_answer_mid_stream_with_deadline_exceeded() {
+    const TICKER: &str = "/weir.test.Echo/Ticker";
+    let server = TonicServer::start();
+    let log = temp_dir("grpc-tonic-log").join("access.log");
+    let w = Weir::start_with(
+        &table(server.port),
+        &[],
+        std::process::Stdio::from(std::fs::File::create(&log).unwrap()),
+    );
+    let port = w.proc.port;
+    // Ticker answers at once and sends a message every 200 ms for 3 s; the call allows 700 ms,
+    // and this client never keeps the deadline itself: only Weir can end the stream early.
+    let all: Vec<String> = (0..=TICKS).map(|i| i.to_string()).collect();
+
+    // On the wire: a normal head (200, no status: not trailers-only), the first messages as
+    // they come, then DEADLINE_EXCEEDED in trailers once 700 ms have passed.
+    let started = std::time::Instant::now();
+    let r = bare_h2_stream(port, TICKER, &[("grpc-timeout", "700m")]).await;
+    assert_eq!(r.status, 200, "{r:?}");
+    assert_eq!(
+        r.head.get("grpc-status"),
+        None,
+        "a status in the head: {r:?}"
+    );
+    assert_eq!(
+        r.head.get("content-type").and_then(|v| v.to_str().ok()),
+        Some("application/grpc"),
+        "{r:?}"
+    );
+    assert!(
+        r.head_at < Duration::from_millis(500),
+        "the head came when the stream started: {r:?}"
+    );
+    let got: Vec<String> = r
+        .messages
+        .iter()
+        .map(|(_, m)| String::from_utf8_lossy(m).into_owned())
+        .collect();
+    assert!(got.len() >= 2, "the first messages arrive: {r:?}");
+    assert_eq!(got, all[..got.len()], "in order, none lost: {r:?}");
+    assert!(
+        got.len() < all.len(),
+        "the stream went on past its deadline: {r:?}"
+    );
+    assert!(r.rest.is_empty(), "a cut message: {r:?}");
+    assert_eq!(r.error, None, "the stream was cut, not ended: {r:?}");
+    let trailers = r.trailers.as_ref().expect("the stream ends with trailers");
+    assert_eq!(
+        trailers.get("grpc-status").and_then(|v| v.to_str().ok()),
+        Some("4"),
+        "{r:?}"
+    );
+    assert_eq!(
+        trailers.get("grpc-message").and_then(|v| v.to_str().ok()),
+        Some("Deadline Exceeded"),
+        "{r:?}"
+    );
+    assert!(
+        r.ended >= Duration::from_millis(650) && r.ended < Duration::from_secs(2),
+        "ended after {:?}: {r:?}",
+        r.ended
+    );
+    // The upstream's stream was dropped at the deadline: Ticker saw its stream go away long
+    // before its 3 s were up.
+    let ticks = ticks_ended(&server, 1).await;
+    assert_eq!(
+        ticks.len(),
+        1,
+        "Ticker's call did not end in 5 s: {ticks:?}"
+    );
+    assert!(ticks[0].cancelled, "{ticks:?}");
+    assert!(ticks[0].sent <= TICKS, "{ticks:?}");
+    let cancelled_after = ticks[0].at.duration_since(started);
+    assert!(
+        cancelled_after < Duration::from_secs(2),
+        "the upstream saw the cancel after {cancelled_after:?}: {ticks:?}"
+    );
+
+    // tonic's client sees the messages, then DEADLINE_EXCEEDED with Weir's message.
+    let (r, took) = unenforced_ticker(port, "700m").await;
+    assert_eq!(
+        (r.code, r.message.as_str()),
+        (Code::DeadlineExceeded, "Deadline Exceeded"),
+        "after {took:?}: {r:?}"
+    );
+    assert!(r.values.len() >= 2, "{r:?}");
+    assert_eq!(r.values, all[..r.values.len()], "{r:?}");
+    assert!(r.values.len() < all.len(), "{r:?}");
+    assert!(
+        took >= Duration::from_millis(650) && took < Duration::from_secs(2),
+        "{took:?}"
+    );
+    let ticks = ticks_ended(&server, 2).await;
+    assert_eq!(ticks.len(), 2, "{ticks:?}");
+    assert!(ticks[1].cancelled && ticks[1].sent <= TICKS, "{ticks:?}");
+
+    // A deadline longer than the stream takes: every message, then OK.
+    let (r, took) = unenforced_ticker(port, "5S").await;
+    assert_eq!(r.code, Code::Ok, "after {took:?}: {r:?}");
+    assert_eq!(r.values, all, "{r:?}");
+    assert_eq!(
+        r.metadata.get("grpc-status").and_then(|v| v.to_str().ok()),
+        Some("0"),
+        "{r:?}"
+    );
+    let ticks = ticks_ended(&server, 3).await;
+    assert_eq!(ticks.len(), 3, "{ticks:?}");
+    assert!(
+        !ticks[2].cancelled && ticks[2].sent == TICKS + 1,
+        "{ticks:?}"
+    );
+
+    // Each call went upstream once, with its deadline.
+    let timeouts: Vec<_> = server
+        .seen()
+        .iter()
+        .filter(|(p, _)| p == TICKER)
+        .map(|(_, h)| {
+            h.get("grpc-timeout")
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_string)
+        })
+        .collect();
+    assert_eq!(
+        timeouts,
+        [Some("700m".into()), Some("700m".into()), Some("5S".into())],
+        "{:?}",
+        server.seen()
+    );
+
+    // The access log: the two cut calls with status 4, the whole one with 0.
+    let mut statuses = Vec::new();
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while std::time::Instant::now() < deadline {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        statuses = text
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .filter(|l| l["path"] == TICKER)
+            .map(|l| l["grpc_status"].clone())
+            .collect();
+        if statuses.len() >= 3 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(
+        statuses,
+        [json!(4), json!(4), json!(0)],
+        "access log: {}",
+        std::fs::read_to_string(&log).unwrap_or_default()
     );
 }
 

@@ -109,6 +109,22 @@ pub async fn bare_h2_call(
     headers: &[(&str, &str)],
 ) -> (u16, http::HeaderMap) {
     use http_body::Body as _;
+    let resp = bare_h2_send(port, path, headers).await;
+    // A trailers-only answer: END_STREAM rides on the head, no body frame follows.
+    assert!(
+        resp.body().is_end_stream(),
+        "a body follows the head: {resp:?}"
+    );
+    (resp.status().as_u16(), resp.headers().clone())
+}
+
+/// Sends the call of [`bare_h2_call`] (one 1-byte message, `headers` replacing the defaults)
+/// and waits at most 10 s for the response head.
+async fn bare_h2_send(
+    port: u16,
+    path: &str,
+    headers: &[(&str, &str)],
+) -> http::Response<hyper::body::Incoming> {
     use http_body_util::Full;
     let client: Client<_, Full<Bytes>> = Client::builder(TokioExecutor::new())
         .http2_only(true)
@@ -126,16 +142,88 @@ pub async fn bare_h2_call(
             http::HeaderValue::from_str(v).unwrap(),
         );
     }
-    let resp = tokio::time::timeout(Duration::from_secs(10), client.request(req))
+    tokio::time::timeout(Duration::from_secs(10), client.request(req))
         .await
         .expect("no answer in 10 s")
-        .expect("request failed");
-    // A trailers-only answer: END_STREAM rides on the head, no body frame follows.
-    assert!(
-        resp.body().is_end_stream(),
-        "a body follows the head: {resp:?}"
-    );
-    (resp.status().as_u16(), resp.headers().clone())
+        .expect("request failed")
+}
+
+/// A streamed answer to [`bare_h2_stream`], as it came off the wire, each time measured from
+/// when the call was sent.
+#[derive(Debug)]
+pub struct BareStream {
+    pub status: u16,
+    pub head: http::HeaderMap,
+    /// When the head arrived.
+    pub head_at: Duration,
+    /// Each gRPC message (flag 0 or 1) as it was completed: when, and its payload.
+    pub messages: Vec<(Duration, Vec<u8>)>,
+    /// The trailers, if the stream ended with them.
+    pub trailers: Option<http::HeaderMap>,
+    /// The body's error, if it ended in one (a reset) instead.
+    pub error: Option<String>,
+    /// Bytes left after the last whole message (a cut message).
+    pub rest: Vec<u8>,
+    /// When the stream ended (trailers, END_STREAM on data, or an error).
+    pub ended: Duration,
+}
+
+/// The call of [`bare_h2_call`] (no deadline of its own: a `grpc-timeout` among `headers` is
+/// only sent), for an answer that streams: reads the body frame by frame until the stream
+/// ends, the whole call bounded at 10 s.
+pub async fn bare_h2_stream(port: u16, path: &str, headers: &[(&str, &str)]) -> BareStream {
+    use http_body_util::BodyExt as _;
+    let started = std::time::Instant::now();
+    let resp = bare_h2_send(port, path, headers).await;
+    let head_at = started.elapsed();
+    let (parts, mut body) = resp.into_parts();
+    let mut out = BareStream {
+        status: parts.status.as_u16(),
+        head: parts.headers,
+        head_at,
+        messages: Vec::new(),
+        trailers: None,
+        error: None,
+        rest: Vec::new(),
+        ended: Duration::ZERO,
+    };
+    let read = async {
+        while let Some(frame) = body.frame().await {
+            let frame = match frame {
+                Ok(f) => f,
+                Err(e) => {
+                    out.error = Some(e.to_string());
+                    break;
+                }
+            };
+            match frame.into_data() {
+                Ok(data) => {
+                    out.rest.extend_from_slice(&data);
+                    while out.rest.len() >= 5 {
+                        let len = u32::from_be_bytes([
+                            out.rest[1],
+                            out.rest[2],
+                            out.rest[3],
+                            out.rest[4],
+                        ]) as usize;
+                        if out.rest.len() < 5 + len {
+                            break;
+                        }
+                        let m: Vec<u8> = out.rest.drain(..5 + len).skip(5).collect();
+                        out.messages.push((started.elapsed(), m));
+                    }
+                }
+                Err(frame) => {
+                    out.trailers = frame.into_trailers().ok();
+                }
+            }
+        }
+        out.ended = started.elapsed();
+    };
+    tokio::time::timeout(Duration::from_secs(10), read)
+        .await
+        .expect("the stream did not end in 10 s");
+    out
 }
 
 /// One length-prefixed gRPC(-Web) message frame (not compressed) carrying `payload`.

@@ -1297,10 +1297,14 @@ fn set_absolute_uri(req: &mut Request<UpstreamBody>, target: &str, tls: bool) {
     // HTTP/2 names the host in `:authority`, and a `Host` beside it may not differ (RFC 9113
     // §8.3.1; servers such as Go's route on `:authority`): the Host chosen for the request
     // (the target's, the client's with preserve_host, or host_header) becomes `:authority`.
+    // A request sent again (its connection failed before it went) has no `Host` any more:
+    // the authority it got the first time stays.
     let host = req.headers_mut().remove(header::HOST);
+    let kept = req.uri().authority().map(|a| a.as_str().to_owned());
     let uri = host
         .as_ref()
         .and_then(|h| h.to_str().ok())
+        .or(kept.as_deref())
         .and_then(|h| format!("{scheme}://{h}{pq}").parse().ok())
         .or_else(|| format!("{scheme}://{target}{pq}").parse().ok());
     if let Some(uri) = uri {
@@ -1410,6 +1414,28 @@ mod tests {
     use crate::balancer::Balancer;
     use crate::pipeline::RouteChain;
     use std::time::Duration;
+
+    #[test]
+    fn http2_upstreams_get_the_chosen_host_as_authority_also_when_sent_again() {
+        let mut req = Request::new(UpstreamBody::empty());
+        *req.uri_mut() = "/a?b".parse().unwrap();
+        req.headers_mut()
+            .insert(header::HOST, HeaderValue::from_static("client.test"));
+        set_absolute_uri(&mut req, "10.0.0.5:50051", false);
+        assert_eq!(req.uri(), "http://client.test/a?b");
+        assert!(
+            req.headers().get(header::HOST).is_none(),
+            "no Host beside :authority"
+        );
+        // Sent again after its connection failed (no Host any more): the same authority.
+        set_absolute_uri(&mut req, "10.0.0.6:50051", true);
+        assert_eq!(req.uri(), "https://client.test/a?b");
+        // Nothing chosen: the target.
+        let mut req = Request::new(UpstreamBody::empty());
+        *req.uri_mut() = "/".parse().unwrap();
+        set_absolute_uri(&mut req, "10.0.0.5:50051", false);
+        assert_eq!(req.uri(), "http://10.0.0.5:50051/");
+    }
 
     fn route(strip: bool) -> CompiledRoute {
         CompiledRoute {

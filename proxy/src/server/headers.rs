@@ -425,10 +425,19 @@ pub struct Forwarding<'a> {
 }
 
 /// `X-Forwarded-*` (every one: `-Ssl`, `-Scheme`, `-Client-Cert` are trusted by some
-/// upstreams too), `X-Real-IP` and RFC 7239 `Forwarded`.
-fn is_forwarding(n: &HeaderName) -> bool {
-    let n = n.as_str();
-    n.starts_with("x-forwarded-") || n == "x-real-ip" || n == "forwarded"
+/// upstreams too), `X-Real-IP` and RFC 7239 `Forwarded`; also spelt with `_` for `-`
+/// (`X_Forwarded_For`), which CGI-style servers fold into the same variable.
+pub(crate) fn is_forwarding(n: &HeaderName) -> bool {
+    // Header names are lower case here.
+    fn same(name: &[u8], want: &[u8]) -> bool {
+        name.len() == want.len()
+            && name
+                .iter()
+                .zip(want)
+                .all(|(&a, &b)| a == b || (a == b'_' && b == b'-'))
+    }
+    let n = n.as_str().as_bytes();
+    (n.len() > 12 && same(&n[..12], b"x-forwarded-")) || same(n, b"x-real-ip") || n == b"forwarded"
 }
 
 /// Edge, before any plugin: a client that is not a trusted proxy may not say how it was
@@ -716,6 +725,9 @@ mod tests {
             "x-forwarded-client-cert",
             "forwarded",
             "x-real-ip",
+            "x_forwarded_for",
+            "x-forwarded_proto",
+            "x_real_ip",
         ] {
             h.insert(n, HeaderValue::from_static("spoof"));
         }

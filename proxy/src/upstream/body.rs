@@ -78,7 +78,12 @@ pub fn clean_trailers(mut t: http::HeaderMap) -> http::HeaderMap {
     crate::consumers::remove_identity_headers(&mut t);
     let forbidden: Vec<http::HeaderName> = t
         .keys()
-        .filter(|n| super::h1::chunked::is_forbidden_trailer(n.as_str().as_bytes()))
+        // Forwarding fields are Weir's to set, in the head: some servers merge trailers into
+        // the headers.
+        .filter(|n| {
+            super::h1::chunked::is_forbidden_trailer(n.as_str().as_bytes())
+                || crate::server::headers::is_forwarding(n)
+        })
         .cloned()
         .collect();
     for n in forbidden {
@@ -214,5 +219,33 @@ impl Body for UpstreamBody {
             (None, Some(full)) => SizeHint::with_exact(full.len() as u64),
             (None, None) => SizeHint::with_exact(0),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn request_trailers_lose_forwarding_identity_and_framing_fields() {
+        let mut t = http::HeaderMap::new();
+        for name in [
+            "x-forwarded-for",
+            "x_forwarded_for",
+            "forwarded",
+            "x-real-ip",
+            "x-consumer-id",
+            "content-length",
+            "host",
+            "authorization",
+            "x-checksum",
+        ] {
+            t.insert(
+                http::HeaderName::from_bytes(name.as_bytes()).unwrap(),
+                http::HeaderValue::from_static("v"),
+            );
+        }
+        let kept: Vec<String> = clean_trailers(t).keys().map(|k| k.to_string()).collect();
+        assert_eq!(kept, ["x-checksum"]);
     }
 }

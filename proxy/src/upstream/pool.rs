@@ -10,7 +10,9 @@
 //! named by host name is resolved before its pool is looked at, and its connections are kept
 //! per address ([`Slot::Named`]): connections to different addresses never mix, and when DNS
 //! moves the name, new requests go to new connections while those to the old addresses age
-//! out with the idle sweep.
+//! out with the idle sweep. For that a host name's HTTP/2 connection ages too, from the last
+//! request it was taken for, and is closed once unused for the idle timeout, as an HTTP/1.1
+//! one is (an IP target's stays while it is open).
 
 use std::cell::RefCell;
 use std::collections::{HashMap, HashSet};
@@ -42,8 +44,8 @@ const MIN_IDLE_SWEEPS: u64 = 6;
 pub struct PoolSettings {
     /// Idle HTTP/1.1 connections kept per key (and worker); more are closed when released.
     pub max_idle_per_key: usize,
-    /// How long an idle HTTP/1.1 connection is kept unused (to within a sweep); zero keeps
-    /// none.
+    /// How long an idle HTTP/1.1 connection (or a host name's HTTP/2 one) is kept unused (to
+    /// within a sweep); zero keeps none.
     pub idle_timeout: Duration,
 }
 
@@ -141,7 +143,8 @@ impl Hash for PoolKey {
 enum Sender {
     /// With the sweep count at which it became idle.
     H1(h1::Connection, u64),
-    H2(http2::SendRequest<UpstreamBody>),
+    /// With the sweep count at which it was last taken (kept up to date for host names only).
+    H2(http2::SendRequest<UpstreamBody>, u64),
 }
 
 /// The idle connections of one key.
@@ -178,11 +181,13 @@ impl Slot {
     }
 }
 
-/// Whether an idle connection is kept by a sweep at `now`.
-fn keep(s: &Sender, now: u64, max_sweeps: u64) -> bool {
+/// Whether an idle connection is kept by a sweep at `now`: an HTTP/2 one while it is open,
+/// and, when `named` (a host name's), only while taken within the idle timeout too, so that
+/// one to an address that left the answer is closed.
+fn keep(s: &Sender, now: u64, max_sweeps: u64, named: bool) -> bool {
     match s {
         Sender::H1(c, since) => now - since < max_sweeps && c.is_usable(),
-        Sender::H2(s) => !s.is_closed(),
+        Sender::H2(s, since) => !s.is_closed() && (!named || now - since < max_sweeps),
     }
 }
 
@@ -224,15 +229,16 @@ fn sweep_once(max_sweeps: u64) {
             }
             match slot {
                 Slot::Direct(list) => {
-                    list.retain(|s| keep(s, now, max_sweeps));
+                    list.retain(|s| keep(s, now, max_sweeps, false));
                     !list.is_empty()
                 }
                 Slot::Named(vias) => {
                     // An address with connections out stays, so that they find it when
                     // released; the others go with their last idle connection (addresses
-                    // no longer in the answer among them).
+                    // no longer in the answer among them: nothing takes their connections,
+                    // HTTP/2 ones included, so they age out).
                     vias.retain_mut(|v| {
-                        v.idle.retain(|s| keep(s, now, max_sweeps));
+                        v.idle.retain(|s| keep(s, now, max_sweeps, true));
                         !v.idle.is_empty() || Arc::strong_count(&v.target) > 1
                     });
                     !vias.is_empty()
@@ -297,7 +303,12 @@ pub async fn checkout(key: &PoolKey, connect_timeout: Duration) -> Result<Conn, 
     // The connect timeout covers resolution, TCP connect, and the TLS and HTTP/2 handshakes.
     match tokio::time::timeout(connect_timeout, open(key, named)).await {
         Ok(r) => r,
-        Err(_) => Err(ConnectError::Timeout(key.target.clone())),
+        Err(_) => {
+            // An address that drops SYNs fails as one that refuses: a host name is looked up
+            // again (an IP target is left alone there).
+            super::dns::failed(&key.target);
+            Err(ConnectError::Timeout(key.target.clone()))
+        }
     }
 }
 
@@ -390,8 +401,9 @@ async fn connect(key: PoolKey, addr: SocketAddr) -> Result<Conn, ConnectError> {
             let _ = conn.await;
         });
         // h2 connections are shared: keep a handle in the pool right away.
-        park(&key, Sender::H2(sender.clone()), usize::MAX);
-        Sender::H2(sender)
+        let now = SWEEPS.with(|s| s.get());
+        park(&key, Sender::H2(sender.clone(), now), usize::MAX);
+        Sender::H2(sender, now)
     } else {
         Sender::H1(h1::Connection::new(stream), 0)
     };
@@ -408,15 +420,22 @@ fn take_idle(key: &PoolKey) -> Idle {
         let Some(slot) = m.get_mut(key) else {
             return Idle::Empty;
         };
+        let named = matches!(slot, Slot::Named(_));
         let Some(list) = slot.list(key) else {
             return Idle::Named;
         };
         while let Some(s) = list.pop() {
             match s {
                 Sender::H1(c, since) if c.is_usable() => return Idle::Taken(Sender::H1(c, since)),
-                Sender::H2(s) if !s.is_closed() => {
-                    list.push(Sender::H2(s.clone()));
-                    return Idle::Taken(Sender::H2(s));
+                Sender::H2(s, since) if !s.is_closed() => {
+                    // A host name's connection to an address still in use stays young.
+                    let since = if named {
+                        SWEEPS.with(|n| n.get())
+                    } else {
+                        since
+                    };
+                    list.push(Sender::H2(s.clone(), since));
+                    return Idle::Taken(Sender::H2(s, since));
                 }
                 _ => {}
             }
@@ -465,7 +484,7 @@ impl Conn {
                 .send(req, added, self.key, self.reused, write_timeout)
                 .await
                 .map(|res| res.map(ResponseBody::H1)),
-            Sender::H2(mut s) => match s.try_send_request(req).await {
+            Sender::H2(mut s, _) => match s.try_send_request(req).await {
                 Ok(res) => Ok(res.map(ResponseBody::H2)),
                 Err(mut e) => {
                     let unsent = e.take_message();
@@ -625,6 +644,53 @@ mod tests {
         let client = TcpStream::connect(a).await.unwrap();
         release_h1(&stale, h1::Connection::new(Stream::Tcp(client)));
         assert!(IDLE.with(|m| m.borrow().is_empty()));
+    }
+
+    #[tokio::test]
+    async fn a_host_names_h2_connection_ages_out_once_no_longer_taken() {
+        // An HTTP/2 connection whose peer just stays there.
+        let (client, _peer) = tokio::io::duplex(1 << 16);
+        let (sender, conn) = http2::Builder::new(TokioExecutor::new())
+            .handshake::<_, UpstreamBody>(TokioIo::new(client))
+            .await
+            .unwrap();
+        tokio::spawn(conn);
+        let now = || SWEEPS.with(|s| s.get());
+        let name = PoolKey {
+            target: "h2.weir.test:443".into(),
+            h2: true,
+            tls: None,
+        };
+        let via = via_key(&name, ([127, 0, 0, 1], 443).into());
+        park(&via, Sender::H2(sender.clone(), now()), usize::MAX);
+        // The same connection as an IP target's, for comparison.
+        let ip = PoolKey {
+            target: "127.0.0.1:443".into(),
+            h2: true,
+            tls: None,
+        };
+        park(&ip, Sender::H2(sender, now()), usize::MAX);
+
+        // Taken for requests now and then (its address is in the answer): kept, however
+        // long.
+        for _ in 0..20 {
+            sweep_once(6);
+            assert!(matches!(take_idle(&via), Idle::Taken(_)));
+        }
+        // Its address left the answer: nothing takes it; closed after the idle timeout, and
+        // the address forgotten.
+        drop(via);
+        for _ in 1..6 {
+            sweep_once(6);
+            assert!(
+                IDLE.with(|m| m.borrow().contains_key(&name)),
+                "closed early"
+            );
+        }
+        sweep_once(6);
+        assert!(IDLE.with(|m| !m.borrow().contains_key(&name)));
+        // The IP target's is kept while open, as before.
+        assert_eq!(idle(&ip), 1);
     }
 
     #[test]

@@ -89,9 +89,12 @@ async fn ask_udp(
         let n = socket.recv(&mut buf).await.map_err(io)?;
         match wire::parse_response(&buf[..n], id, name, qtype) {
             Ok(answer) => return Ok(answer),
-            // Not ours: keep waiting for the real answer.
-            Err(ParseError::WrongId | ParseError::WrongQuestion | ParseError::Malformed) => {}
-            Err(e @ ParseError::Rcode(_)) => {
+            // Not ours (another id, or too short to say): keep waiting for the real answer.
+            Err(ParseError::WrongId | ParseError::WrongQuestion) => {}
+            Err(ParseError::Malformed) if buf[..n.min(2)] != id.to_be_bytes() => {}
+            // The server failed (an error code, with or without the question) or sent a
+            // malformed answer to our id: on to the next server at once.
+            Err(e @ (ParseError::Rcode(_) | ParseError::Malformed)) => {
                 return Err(QueryError::Server(format!("{server}: {e}")))
             }
         }
@@ -251,5 +254,44 @@ mod tests {
         let got = query(&c, "slow.weir.test", wire::TYPE_A).await;
         assert!(matches!(got, Err(QueryError::Timeout(..))), "{got:?}");
         assert!(started.elapsed() >= Duration::from_millis(600));
+    }
+
+    #[tokio::test]
+    async fn a_refusal_without_the_question_or_a_malformed_answer_moves_on_at_once() {
+        let refusing = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+        let garbling = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+        let good = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+        let servers = [
+            refusing.local_addr().unwrap(),
+            garbling.local_addr().unwrap(),
+            good.local_addr().unwrap(),
+        ];
+        let serve = tokio::spawn(async move {
+            let mut buf = [0u8; 512];
+            let (n, from) = refusing.recv_from(&mut buf).await.unwrap();
+            // A guess at the id is still ignored...
+            let mut spoof = reply(&buf[..n], 0x8180, &[[6, 6, 6, 6]]);
+            spoof[0] ^= 0xFF;
+            refusing.send_to(&spoof, from).await.unwrap();
+            // ...and REFUSED with the header alone (no question section) ends this server.
+            let mut refused = buf[..2].to_vec();
+            refused.extend_from_slice(&[0x81, 0x85, 0, 0, 0, 0, 0, 0, 0, 0]);
+            refusing.send_to(&refused, from).await.unwrap();
+            // Our id, then bytes that do not parse.
+            let (n, from) = garbling.recv_from(&mut buf).await.unwrap();
+            let mut garbled = reply(&buf[..n], 0x8180, &[[6, 6, 6, 6]]);
+            garbled.truncate(garbled.len() - 3);
+            garbling.send_to(&garbled, from).await.unwrap();
+            let (n, from) = good.recv_from(&mut buf).await.unwrap();
+            good.send_to(&reply(&buf[..n], 0x8180, &[[10, 0, 0, 1]]), from)
+                .await
+                .unwrap();
+        });
+        let started = std::time::Instant::now();
+        let got = query(&conf(&servers), "moved.weir.test", wire::TYPE_A).await;
+        assert_eq!(got.unwrap(), a(&[[10, 0, 0, 1]]));
+        // Well within one server's timeout (300 ms).
+        assert!(started.elapsed() < Duration::from_millis(250));
+        serve.await.unwrap();
     }
 }

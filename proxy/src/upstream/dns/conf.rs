@@ -1,13 +1,20 @@
 //! The system's resolver settings, read the way glibc reads them: `/etc/resolv.conf`
 //! (nameservers, search list, `ndots`, `timeout`, `attempts`) and `/etc/hosts`.
 //!
-//! Pure: text in, settings out; unknown or malformed lines are skipped, as glibc skips them.
+//! Pure: text in, settings out; unknown or malformed lines are skipped, as glibc skips them
+//! (a nameserver it cannot use is also logged, once per process).
+//!
+//! A link-local IPv6 nameserver keeps its zone when the zone is the interface's number
+//! (`fe80::1%2`); a zone given by interface name (`fe80::1%eth0`) is not supported (it would
+//! need `if_nametoindex`), and such a nameserver is skipped with a warning.
 
 use std::collections::HashMap;
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV6};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-/// glibc's bounds (`RES_MAXNDOTS`, `RES_MAXRETRANS`, `RES_MAXRETRY`).
+/// glibc's bounds (`MAXNS`, `RES_MAXNDOTS`, `RES_MAXRETRANS`, `RES_MAXRETRY`).
+const MAX_NAMESERVERS: usize = 3;
 const MAX_NDOTS: usize = 15;
 const MAX_TIMEOUT_SECS: u64 = 30;
 const MAX_ATTEMPTS: usize = 5;
@@ -15,7 +22,8 @@ const MAX_ATTEMPTS: usize = 5;
 /// The settings of `/etc/resolv.conf` a stub resolver uses.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ResolvConf {
-    /// Servers asked in turn; `127.0.0.1:53` when the file names none.
+    /// Servers asked in turn (the first three of the file, as glibc's `MAXNS`);
+    /// `127.0.0.1:53` when the file names none.
     pub nameservers: Vec<SocketAddr>,
     /// Domains appended to relative names (`search`, or `domain`: the last line wins).
     pub search: Vec<String>,
@@ -47,18 +55,31 @@ pub fn parse_resolv_conf(text: &str) -> ResolvConf {
         ..ResolvConf::default()
     };
     for line in text.lines() {
-        let line = line.split(['#', ';']).next().unwrap_or("");
+        // As glibc: a comment is a line that starts with `#` or `;`; elsewhere they are words
+        // (that a nameserver line, say, ignores after its address).
+        if line.starts_with(['#', ';']) {
+            continue;
+        }
         let mut words = line.split_whitespace();
         match words.next() {
             Some("nameserver") => {
-                // A zone index (`fe80::1%eth0`) is dropped: the address without it is what
-                // a link-local server can be reached at on most hosts anyway.
-                if let Some(ip) = words
-                    .next()
-                    .and_then(|w| w.split('%').next())
-                    .and_then(|w| w.parse::<IpAddr>().ok())
-                {
-                    conf.nameservers.push(SocketAddr::new(ip, 53));
+                let Some(word) = words.next() else { continue };
+                match server_addr(word, 53) {
+                    Ok(addr) if conf.nameservers.len() < MAX_NAMESERVERS => {
+                        conf.nameservers.push(addr)
+                    }
+                    Ok(_) | Err(ServerAddrError::NotAnAddress) => {}
+                    Err(ServerAddrError::NamedZone) => {
+                        static WARNED: AtomicBool = AtomicBool::new(false);
+                        if !WARNED.swap(true, Ordering::Relaxed) {
+                            tracing::warn!(
+                                nameserver = word,
+                                "nameserver of /etc/resolv.conf skipped: a zone given by \
+                                 interface name is not supported (give its number, as in \
+                                 fe80::1%2)"
+                            );
+                        }
+                    }
                 }
             }
             Some("search") | Some("domain") => {
@@ -130,20 +151,59 @@ pub fn candidates(name: &str, conf: &ResolvConf) -> Vec<String> {
     }
 }
 
+/// Why a word is not a nameserver address.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ServerAddrError {
+    NotAnAddress,
+    /// A link-local address whose zone is an interface name (`fe80::1%eth0`).
+    NamedZone,
+}
+
+/// `ip`, or `ipv6%zone` with the zone as the interface's number, on `port`.
+fn server_addr(word: &str, port: u16) -> Result<SocketAddr, ServerAddrError> {
+    match word.split_once('%') {
+        None => word
+            .parse::<IpAddr>()
+            .map(|ip| SocketAddr::new(ip, port))
+            .map_err(|_| ServerAddrError::NotAnAddress),
+        Some((ip, zone)) => {
+            let ip = ip
+                .parse::<Ipv6Addr>()
+                .map_err(|_| ServerAddrError::NotAnAddress)?;
+            match zone.parse::<u32>() {
+                Ok(scope) => Ok(SocketAddr::V6(SocketAddrV6::new(ip, port, 0, scope))),
+                Err(_) if !zone.is_empty() && zone.bytes().all(|b| b.is_ascii_graphic()) => {
+                    Err(ServerAddrError::NamedZone)
+                }
+                Err(_) => Err(ServerAddrError::NotAnAddress),
+            }
+        }
+    }
+}
+
 /// A nameserver given on the command line: `ip`, `ip:port` or `[ipv6]:port` (port 53 when
-/// not given).
+/// not given); a link-local IPv6 address takes its zone as the interface's number
+/// (`fe80::1%2`, `[fe80::1%2]:53`).
 pub fn parse_nameserver(s: &str) -> Result<SocketAddr, String> {
     let s = s.trim();
     if let Ok(addr) = s.parse::<SocketAddr>() {
         return Ok(addr);
     }
-    let bare = s
-        .strip_prefix('[')
-        .and_then(|v| v.strip_suffix(']'))
-        .unwrap_or(s);
-    bare.parse::<IpAddr>()
-        .map(|ip| SocketAddr::new(ip, 53))
-        .map_err(|_| format!("{s:?} is not a nameserver address (ip or ip:port)"))
+    // `[ip%zone]:port`, `[ip]`, `[ip%zone]`, `ip`, `ip%zone`.
+    let (bare, port) = match s.strip_prefix('[').and_then(|v| v.split_once(']')) {
+        Some((ip, "")) => (ip, Some(53)),
+        Some((ip, port)) => (ip, port.strip_prefix(':').and_then(|p| p.parse().ok())),
+        None => (s, Some(53)),
+    };
+    let bad = || format!("{s:?} is not a nameserver address (ip or ip:port)");
+    let port = port.ok_or_else(bad)?;
+    server_addr(bare, port).map_err(|e| match e {
+        ServerAddrError::NotAnAddress => bad(),
+        ServerAddrError::NamedZone => format!(
+            "{s:?}: a zone given by interface name is not supported; give its number \
+             (as in fe80::1%2)"
+        ),
+    })
 }
 
 #[cfg(test)]
@@ -168,7 +228,8 @@ mod tests {
         assert_eq!(
             conf,
             ResolvConf {
-                nameservers: addrs(&["10.96.0.10:53", "[fd00::a]:53", "[fe80::1]:53"]),
+                // A zone named by interface is not supported: that server is skipped.
+                nameservers: addrs(&["10.96.0.10:53", "[fd00::a]:53"]),
                 search: vec![
                     "demo.svc.cluster.local".into(),
                     "svc.cluster.local".into(),
@@ -179,6 +240,40 @@ mod tests {
                 attempts: 3,
             }
         );
+    }
+
+    #[test]
+    fn link_local_servers_keep_their_zone() {
+        let conf = parse_resolv_conf("nameserver fe80::1%2\nnameserver fe80::2%\n");
+        let want = SocketAddr::V6(SocketAddrV6::new("fe80::1".parse().unwrap(), 53, 0, 2));
+        assert_eq!(conf.nameservers, [want]);
+        assert_eq!(parse_nameserver("fe80::1%2"), Ok(want));
+        assert_eq!(parse_nameserver("[fe80::1%2]"), Ok(want));
+        let on_54 = SocketAddr::V6(SocketAddrV6::new("fe80::1".parse().unwrap(), 54, 0, 2));
+        assert_eq!(parse_nameserver("[fe80::1%2]:54"), Ok(on_54));
+        let named = parse_nameserver("fe80::1%eth0").unwrap_err();
+        assert!(named.contains("interface name"), "{named}");
+        assert!(parse_nameserver("10.0.0.1%2").is_err());
+        assert!(parse_nameserver("[fe80::1%2]:x").is_err());
+    }
+
+    #[test]
+    fn three_servers_at_most_and_comments_only_at_the_start_of_a_line() {
+        let conf = parse_resolv_conf(
+            "nameserver 10.0.0.1\n\
+             # nameserver 10.0.0.9\n\
+             ; nameserver 10.0.0.8\n\
+             nameserver 10.0.0.2 # the second\n\
+             search a.example # b.example\n\
+             nameserver 10.0.0.3\n\
+             nameserver 10.0.0.4\n",
+        );
+        assert_eq!(
+            conf.nameservers,
+            addrs(&["10.0.0.1:53", "10.0.0.2:53", "10.0.0.3:53"])
+        );
+        // glibc reads the rest of a search line as domains, `#` included.
+        assert_eq!(conf.search, ["a.example", "#", "b.example"]);
     }
 
     #[test]

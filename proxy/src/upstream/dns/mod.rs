@@ -4,14 +4,19 @@
 //!
 //! Every address of the answer is used in turn. An answer is kept for its records' TTL (the
 //! smallest along the CNAME chain, at least 1 s), or for `--dns-ttl` when that is set (nginx's
-//! `resolver … valid=`); a failed lookup is remembered for [`NEGATIVE_TTL`], so a burst of
-//! requests for a name that does not resolve sends one query, not one per request; concurrent
-//! lookups of one name share one query. A failed connection to one address makes the next
-//! connection look the name up again.
+//! `resolver … valid=`); once it ran out it is still used for up to [`STALE`] while one lookup
+//! refreshes it in the background, so that requests do not wait for the query. A failed
+//! lookup is remembered for [`NEGATIVE_TTL`], so a burst of requests for a name that does not
+//! resolve sends one query, not one per request. Lookups run in tasks of their own, bounded
+//! by the resolver's timeouts: concurrent callers of one name share one query, and a caller
+//! that gives up (its connect timeout) cancels nothing. A failed connection (refused or timed
+//! out) to one address makes the next connection look the name up again, at most once per
+//! [`RELOOK_AFTER_FAILURE`].
 //!
 //! The nameservers, search list and options come from `/etc/resolv.conf` (the servers from
 //! `--dns-resolver` when given), names in `/etc/hosts` are answered from it; both files are
-//! read again at most every few seconds, and only when a name is looked up.
+//! read again at most every few seconds, and only when a name is looked up (a file that
+//! cannot be read then leaves the settings as they were).
 
 mod client;
 pub(crate) mod conf;
@@ -23,7 +28,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use tokio::sync::OnceCell;
+use tokio::sync::watch;
 
 use super::pool::ConnectError;
 use conf::ResolvConf;
@@ -33,6 +38,11 @@ pub use conf::parse_nameserver;
 
 /// How long a failed lookup (no such name, no addresses, no answer) is remembered.
 pub const NEGATIVE_TTL: Duration = Duration::from_secs(1);
+/// How long past its TTL an answer is still used while a lookup refreshes it.
+pub const STALE: Duration = Duration::from_secs(10);
+/// How old an answer must be for a failed connection to one of its addresses to look the
+/// name up again.
+pub const RELOOK_AFTER_FAILURE: Duration = Duration::from_secs(1);
 /// Shortest time an answer is kept, whatever its records say (a TTL of 0 would otherwise
 /// mean one query per connection).
 const MIN_TTL: Duration = Duration::from_secs(1);
@@ -40,8 +50,8 @@ const MIN_TTL: Duration = Duration::from_secs(1);
 const HOSTS_TTL: Duration = Duration::from_secs(30);
 /// How often `/etc/resolv.conf` and `/etc/hosts` may be read again.
 const REREAD: Duration = Duration::from_secs(5);
-/// Names cached before expired ones are dropped (targets come from the routing table and
-/// plugins, so this is rarely reached).
+/// Names cached before spent ones are dropped, then the least recently used (targets come
+/// from the routing table and plugins, so this is rarely reached).
 const MAX_ENTRIES: usize = 4096;
 
 /// `--dns-ttl` in milliseconds; `u64::MAX` when unset (the records' TTLs apply).
@@ -71,107 +81,322 @@ static RESOLVERS: Mutex<Vec<SocketAddr>> = Mutex::new(Vec::new());
 pub fn set_resolvers(servers: Vec<SocketAddr>) {
     *RESOLVERS.lock().unwrap_or_else(|e| e.into_inner()) = servers;
     // The next lookup reads the settings again, with these servers.
-    *SYSTEM.lock().unwrap_or_else(|e| e.into_inner()) = None;
+    SETTINGS_CHANGED.fetch_add(1, Ordering::Relaxed);
 }
+
+/// Bumped by [`set_resolvers`]: settings read before are read again.
+static SETTINGS_CHANGED: AtomicU64 = AtomicU64::new(0);
 
 /// The resolver settings in force.
 struct System {
     resolv: ResolvConf,
+    /// What `/etc/resolv.conf` said, before `--dns-resolver` (kept when it cannot be read).
+    file: ResolvConf,
     hosts: HashMap<String, Vec<IpAddr>>,
     /// Whether `AAAA` records are worth asking for (this host has an IPv6 route).
     ipv6: bool,
     read: Instant,
+    /// [`SETTINGS_CHANGED`] when read.
+    generation: u64,
 }
 
 static SYSTEM: Mutex<Option<Arc<System>>> = Mutex::new(None);
 
 fn system() -> Arc<System> {
     let mut current = SYSTEM.lock().unwrap_or_else(|e| e.into_inner());
+    let generation = SETTINGS_CHANGED.load(Ordering::Relaxed);
     if let Some(s) = &*current {
-        if s.read.elapsed() < REREAD {
+        if s.read.elapsed() < REREAD && s.generation == generation {
             return s.clone();
         }
     }
     // Small files, read only when a name is looked up, at most every REREAD.
-    let mut resolv =
-        conf::parse_resolv_conf(&std::fs::read_to_string("/etc/resolv.conf").unwrap_or_default());
     let servers = RESOLVERS.lock().unwrap_or_else(|e| e.into_inner()).clone();
-    if !servers.is_empty() {
-        resolv.nameservers = servers;
-    }
-    let s = Arc::new(System {
-        resolv,
-        hosts: conf::parse_hosts(&std::fs::read_to_string("/etc/hosts").unwrap_or_default()),
-        ipv6: client::has_ipv6_route(),
-        read: Instant::now(),
-    });
+    let s = Arc::new(read_settings(
+        std::fs::read_to_string("/etc/resolv.conf").ok().as_deref(),
+        std::fs::read_to_string("/etc/hosts").ok().as_deref(),
+        current.as_deref(),
+        servers,
+        client::has_ipv6_route(),
+        generation,
+    ));
     *current = Some(s.clone());
     s
 }
 
-/// An answer for one target, good until `until`.
+/// The settings from the texts of `/etc/resolv.conf` and `/etc/hosts` (`None`: the file
+/// could not be read, and what it said `before` stays) and `--dns-resolver`'s `servers`.
+fn read_settings(
+    resolv: Option<&str>,
+    hosts: Option<&str>,
+    before: Option<&System>,
+    servers: Vec<SocketAddr>,
+    ipv6: bool,
+    generation: u64,
+) -> System {
+    let file = match (resolv, before) {
+        (Some(text), _) => conf::parse_resolv_conf(text),
+        (None, Some(b)) => b.file.clone(),
+        (None, None) => ResolvConf::default(),
+    };
+    let mut resolv = file.clone();
+    if !servers.is_empty() {
+        resolv.nameservers = servers;
+    }
+    let hosts = match (hosts, before) {
+        (Some(text), _) => conf::parse_hosts(text),
+        (None, Some(b)) => b.hosts.clone(),
+        (None, None) => HashMap::new(),
+    };
+    System {
+        resolv,
+        file,
+        hosts,
+        ipv6,
+        read: Instant::now(),
+        generation,
+    }
+}
+
+/// An answer for one target.
 struct Resolved {
     /// Never empty when `Ok`.
     addrs: Result<Box<[SocketAddr]>, Arc<str>>,
+    /// When the lookup ended.
+    at: Instant,
+    /// Until when it holds (its TTL, `--dns-ttl`, or [`NEGATIVE_TTL`]).
     until: Instant,
 }
 
-/// One target's lookups.
-struct Entry {
-    /// The answer in use, or the lookup under way that every caller waits for (one query
-    /// for concurrent connections).
-    lookup: Arc<OnceCell<Resolved>>,
-    /// Which address the next connection uses; carried over new answers.
-    next: usize,
+/// A lookup under way: its task sends the answer once, to every caller waiting for it.
+struct Pending {
+    /// Which lookup this is, so that its task stores its answer only in its own entry.
+    id: u64,
+    rx: watch::Receiver<Option<Arc<Resolved>>>,
 }
 
-type Cache = Mutex<HashMap<Arc<str>, Entry>>;
+impl Pending {
+    /// Whether its task still runs (it is gone without an answer only when the runtime it
+    /// ran on stopped).
+    fn live(&self) -> bool {
+        self.rx.has_changed().is_ok()
+    }
+}
 
-fn cache() -> &'static Cache {
-    static CACHE: std::sync::OnceLock<Cache> = std::sync::OnceLock::new();
-    CACHE.get_or_init(Cache::default)
+/// One target's answer and lookups.
+struct Entry {
+    /// The latest answer.
+    answer: Option<Arc<Resolved>>,
+    /// Until when `answer` is used as is.
+    fresh: Instant,
+    /// Until when, past `fresh`, it is still used while one lookup refreshes it in the
+    /// background ([`STALE`] for addresses; never for an error or after a failed connection).
+    stale: Instant,
+    /// The lookup under way, if any.
+    pending: Option<Pending>,
+    /// Which address the next connection uses; carried over new answers.
+    next: usize,
+    /// Last asked for (the oldest go first when the cache is full).
+    used: Instant,
+}
+
+impl Entry {
+    /// Whether nothing in it is worth keeping at `now`: no lookup under way and no answer
+    /// that may still be used.
+    fn spent(&self, now: Instant) -> bool {
+        !self.pending.as_ref().is_some_and(Pending::live)
+            && (self.answer.is_none() || now >= self.fresh.max(self.stale))
+    }
+}
+
+/// The cache of answers, and where lookups take their settings from.
+struct Resolver {
+    cache: Mutex<HashMap<Arc<str>, Entry>>,
+    /// Settings fixed for tests; `None`: the system's ([`system`]).
+    settings: Option<Arc<System>>,
+    /// Names cached at most ([`MAX_ENTRIES`]).
+    max_entries: usize,
+}
+
+/// Numbers the lookups (process-wide, so that ids never repeat across resolvers).
+static LOOKUPS: AtomicU64 = AtomicU64::new(0);
+
+fn resolver() -> &'static Resolver {
+    static RESOLVER: std::sync::OnceLock<Resolver> = std::sync::OnceLock::new();
+    RESOLVER.get_or_init(|| Resolver::new(None, MAX_ENTRIES))
 }
 
 /// The next address of `target`, a `host:port` whose host is a name, looked up when its
 /// answer ran out.
 pub async fn resolve_name(target: &Arc<str>) -> Result<SocketAddr, ConnectError> {
-    let lookup = {
-        let mut map = cache().lock().unwrap_or_else(|e| e.into_inner());
-        let now = Instant::now();
-        match map.get_mut(&**target) {
-            Some(e) => {
-                match e.lookup.get() {
-                    Some(r) if r.until > now => return pick(&mut e.next, r, target),
-                    // Ran out: a new lookup, which concurrent callers join.
-                    Some(_) => e.lookup = Arc::default(),
-                    None => {}
-                }
-                e.lookup.clone()
-            }
-            None => {
-                if map.len() >= MAX_ENTRIES {
-                    map.retain(|_, e| e.lookup.get().is_none_or(|r| r.until > now));
-                }
-                let lookup: Arc<OnceCell<Resolved>> = Arc::default();
+    resolver().resolve(target).await
+}
+
+/// Connecting to an address of `target` failed (refused, or timed out): its addresses are
+/// looked up again on the next connection, unless the answer is newer than
+/// [`RELOOK_AFTER_FAILURE`] (the rotation moves the next connection on to another address
+/// anyway). IP targets are ignored.
+pub fn failed(target: &Arc<str>) {
+    if target.parse::<SocketAddr>().is_ok() {
+        return;
+    }
+    resolver().failed(target, Instant::now());
+}
+
+impl Resolver {
+    fn new(settings: Option<Arc<System>>, max_entries: usize) -> Resolver {
+        Resolver {
+            cache: Mutex::default(),
+            settings,
+            max_entries,
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Arc<str>, Entry>> {
+        self.cache.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    async fn resolve(&'static self, target: &Arc<str>) -> Result<SocketAddr, ConnectError> {
+        let mut rx = {
+            let mut map = self.lock();
+            let now = Instant::now();
+            if !map.contains_key(&**target) {
+                self.make_room(&mut map, now);
                 map.insert(
                     target.clone(),
                     Entry {
-                        lookup: lookup.clone(),
+                        answer: None,
+                        fresh: now,
+                        stale: now,
+                        pending: None,
                         next: 0,
+                        used: now,
                     },
                 );
-                lookup
             }
+            let Some(e) = map.get_mut(&**target) else {
+                unreachable!("inserted above")
+            };
+            e.used = now;
+            if let Some(r) = &e.answer {
+                if now < e.fresh {
+                    return pick(&mut e.next, r, target);
+                }
+                if now < e.stale {
+                    // Ran out a little while ago: used while one lookup refreshes it.
+                    let r = r.clone();
+                    self.look_up_in_background(target, e);
+                    return pick(&mut e.next, &r, target);
+                }
+            }
+            self.look_up_in_background(target, e)
+        };
+        // The lookup runs in a task of its own: a caller that gives up (its connect timeout)
+        // cancels nothing, and those after it find the answer, or the same lookup under way.
+        let resolved = match rx.wait_for(Option::is_some).await {
+            Ok(r) => r.clone(),
+            Err(_) => None,
+        };
+        let Some(resolved) = resolved else {
+            return Err(ConnectError::Resolve(
+                target.clone(),
+                "lookup abandoned".into(),
+            ));
+        };
+        let mut map = self.lock();
+        // The entry may have been dropped meanwhile (a full cache): the first address then.
+        let mut first = 0;
+        let next = map.get_mut(&**target).map_or(&mut first, |e| &mut e.next);
+        pick(next, &resolved, target)
+    }
+
+    /// The lookup of `target` under way, started (in a task of its own) if there is none.
+    fn look_up_in_background(
+        &'static self,
+        target: &Arc<str>,
+        e: &mut Entry,
+    ) -> watch::Receiver<Option<Arc<Resolved>>> {
+        if let Some(p) = e.pending.as_ref().filter(|p| p.live()) {
+            return p.rx.clone();
         }
-    };
-    // Whoever gets here first asks; if it is cancelled (its connect timeout), the next
-    // waiter asks instead.
-    let resolved = lookup.get_or_init(|| look_up(target)).await;
-    let mut map = cache().lock().unwrap_or_else(|e| e.into_inner());
-    // The entry may have been dropped meanwhile (a full cache): the first address then.
-    let mut first = 0;
-    let next = map.get_mut(&**target).map_or(&mut first, |e| &mut e.next);
-    pick(next, resolved, target)
+        let (tx, rx) = watch::channel(None);
+        let id = LOOKUPS.fetch_add(1, Ordering::Relaxed);
+        e.pending = Some(Pending { id, rx: rx.clone() });
+        let target = target.clone();
+        tokio::spawn(async move {
+            let sys = self.settings.clone().unwrap_or_else(system);
+            // Bounded on its own, as long as the resolver would try: every server, every
+            // attempt, each for its timeout.
+            let rounds = sys.resolv.attempts.max(1) * sys.resolv.nameservers.len().max(1);
+            let bound = sys
+                .resolv
+                .timeout
+                .saturating_mul(u32::try_from(rounds).unwrap_or(u32::MAX))
+                .max(MIN_TTL);
+            let result = match tokio::time::timeout(bound, addresses(&target, &sys)).await {
+                Ok(r) => r,
+                Err(_) => Err(format!("no answer within {bound:?}")),
+            };
+            let r = Arc::new(answered(&target, result));
+            {
+                let mut map = self.lock();
+                if let Some(e) = map.get_mut(&*target) {
+                    if e.pending.as_ref().is_some_and(|p| p.id == id) {
+                        e.fresh = r.until;
+                        e.stale = match r.addrs {
+                            Ok(_) => r.until + STALE,
+                            Err(_) => r.until,
+                        };
+                        e.answer = Some(r.clone());
+                        e.pending = None;
+                    }
+                }
+            }
+            tx.send_replace(Some(r));
+        });
+        rx
+    }
+
+    /// Before a new name goes in: when the cache is full, drops the entries with nothing
+    /// worth keeping, then, if it is still more than three quarters full, the least recently
+    /// used, so that the next scan is a quarter of the cache's inserts away.
+    fn make_room(&self, map: &mut HashMap<Arc<str>, Entry>, now: Instant) {
+        if map.len() < self.max_entries {
+            return;
+        }
+        map.retain(|_, e| !e.spent(now));
+        let keep = self.max_entries * 3 / 4;
+        if map.len() <= keep {
+            return;
+        }
+        let mut by_use: Vec<(Instant, Arc<str>)> =
+            map.iter().map(|(k, e)| (e.used, k.clone())).collect();
+        let drop = by_use.len() - keep;
+        by_use.select_nth_unstable_by_key(drop - 1, |(used, _)| *used);
+        for (_, k) in &by_use[..drop] {
+            map.remove(k);
+        }
+    }
+
+    fn failed(&self, target: &str, now: Instant) {
+        let mut map = self.lock();
+        let Some(e) = map.get_mut(target) else {
+            return;
+        };
+        // A lookup under way is as new as it gets; an answer younger than a second is
+        // kept (otherwise every connection to a refusing address would ask again).
+        if e.pending.as_ref().is_some_and(Pending::live) {
+            return;
+        }
+        if e.answer
+            .as_ref()
+            .is_some_and(|r| now.saturating_duration_since(r.at) >= RELOOK_AFTER_FAILURE)
+        {
+            // The next connection waits for the new answer rather than use this one.
+            e.fresh = now;
+            e.stale = now;
+        }
+    }
 }
 
 /// The next address of an answer, or its error.
@@ -187,24 +412,8 @@ fn pick(next: &mut usize, r: &Resolved, target: &Arc<str>) -> Result<SocketAddr,
     }
 }
 
-/// Connecting to an address of `target` failed: its addresses are looked up again on the
-/// next connection (which also moves on to the next one).
-pub fn failed(target: &Arc<str>) {
-    if target.parse::<SocketAddr>().is_ok() {
-        return;
-    }
-    let mut map = cache().lock().unwrap_or_else(|e| e.into_inner());
-    if let Some(e) = map.get_mut(&**target) {
-        // A lookup already under way is as new as it gets.
-        if e.lookup.initialized() {
-            e.lookup = Arc::default();
-        }
-    }
-}
-
-/// Looks `target` up and says for how long the answer holds.
-async fn look_up(target: &str) -> Resolved {
-    let result = addresses(target).await;
+/// The answer of a lookup of `target`, and for how long it holds.
+fn answered(target: &str, result: Result<(Vec<SocketAddr>, Duration), String>) -> Resolved {
     let now = Instant::now();
     match result {
         Ok((addrs, ttl)) => {
@@ -212,6 +421,7 @@ async fn look_up(target: &str) -> Resolved {
             tracing::debug!(target, ?addrs, ?keep, "resolved");
             Resolved {
                 addrs: Ok(addrs.into()),
+                at: now,
                 until: now + keep,
             }
         }
@@ -219,6 +429,7 @@ async fn look_up(target: &str) -> Resolved {
             tracing::debug!(target, error = %why, "resolution failed");
             Resolved {
                 addrs: Err(why.into()),
+                at: now,
                 until: now + NEGATIVE_TTL,
             }
         }
@@ -227,12 +438,11 @@ async fn look_up(target: &str) -> Resolved {
 
 /// Every address of `target` (`host:port`) and the TTL of the answer: from `/etc/hosts`, else
 /// from the nameservers, trying the search list as glibc does.
-async fn addresses(target: &str) -> Result<(Vec<SocketAddr>, Duration), String> {
+async fn addresses(target: &str, sys: &System) -> Result<(Vec<SocketAddr>, Duration), String> {
     let (host, port) = target
         .rsplit_once(':')
         .and_then(|(h, p)| Some((h, p.parse::<u16>().ok()?)))
         .ok_or_else(|| "not host:port".to_string())?;
-    let sys = system();
     let key = host.strip_suffix('.').unwrap_or(host).to_ascii_lowercase();
     if let Some(ips) = sys.hosts.get(&key) {
         let addrs = ips.iter().map(|&ip| SocketAddr::new(ip, port)).collect();
@@ -291,6 +501,8 @@ async fn addresses(target: &str) -> Result<(Vec<SocketAddr>, Duration), String> 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::atomic::AtomicUsize;
+    use tokio::net::UdpSocket;
 
     #[tokio::test]
     async fn names_of_etc_hosts_rotate_over_every_address() {
@@ -308,12 +520,21 @@ mod tests {
         for a in &all {
             assert_eq!(seen.iter().filter(|s| *s == a).count(), 2, "{seen:?}");
         }
-        // A failure forces a new lookup, and the rotation goes on.
+        let answer_at = || resolver().lock()[&name].answer.as_ref().unwrap().at;
+        let first = answer_at();
+        // A failure right after the lookup keeps the answer: no new lookup.
         failed(&name);
-        assert!(!cache().lock().unwrap()[&name].lookup.initialized());
+        assert!(resolver().lock()[&name].fresh > Instant::now());
+        // A second later, it forces one, and the rotation goes on.
+        age(resolver(), &name, RELOOK_AFTER_FAILURE);
+        failed(&name);
+        assert!(resolver().lock()[&name].fresh <= Instant::now());
         let after = resolve_name(&name).await.unwrap();
         assert!(all.contains(&after));
-        assert!(cache().lock().unwrap()[&name].lookup.initialized());
+        assert!(answer_at() > first);
+        // IP targets are nobody's business here.
+        failed(&"127.0.0.1:9".into());
+        assert!(!resolver().lock().contains_key("127.0.0.1:9"));
     }
 
     #[tokio::test]
@@ -323,5 +544,261 @@ mod tests {
             resolve_name(&bad).await,
             Err(ConnectError::Resolve(..))
         ));
+    }
+
+    /// Makes the answer for `target` look `by` older than it is.
+    fn age(r: &Resolver, target: &str, by: Duration) {
+        let mut map = r.lock();
+        let e = map.get_mut(target).unwrap();
+        let old = e.answer.as_ref().unwrap();
+        e.answer = Some(Arc::new(Resolved {
+            addrs: old.addrs.clone(),
+            at: old.at.checked_sub(by).unwrap(),
+            until: old.until,
+        }));
+    }
+
+    /// Settings asking `servers` only (1 s per server, one attempt), with `hosts`.
+    fn settings(servers: &[SocketAddr], hosts: &[(&str, &str)]) -> Arc<System> {
+        let mut s = read_settings(Some(""), Some(""), None, servers.to_vec(), false, 0);
+        s.resolv.timeout = Duration::from_secs(1);
+        s.resolv.attempts = 1;
+        for (name, ip) in hosts {
+            s.hosts
+                .entry(name.to_string())
+                .or_default()
+                .push(ip.parse().unwrap());
+        }
+        Arc::new(s)
+    }
+
+    /// A resolver of its own (not the process's), as the tasks it starts want it: `'static`.
+    fn resolver_with(settings: Arc<System>, max_entries: usize) -> &'static Resolver {
+        Box::leak(Box::new(Resolver::new(Some(settings), max_entries)))
+    }
+
+    /// A DNS server on loopback answering every A question with `addr` (TTL 1 s) after
+    /// `delay` (the latest values of both); it counts the questions.
+    struct Server {
+        at: SocketAddr,
+        asked: Arc<AtomicUsize>,
+        answer: Arc<Mutex<([u8; 4], Duration)>>,
+    }
+
+    impl Server {
+        async fn start(addr: [u8; 4], delay: Duration) -> Server {
+            let socket = Arc::new(UdpSocket::bind("127.0.0.1:0").await.unwrap());
+            let at = socket.local_addr().unwrap();
+            let asked = Arc::new(AtomicUsize::new(0));
+            let answer = Arc::new(Mutex::new((addr, delay)));
+            let (count, answer2) = (asked.clone(), answer.clone());
+            tokio::spawn(async move {
+                let mut buf = [0u8; 512];
+                loop {
+                    let Ok((n, from)) = socket.recv_from(&mut buf).await else {
+                        return;
+                    };
+                    count.fetch_add(1, Ordering::SeqCst);
+                    let q = buf[..n].to_vec();
+                    let (addr, delay) = *answer2.lock().unwrap();
+                    let socket = socket.clone();
+                    tokio::spawn(async move {
+                        tokio::time::sleep(delay).await;
+                        let mut m = q[..2].to_vec();
+                        m.extend_from_slice(&[0x81, 0x80, 0, 1, 0, 1, 0, 0, 0, 0]);
+                        m.extend_from_slice(&q[12..]);
+                        m.extend_from_slice(&[0xC0, 12, 0, 1, 0, 1, 0, 0, 0, 1, 0, 4]);
+                        m.extend_from_slice(&addr);
+                        let _ = socket.send_to(&m, from).await;
+                    });
+                }
+            });
+            Server { at, asked, answer }
+        }
+
+        fn asked(&self) -> usize {
+            self.asked.load(Ordering::SeqCst)
+        }
+
+        fn set(&self, addr: [u8; 4], delay: Duration) {
+            *self.answer.lock().unwrap() = (addr, delay);
+        }
+    }
+
+    #[tokio::test]
+    async fn a_slow_lookup_completes_though_every_caller_gives_up_before_it() {
+        // The server takes 600 ms; each caller gives up after 200 ms, one every 50 ms.
+        let server = Server::start([10, 0, 0, 1], Duration::from_millis(600)).await;
+        let r = resolver_with(settings(&[server.at], &[]), 16);
+        let target: Arc<str> = "slow.weir.test:80".into();
+        let want: SocketAddr = ([10, 0, 0, 1], 80).into();
+        let start = Instant::now();
+        let mut callers = Vec::new();
+        for _ in 0..30 {
+            let t = target.clone();
+            let caller = tokio::spawn(async move {
+                tokio::time::timeout(Duration::from_millis(200), r.resolve(&t)).await
+            });
+            callers.push((start.elapsed(), caller));
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let mut resolved = 0;
+        for (started, caller) in callers {
+            match caller.await.unwrap() {
+                Ok(got) => {
+                    assert_eq!(got.unwrap(), want);
+                    resolved += 1;
+                }
+                // Gave up; only those before the answer (with slack for a loaded machine).
+                Err(_) => assert!(started < Duration::from_millis(1200), "{started:?}"),
+            }
+        }
+        assert!(resolved > 0);
+        assert_eq!(server.asked(), 1, "the lookup was started again");
+    }
+
+    #[tokio::test]
+    async fn an_answer_that_ran_out_is_used_while_one_lookup_refreshes_it() {
+        let server = Server::start([10, 0, 0, 1], Duration::ZERO).await;
+        let r = resolver_with(settings(&[server.at], &[]), 16);
+        let target: Arc<str> = "stale.weir.test:80".into();
+        assert_eq!(
+            r.resolve(&target).await.unwrap(),
+            ([10, 0, 0, 1], 80).into()
+        );
+        assert_eq!(server.asked(), 1);
+
+        // Ran out; the server is slow now, and has moved the name.
+        server.set([10, 0, 0, 2], Duration::from_millis(300));
+        r.lock().get_mut(&*target).unwrap().fresh = Instant::now();
+        let started = Instant::now();
+        for _ in 0..20 {
+            assert_eq!(
+                r.resolve(&target).await.unwrap(),
+                ([10, 0, 0, 1], 80).into()
+            );
+        }
+        assert!(started.elapsed() < Duration::from_millis(250));
+        // One refresh for all of them, and its answer is used once it came.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert_eq!(server.asked(), 2);
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        assert_eq!(
+            r.resolve(&target).await.unwrap(),
+            ([10, 0, 0, 2], 80).into()
+        );
+        assert_eq!(server.asked(), 2);
+
+        // Long past its TTL (beyond STALE), an answer is not used: the caller waits.
+        server.set([10, 0, 0, 3], Duration::from_millis(300));
+        {
+            let mut map = r.lock();
+            let e = map.get_mut(&*target).unwrap();
+            (e.fresh, e.stale) = (Instant::now(), Instant::now());
+        }
+        let started = Instant::now();
+        assert_eq!(
+            r.resolve(&target).await.unwrap(),
+            ([10, 0, 0, 3], 80).into()
+        );
+        assert!(started.elapsed() >= Duration::from_millis(300));
+        assert_eq!(server.asked(), 3);
+    }
+
+    #[tokio::test]
+    async fn failed_connections_look_the_name_up_again_at_most_once_a_second() {
+        let server = Server::start([10, 0, 0, 1], Duration::ZERO).await;
+        let r = resolver_with(settings(&[server.at], &[]), 16);
+        let target: Arc<str> = "refusing.weir.test:80".into();
+        r.resolve(&target).await.unwrap();
+        // A burst of failures on a new answer: no new question.
+        for _ in 0..50 {
+            r.failed(&target, Instant::now());
+            r.resolve(&target).await.unwrap();
+        }
+        assert_eq!(server.asked(), 1);
+        // A second on, one failure does ask again, and the next connection waits for it.
+        server.set([10, 0, 0, 2], Duration::ZERO);
+        age(r, &target, RELOOK_AFTER_FAILURE);
+        r.failed(&target, Instant::now());
+        assert_eq!(
+            r.resolve(&target).await.unwrap(),
+            ([10, 0, 0, 2], 80).into()
+        );
+        assert_eq!(server.asked(), 2);
+        // A name not cached yet: nothing to do.
+        r.failed("other.weir.test:80", Instant::now());
+        assert!(!r.lock().contains_key("other.weir.test:80"));
+    }
+
+    #[tokio::test]
+    async fn the_cache_drops_spent_entries_then_the_least_recently_used() {
+        let names: Vec<String> = (0..40).map(|i| format!("h{i}.weir.test")).collect();
+        let hosts: Vec<(&str, &str)> = names.iter().map(|n| (n.as_str(), "10.0.0.1")).collect();
+        let r = resolver_with(settings(&[], &hosts), 8);
+        let hot: Arc<str> = "h0.weir.test:80".into();
+        for name in &names {
+            r.resolve(&hot).await.unwrap();
+            r.resolve(&format!("{name}:80").into()).await.unwrap();
+            assert!(r.lock().len() <= 8);
+        }
+        // The name in constant use stays.
+        assert!(r.lock().contains_key(&*hot));
+
+        // Entries with nothing in them (a lookup whose runtime went away) and answers long
+        // gone are dropped first, the rest kept.
+        let now = Instant::now();
+        {
+            let mut map = r.lock();
+            map.clear();
+            let (tx, rx) = watch::channel(None);
+            drop(tx);
+            let entry = |answer: Option<Arc<Resolved>>, pending| Entry {
+                answer,
+                fresh: now,
+                stale: now,
+                pending,
+                next: 0,
+                used: now,
+            };
+            let gone = Some(Pending { id: 0, rx });
+            map.insert("abandoned:80".into(), entry(None, gone));
+            let old = Arc::new(Resolved {
+                addrs: Ok(Box::new([])),
+                at: now,
+                until: now,
+            });
+            map.insert("expired:80".into(), entry(Some(old.clone()), None));
+            for i in 0..6 {
+                let mut e = entry(Some(old.clone()), None);
+                e.fresh = now + Duration::from_secs(60);
+                map.insert(format!("valid{i}:80").into(), e);
+            }
+            r.make_room(&mut map, now);
+            assert_eq!(map.len(), 6);
+            assert!(map.keys().all(|k| k.starts_with("valid")));
+        }
+    }
+
+    #[test]
+    fn settings_that_cannot_be_read_stay_as_they_were() {
+        let server: SocketAddr = "10.0.0.53:53".parse().unwrap();
+        let first = read_settings(
+            Some("nameserver 10.0.0.10\nsearch demo.svc\n"),
+            Some("10.0.0.5 db\n"),
+            None,
+            Vec::new(),
+            false,
+            0,
+        );
+        assert_eq!(first.resolv.search, ["demo.svc"]);
+        let again = read_settings(None, None, Some(&first), vec![server], false, 0);
+        assert_eq!(again.file, first.file);
+        assert_eq!(again.resolv.search, ["demo.svc"]);
+        assert_eq!(again.resolv.nameservers, [server]);
+        assert_eq!(again.hosts, first.hosts);
+        // Nothing before: glibc's defaults.
+        let none = read_settings(None, None, None, Vec::new(), false, 0);
+        assert_eq!(none.resolv, ResolvConf::default());
     }
 }

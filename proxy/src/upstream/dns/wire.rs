@@ -105,7 +105,13 @@ pub fn parse_response(msg: &[u8], id: u16, name: &str, qtype: u16) -> Result<Ans
         return Ok(Answer::Truncated);
     }
     let (qdcount, ancount) = (u16_at(4), u16_at(6));
+    let rcode = (flags & 0xF) as u8;
     if qdcount != 1 {
+        // A server that refuses or cannot read a query may leave the question out (REFUSED,
+        // FORMERR…): it failed all the same, and another server may do better.
+        if qdcount == 0 && rcode != 0 && rcode != RCODE_NXDOMAIN {
+            return Err(ParseError::Rcode(rcode));
+        }
         return Err(ParseError::WrongQuestion);
     }
     let (qname, mut pos) = read_name(msg, 12)?;
@@ -118,7 +124,7 @@ pub fn parse_response(msg: &[u8], id: u16, name: &str, qtype: u16) -> Result<Ans
     {
         return Err(ParseError::WrongQuestion);
     }
-    match (flags & 0xF) as u8 {
+    match rcode {
         0 => {}
         RCODE_NXDOMAIN => return Ok(Answer::NxDomain),
         rcode => return Err(ParseError::Rcode(rcode)),
@@ -430,6 +436,25 @@ mod tests {
         assert_eq!(
             parse_response(&servfail, ID, "gone.test", TYPE_A),
             Err(ParseError::Rcode(2))
+        );
+        // REFUSED and FORMERR with the header alone: the server failed all the same.
+        for rcode in [5u16, 1] {
+            let bare = header(ID, 0x8180 | rcode, 0, 0);
+            assert_eq!(
+                parse_response(&bare, ID, "gone.test", TYPE_A),
+                Err(ParseError::Rcode(rcode as u8))
+            );
+        }
+        // But not a success or NXDOMAIN without the question, nor another id's refusal.
+        for flags in [0x8180, 0x8183] {
+            assert_eq!(
+                parse_response(&header(ID, flags, 0, 0), ID, "gone.test", TYPE_A),
+                Err(ParseError::WrongQuestion)
+            );
+        }
+        assert_eq!(
+            parse_response(&header(ID ^ 1, 0x8185, 0, 0), ID, "gone.test", TYPE_A),
+            Err(ParseError::WrongId)
         );
     }
 
