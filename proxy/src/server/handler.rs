@@ -1340,35 +1340,24 @@ where
     };
     let mut timer = crate::timer::Timer::at(deadline());
     loop {
-        // The upload's end moves the deadline: a body-less request (most) waits on two futures.
-        let uploading = stats.filter(|s| !s.done.load(Ordering::Relaxed));
-        if uploading.is_none() {
-            tokio::select! {
+        // The upload's end moves the deadline (from the write timeout to the read timeout);
+        // a body-less request (most) waits on two futures only.
+        let fired = match stats.filter(|s| !s.done.load(Ordering::Relaxed)) {
+            Some(uploading) => tokio::select! {
                 r = fut.as_mut() => return Ok(r),
-                _ = &mut timer => {
-                    let at = deadline();
-                    if Instant::now() >= at {
-                        return Err(TimedOut);
-                    }
-                    timer.reset(at);
-                }
-            }
-            continue;
+                _ = &mut timer => true,
+                () = uploading.finished.notified() => false,
+            },
+            None => tokio::select! {
+                r = fut.as_mut() => return Ok(r),
+                _ = &mut timer => true,
+            },
+        };
+        let at = deadline();
+        if fired && Instant::now() >= at {
+            return Err(TimedOut);
         }
-        tokio::select! {
-            r = fut.as_mut() => return Ok(r),
-            _ = &mut timer => {
-                let at = deadline();
-                if Instant::now() >= at {
-                    return Err(TimedOut);
-                }
-                timer.reset(at);
-            }
-            // The upload ended: from now on the (often shorter) read timeout applies.
-            () = async { uploading.expect("guarded").finished.notified().await }, if uploading.is_some() => {
-                timer.reset(deadline());
-            }
-        }
+        timer.reset(at);
     }
 }
 
