@@ -126,7 +126,14 @@ struct ControllerArgs {
     /// Also serve Ingresses whose IngressClass names ingress-nginx's controller
     /// (`k8s.io/ingress-nginx`): with `--ingress-class nginx`, Weir serves ingress-nginx's own
     /// class (or a copy of it) beside ingress-nginx for a side-by-side cutover.
-    #[arg(long, env = "WEIR_ACCEPT_INGRESS_NGINX_CLASS")]
+    #[arg(
+        long,
+        env = "WEIR_ACCEPT_INGRESS_NGINX_CLASS",
+        num_args = 0..=1,
+        default_value_t = false,
+        default_missing_value = "true",
+        action = clap::ArgAction::Set
+    )]
     accept_ingress_nginx_class: bool,
     /// The prefix of the ingress-nginx annotations Weir translates (ingress-nginx's
     /// `--annotations-prefix`); empty turns the translation off.

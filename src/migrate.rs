@@ -32,6 +32,11 @@ pub struct MigrateArgs {
     /// The ingress-nginx annotation prefix (its `--annotations-prefix`).
     #[arg(long, default_value = nginx::DEFAULT_PREFIX)]
     annotations_prefix: String,
+    /// Only Ingresses of these classes (repeatable or comma-separated): those naming one, and
+    /// those naming none when one of them is the default IngressClass. Without it, every
+    /// Ingress the conversion applies to.
+    #[arg(long, value_delimiter = ',')]
+    ingress_class: Vec<String>,
 }
 
 /// Report formats.
@@ -67,7 +72,9 @@ fn migrate(args: &MigrateArgs) -> anyhow::Result<bool> {
     };
     let mut results: Vec<(Report, Converted)> = Vec::new();
     for (key, ing) in &store.ingresses {
-        if nginx::applies(ing, &store, &opts) {
+        let wanted =
+            args.ingress_class.is_empty() || nginx::of_class(ing, &store, &args.ingress_class);
+        if wanted && nginx::applies(ing, &store, &opts) {
             let (converted, report) = nginx::convert_ingress(key, ing, &store, &opts);
             results.push((report, converted));
         }

@@ -695,6 +695,13 @@ fn defaults() {
     assert_eq!(seq(&pod["containers"]).len(), 2);
 
     // Listeners: traffic, status and metrics on the pod's address; admin on loopback only.
+    // The ingress-nginx conversion on with its usual prefix; ingress-nginx's class not served.
+    assert_eq!(
+        o.flag("controller", "--annotations-prefix").as_deref(),
+        Some("nginx.ingress.kubernetes.io")
+    );
+    assert_eq!(o.flag("controller", "--accept-ingress-nginx-class"), None);
+    assert_eq!(o.flag("proxy", "--dns-resolver"), None);
     let listen = o.flag("proxy", "--listen").unwrap();
     let tls = o.flag("proxy", "--tls-listen").unwrap();
     let status = o.flag("proxy", "--status-listen").unwrap();
@@ -1005,11 +1012,15 @@ ingressClass: {name: edge, default: true}
 controller:
   defaultBackend: web/fallback:http
   electionId: edge-lease
+  acceptIngressNginxClass: true
+  annotationsPrefix: ingress.example.com
   publishService: {pathOverride: other/lb}
 proxy:
   workerThreads: 4
   accessLog: false
   trustedProxies: [10.0.0.0/8, 192.0.2.1]
+  dnsResolvers: [10.96.0.10, "10.96.0.11:5353"]
+  dnsTtl: 30s
   headerReadTimeout: 20s
   keepaliveTimeout: 75s
   maxBodySize: 10485760
@@ -1027,6 +1038,8 @@ image: {repository: registry.example/weir, digest: "sha256:0123456789abcdef01234
         ("--worker-threads", "4"),
         ("--access-log", "false"),
         ("--trusted-proxies", "10.0.0.0/8,192.0.2.1"),
+        ("--dns-resolver", "10.96.0.10,10.96.0.11:5353"),
+        ("--dns-ttl", "30s"),
         ("--header-read-timeout", "20s"),
         ("--keepalive-timeout", "75s"),
         ("--max-body-size", "10485760"),
@@ -1054,6 +1067,15 @@ image: {repository: registry.example/weir, digest: "sha256:0123456789abcdef01234
         "other/lb"
     );
     assert_eq!(o.flag("controller", "--ingress-class").unwrap(), "edge");
+    assert_eq!(
+        o.flag("controller", "--accept-ingress-nginx-class")
+            .as_deref(),
+        Some("true")
+    );
+    assert_eq!(
+        o.flag("controller", "--annotations-prefix").as_deref(),
+        Some("ingress.example.com")
+    );
     let class = o.one("IngressClass", "edge");
     assert_eq!(
         s(&class["metadata"]["annotations"]["ingressclass.kubernetes.io/is-default-class"]),
@@ -1316,4 +1338,33 @@ fn install_guide_examples_work() {
     assert!(!t.config.routes.is_empty());
     let checked: BTreeSet<&str> = t.checked.iter().map(|c| c.name.as_str()).collect();
     assert_eq!(checked, BTreeSet::from(["request-id", "twenty-a-minute"]));
+}
+
+/// docs/migrate-from-ingress-nginx.md: every `my-values.yaml` snippet renders, with flags the
+/// binary accepts.
+#[test]
+fn migration_guide_values_render() {
+    let doc = std::fs::read_to_string(Path::new(ROOT).join("docs/migrate-from-ingress-nginx.md"))
+        .unwrap();
+    let mut rendered = 0;
+    for block in yaml_blocks(&doc) {
+        if block.starts_with("# my-values.yaml") {
+            let o = try_render(&block, &[]).unwrap_or_else(|e| {
+                panic!("docs/migrate-from-ingress-nginx.md values:\n{block}\n{e}")
+            });
+            assert_flags_accepted(&o);
+            if block.contains("acceptIngressNginxClass: true") {
+                assert_eq!(
+                    o.flag("controller", "--accept-ingress-nginx-class")
+                        .as_deref(),
+                    Some("true")
+                );
+            }
+            rendered += 1;
+        }
+    }
+    assert!(
+        rendered >= 1,
+        "no my-values.yaml snippet in the migration guide"
+    );
 }

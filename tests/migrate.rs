@@ -259,3 +259,58 @@ async fn reads_the_cluster_named_by_a_kubeconfig() {
     );
     assert!(!text.contains("=> its paths answer 503"), "{text}");
 }
+
+/// `--ingress-class`: only the Ingresses of the named classes are reported (and emitted); an
+/// Ingress without a class belongs to the default IngressClass.
+#[test]
+fn ingress_class_selects_the_ingresses_reported() {
+    let dir = std::env::temp_dir().join(format!("weir-migrate-class-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let ingress = |name: &str, class: Option<&str>| {
+        let class = class.map_or(String::new(), |c| format!("  ingressClassName: {c}\n"));
+        format!(
+            "---\napiVersion: networking.k8s.io/v1\nkind: Ingress\nmetadata:\n  name: {name}\n  namespace: shop\n  \
+             annotations: {{nginx.ingress.kubernetes.io/proxy-body-size: 2m}}\nspec:\n{class}  rules:\n  - host: {name}.example\n    \
+             http:\n      paths:\n      - {{path: /, pathType: Prefix, backend: {{service: {{name: web, port: {{number: 80}}}}}}}}\n"
+        )
+    };
+    let manifests = [
+        "apiVersion: networking.k8s.io/v1\nkind: IngressClass\nmetadata:\n  name: nginx\n  \
+         annotations: {ingressclass.kubernetes.io/is-default-class: \"true\"}\nspec: {controller: k8s.io/ingress-nginx}\n"
+            .to_string(),
+        "---\napiVersion: networking.k8s.io/v1\nkind: IngressClass\nmetadata: {name: internal}\nspec: {controller: k8s.io/ingress-nginx}\n"
+            .to_string(),
+        ingress("public", Some("nginx")),
+        ingress("private", Some("internal")),
+        ingress("unclassed", None),
+    ]
+    .concat();
+    std::fs::write(dir.join("all.yaml"), manifests).unwrap();
+    let reported = |extra: &[&str]| -> Vec<String> {
+        let out = Command::new(WEIR)
+            .arg("migrate")
+            .arg(&dir)
+            .args(extra)
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).to_string();
+        assert_eq!(out.status.code(), Some(0), "{extra:?}: {text}");
+        ["public", "private", "unclassed"]
+            .iter()
+            .filter(|n| text.contains(&format!("Ingress shop/{n}")))
+            .map(|n| n.to_string())
+            .collect()
+    };
+    assert_eq!(reported(&[]), ["public", "private", "unclassed"]);
+    assert_eq!(
+        reported(&["--ingress-class", "nginx"]),
+        ["public", "unclassed"]
+    );
+    assert_eq!(reported(&["--ingress-class", "internal"]), ["private"]);
+    assert_eq!(
+        reported(&["--ingress-class", "internal,nginx"]),
+        ["public", "private", "unclassed"]
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

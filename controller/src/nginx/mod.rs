@@ -210,8 +210,17 @@ pub fn applies(ing: &Ingress, store: &Store, opts: &Options) -> bool {
 
 /// Whether the Ingress's class is an IngressClass of ingress-nginx.
 pub fn nginx_class(ing: &Ingress, store: &Store) -> bool {
-    let class = ing
-        .metadata
+    class_name(ing)
+        .and_then(|c| store.ingress_classes.get(c))
+        .and_then(|ic| ic.spec.as_ref())
+        .and_then(|s| s.controller.as_deref())
+        == Some(CONTROLLER)
+}
+
+/// The class an Ingress names: the legacy `kubernetes.io/ingress.class` annotation, else
+/// `spec.ingressClassName`.
+pub fn class_name(ing: &Ingress) -> Option<&str> {
+    ing.metadata
         .annotations
         .as_ref()
         .and_then(|m| m.get(weir_crds::annotations::INGRESS_CLASS))
@@ -220,12 +229,24 @@ pub fn nginx_class(ing: &Ingress, store: &Store) -> bool {
             ing.spec
                 .as_ref()
                 .and_then(|s| s.ingress_class_name.as_deref())
-        });
-    class
-        .and_then(|c| store.ingress_classes.get(c))
-        .and_then(|ic| ic.spec.as_ref())
-        .and_then(|s| s.controller.as_deref())
-        == Some(CONTROLLER)
+        })
+}
+
+/// Whether the Ingress is of one of `classes`: it names one, or it names none and one of them
+/// is the cluster's default IngressClass.
+pub fn of_class(ing: &Ingress, store: &Store, classes: &[String]) -> bool {
+    match class_name(ing) {
+        Some(c) => classes.iter().any(|x| x == c),
+        None => classes.iter().any(|c| {
+            store.ingress_classes.get(c).is_some_and(|ic| {
+                ic.metadata
+                    .annotations
+                    .as_ref()
+                    .and_then(|m| m.get(weir_crds::annotations::DEFAULT_CLASS))
+                    .is_some_and(|v| v == "true")
+            })
+        }),
+    }
 }
 
 /// Converts every Ingress the conversion applies to.
