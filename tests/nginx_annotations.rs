@@ -1292,9 +1292,27 @@ async fn host_and_backend_annotations_reach_the_upstream() {
          spec:\n  clusterIP: 127.0.0.1\n  ports: [{{name: http, port: {p}, targetPort: {p}}}]\n",
         p = direct.port
     );
+    let shop = Server::start(|_| {
+        response(
+            200,
+            "set-cookie: sid=1; Path=/cart; Domain=shop.internal; HttpOnly\r\n\
+             set-cookie: pref=dark; Path=/other\r\n",
+            "ok",
+        )
+    });
     let manifests = docs(&[
         service(NS, "api", api.port),
         service(NS, "pages", pages.port),
+        service(NS, "shop", shop.port),
+        nginx(
+            "cookies",
+            "www.shop.test",
+            &[
+                ("proxy-cookie-path", "/cart /shop/cart"),
+                ("proxy-cookie-domain", "shop.internal www.shop.test"),
+            ],
+            "shop",
+        ),
         cluster_ip_only,
         nginx(
             "vhost",
@@ -1375,4 +1393,22 @@ async fn host_and_backend_annotations_reach_the_upstream() {
     let r = get_at(&c, &s, "errors.test", "/teapot?status=418", &[]).await;
     assert_eq!(r.status, 418, "{r:?}");
     assert_eq!(r.echo_name().as_deref(), Some("api"), "{r:?}");
+
+    // proxy-cookie-path and -domain: the browser gets cookies for the path and host it asked
+    // for; a cookie no rule matches is passed as it was.
+    let r = ready(&c, &s, "www.shop.test", "/cart", 200).await;
+    let cookies: Vec<&str> = r
+        .headers
+        .get_all("set-cookie")
+        .iter()
+        .map(|v| v.to_str().unwrap())
+        .collect();
+    assert_eq!(
+        cookies,
+        [
+            "sid=1; Path=/shop/cart; Domain=www.shop.test; HttpOnly",
+            "pref=dark; Path=/other"
+        ],
+        "{r:?}"
+    );
 }

@@ -87,9 +87,6 @@ pub fn classify(name: &str) -> (Status, &'static str) {
         "mirror-target" | "mirror-uri" | "mirror-request-body" | "mirror-host" => {
             unsupported("request mirroring is not supported")
         }
-        "proxy-cookie-domain" | "proxy-cookie-path" => unsupported(
-            "rewriting Set-Cookie attributes is not supported",
-        ),
         "proxy-redirect-from" | "proxy-redirect-to" => unsupported(
             "rewriting the upstream's Location headers is not supported",
         ),

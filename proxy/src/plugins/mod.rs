@@ -10,6 +10,7 @@
 
 mod auth;
 mod context_path;
+mod cookie_rewrite;
 mod correlation_id;
 mod cors;
 #[cfg(any(test, feature = "test-plugins"))]

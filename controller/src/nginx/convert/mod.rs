@@ -23,6 +23,7 @@ mod access;
 mod auth;
 mod backends;
 mod balancing;
+mod cookies;
 mod limits;
 mod paths;
 mod redirects;
@@ -293,6 +294,7 @@ impl Conv<'_> {
         self.access();
         self.auth();
         self.backends();
+        self.cookies();
         let names: Vec<String> = self.rest.keys().cloned().collect();
         for n in names {
             let v = self.take(&n).unwrap_or_default();
