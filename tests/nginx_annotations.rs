@@ -1294,8 +1294,9 @@ async fn host_and_backend_annotations_reach_the_upstream() {
     );
     let shop = Server::start(|_| {
         response(
-            200,
-            "set-cookie: sid=1; Path=/cart; Domain=shop.internal; HttpOnly\r\n\
+            302,
+            "location: http://shop.internal:8080/login?next=%2Fcart\r\n\
+             set-cookie: sid=1; Path=/cart; Domain=shop.internal; HttpOnly\r\n\
              set-cookie: pref=dark; Path=/other\r\n",
             "ok",
         )
@@ -1310,6 +1311,8 @@ async fn host_and_backend_annotations_reach_the_upstream() {
             &[
                 ("proxy-cookie-path", "/cart /shop/cart"),
                 ("proxy-cookie-domain", "shop.internal www.shop.test"),
+                ("proxy-redirect-from", "http://shop.internal:8080/"),
+                ("proxy-redirect-to", "https://www.shop.test/"),
             ],
             "shop",
         ),
@@ -1394,9 +1397,15 @@ async fn host_and_backend_annotations_reach_the_upstream() {
     assert_eq!(r.status, 418, "{r:?}");
     assert_eq!(r.echo_name().as_deref(), Some("api"), "{r:?}");
 
+    // proxy-redirect-from/-to: the upstream's redirect names the public address.
+    let r = ready(&c, &s, "www.shop.test", "/cart", 302).await;
+    assert_eq!(
+        r.header("location"),
+        Some("https://www.shop.test/login?next=%2Fcart"),
+        "{r:?}"
+    );
     // proxy-cookie-path and -domain: the browser gets cookies for the path and host it asked
     // for; a cookie no rule matches is passed as it was.
-    let r = ready(&c, &s, "www.shop.test", "/cart", 200).await;
     let cookies: Vec<&str> = r
         .headers
         .get_all("set-cookie")

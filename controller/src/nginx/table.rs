@@ -87,9 +87,6 @@ pub fn classify(name: &str) -> (Status, &'static str) {
         "mirror-target" | "mirror-uri" | "mirror-request-body" | "mirror-host" => {
             unsupported("request mirroring is not supported")
         }
-        "proxy-redirect-from" | "proxy-redirect-to" => unsupported(
-            "rewriting the upstream's Location headers is not supported",
-        ),
         "connection-proxy-header" => unsupported(
             "Weir manages the Connection header towards upstreams itself",
         ),

@@ -33,11 +33,12 @@ struct Conf {
     domain: Vec<Rule>,
 }
 
+/// One `{from, to}` rule (also `location-rewrite`'s).
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-struct Rule {
-    from: String,
-    to: String,
+pub(super) struct Rule {
+    pub(super) from: String,
+    pub(super) to: String,
 }
 
 struct CookieRewrite {

@@ -19,6 +19,7 @@ mod factory;
 mod forward_auth;
 mod grpc_web;
 mod ip_restriction;
+mod location_rewrite;
 mod params;
 mod rate_limiting;
 mod redirect;

@@ -52,6 +52,7 @@ impl Registry {
             Arc::new(super::transformer::REQUEST),
             Arc::new(super::transformer::RESPONSE),
             Arc::new(super::cookie_rewrite::FACTORY),
+            Arc::new(super::location_rewrite::FACTORY),
             Arc::new(super::redirect::FACTORY),
             Arc::new(super::context_path::FACTORY),
             Arc::new(super::rewrite::FACTORY),

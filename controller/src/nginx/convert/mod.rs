@@ -23,10 +23,10 @@ mod access;
 mod auth;
 mod backends;
 mod balancing;
-mod cookies;
 mod limits;
 mod paths;
 mod redirects;
+mod responses;
 mod tls;
 
 /// ingress-nginx's `cors-allow-methods` default.
@@ -295,6 +295,7 @@ impl Conv<'_> {
         self.auth();
         self.backends();
         self.cookies();
+        self.redirect_rewrites();
         let names: Vec<String> = self.rest.keys().cloned().collect();
         for n in names {
             let v = self.take(&n).unwrap_or_default();
