@@ -362,7 +362,7 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
         "h" => n * 3600.0,
         _ => return Err(format!("{s:?}: unknown unit {unit:?} (use ms, s, m or h)")),
     };
-    Ok(Duration::from_secs_f64(secs))
+    Duration::try_from_secs_f64(secs).map_err(|_| format!("{s:?} is too long a duration"))
 }
 
 fn main() -> anyhow::Result<()> {
@@ -546,6 +546,8 @@ mod tests {
         assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
         assert!(parse_duration("ten").is_err());
         assert!(parse_duration("5d").is_err());
+        // Refused, not a panic.
+        assert!(parse_duration("99999999999999999999s").is_err());
     }
 
     #[test]

@@ -83,43 +83,56 @@ fn build(config: &serde_json::Value) -> Result<Arc<dyn Plugin>, String> {
 }
 
 impl CookieRewrite {
-    /// The cookie with its attributes rewritten, or `None` when no rule applies.
-    fn rewrite(&self, cookie: &str) -> Option<String> {
-        let mut parts: Vec<String> = Vec::new();
+    /// The cookie with its attributes rewritten, or `None` when no rule applies. Bytes, not
+    /// text: a cookie value may hold non-ASCII bytes, and its attributes are still edited.
+    fn rewrite(&self, cookie: &[u8]) -> Option<Vec<u8>> {
+        let mut out = Vec::with_capacity(cookie.len() + 16);
         let mut changed = false;
-        for (n, part) in cookie.split(';').enumerate() {
+        for (n, part) in cookie.split(|&b| b == b';').enumerate() {
+            if n > 0 {
+                out.push(b';');
+            }
             // The first part is the name=value pair, never an attribute.
-            let rewritten = (n > 0).then(|| self.attribute(part)).flatten();
-            changed |= rewritten.is_some();
-            parts.push(rewritten.unwrap_or_else(|| part.to_string()));
+            match (n > 0).then(|| self.attribute(part)).flatten() {
+                Some(edited) => {
+                    out.extend_from_slice(&edited);
+                    changed = true;
+                }
+                None => out.extend_from_slice(part),
+            }
         }
-        changed.then(|| parts.join(";"))
+        changed.then_some(out)
     }
 
-    fn attribute(&self, part: &str) -> Option<String> {
-        let (name, value) = part.split_once('=')?;
-        let lead = &name[..name.len() - name.trim_start().len()];
-        let value = value.trim();
-        match name.trim() {
-            n if n.eq_ignore_ascii_case("path") => {
-                let r = self.path.iter().find(|r| value.starts_with(&r.from))?;
-                Some(format!(
-                    "{lead}{}={}{}",
-                    name.trim(),
-                    r.to,
-                    &value[r.from.len()..]
-                ))
-            }
-            n if n.eq_ignore_ascii_case("domain") => {
-                let bare = value.strip_prefix('.').unwrap_or(value);
-                let r = self
-                    .domain
-                    .iter()
-                    .find(|r| r.from.trim_start_matches('.').eq_ignore_ascii_case(bare))?;
-                Some(format!("{lead}{}={}", name.trim(), r.to))
-            }
-            _ => None,
-        }
+    fn attribute(&self, part: &[u8]) -> Option<Vec<u8>> {
+        let eq = part.iter().position(|&b| b == b'=')?;
+        let (name, value) = (&part[..eq], &part[eq + 1..]);
+        let lead = name.len() - name.trim_ascii_start().len();
+        let name = name.trim_ascii();
+        let value = value.trim_ascii();
+        let replaced: Vec<u8> = if name.eq_ignore_ascii_case(b"path") {
+            let r = self
+                .path
+                .iter()
+                .find(|r| value.starts_with(r.from.as_bytes()))?;
+            [r.to.as_bytes(), &value[r.from.len()..]].concat()
+        } else if name.eq_ignore_ascii_case(b"domain") {
+            // nginx keeps a leading dot where the cookie had one.
+            let (dot, bare) = match value.strip_prefix(b".") {
+                Some(bare) => (&b"."[..], bare),
+                None => (&b""[..], value),
+            };
+            let r = self.domain.iter().find(|r| {
+                r.from
+                    .trim_start_matches('.')
+                    .as_bytes()
+                    .eq_ignore_ascii_case(bare)
+            })?;
+            [dot, r.to.trim_start_matches('.').as_bytes()].concat()
+        } else {
+            return None;
+        };
+        Some([&part[..lead], name, b"=", &replaced].concat())
     }
 }
 
@@ -135,11 +148,9 @@ impl Plugin for CookieRewrite {
         let cookies: Vec<HeaderValue> = resp.headers.get_all(SET_COOKIE).iter().cloned().collect();
         resp.headers.remove(SET_COOKIE);
         for c in cookies {
-            let edited = c
-                .to_str()
-                .ok()
-                .and_then(|s| self.rewrite(s))
-                .and_then(|s| HeaderValue::from_str(&s).ok());
+            let edited = self
+                .rewrite(c.as_bytes())
+                .and_then(|b| HeaderValue::from_bytes(&b).ok());
             resp.headers.append(SET_COOKIE, edited.unwrap_or(c));
         }
         Ok(())
@@ -165,21 +176,27 @@ mod tests {
             "domain": [{"from": "localhost", "to": "example.org"}],
         }));
         assert_eq!(
-            p.rewrite("a=1; Path=/two/some/uri/; HttpOnly").as_deref(),
-            Some("a=1; Path=/some/uri/; HttpOnly")
+            p.rewrite(b"a=1; Path=/two/some/uri/; HttpOnly").as_deref(),
+            Some(&b"a=1; Path=/some/uri/; HttpOnly"[..])
         );
         // The first rule that matches; the prefix only.
         assert_eq!(
-            p.rewrite("a=1; path=/app/x").as_deref(),
-            Some("a=1; path=/shop/x")
+            p.rewrite(b"a=1; path=/app/x").as_deref(),
+            Some(&b"a=1; path=/shop/x"[..])
         );
         assert_eq!(
-            p.rewrite("s=x; Domain=.LOCALHOST; Secure").as_deref(),
-            Some("s=x; Domain=example.org; Secure")
+            p.rewrite(b"s=x; Domain=.LOCALHOST; Secure").as_deref(),
+            Some(&b"s=x; Domain=.example.org; Secure"[..]),
+            "the leading dot stays, as nginx keeps it"
         );
         // Nothing applies: untouched (None); the cookie's own value is never an attribute.
-        assert_eq!(p.rewrite("path=/two/; Max-Age=1"), None);
-        assert_eq!(p.rewrite("a=1; Path=/other; Domain=example.net"), None);
+        assert_eq!(p.rewrite(b"path=/two/; Max-Age=1"), None);
+        assert_eq!(p.rewrite(b"a=1; Path=/other; Domain=example.net"), None);
+        // A value with non-ASCII bytes still has its attributes edited, the bytes untouched.
+        assert_eq!(
+            p.rewrite("n=J\u{f6}hn; Path=/two/".as_bytes()).as_deref(),
+            Some("n=J\u{f6}hn; Path=/".as_bytes())
+        );
     }
 
     #[test]

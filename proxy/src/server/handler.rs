@@ -860,15 +860,17 @@ pub async fn handle(
             .headers
             .insert(UPSTREAM_LATENCY, millis_value(upstream_ms));
     }
-    if let Some(cookie) = set_cookie {
-        parts.headers.append(header::SET_COOKIE, cookie);
-    }
     if rt.settings.upstream_tries_header {
         parts
             .headers
             .insert(UPSTREAM_TRIES, HeaderValue::from(p.s.ctx.tries.len()));
     }
     pipeline::header_filter(&mut p.s.ctx, &mut parts);
+    // Weir's own affinity cookie goes after the plugins: those that rewrite the upstream's
+    // cookies (cookie-rewrite) leave it as its Upstream configures it.
+    if let Some(cookie) = set_cookie {
+        parts.headers.append(header::SET_COOKIE, cookie);
+    }
     parts
         .headers
         .append(header::VIA, headers::via(parts.version));

@@ -18,7 +18,7 @@ use std::cell::RefCell;
 use std::collections::{HashMap, HashSet};
 use std::hash::{BuildHasherDefault, Hash, Hasher};
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, LazyLock};
 
 use arc_swap::ArcSwap;
@@ -301,12 +301,16 @@ pub async fn checkout(key: &PoolKey, connect_timeout: Duration) -> Result<Conn, 
         Idle::Empty => false,
     };
     // The connect timeout covers resolution, TCP connect, and the TLS and HTTP/2 handshakes.
-    match tokio::time::timeout(connect_timeout, open(key, named)).await {
+    let connected = AtomicBool::new(false);
+    match tokio::time::timeout(connect_timeout, open(key, named, &connected)).await {
         Ok(r) => r,
         Err(_) => {
             // An address that drops SYNs fails as one that refuses: a host name is looked up
-            // again (an IP target is left alone there).
-            super::dns::failed(&key.target);
+            // again (an IP target is left alone there). A slow handshake past the TCP
+            // connect says nothing about the address.
+            if !connected.load(Ordering::Relaxed) {
+                super::dns::failed(&key.target);
+            }
             Err(ConnectError::Timeout(key.target.clone()))
         }
     }
@@ -324,8 +328,8 @@ enum Idle {
 
 /// A connection for `key` when none of an IP target is idle: for a host name, the next
 /// address of its answer (looked up when it ran out), then an idle connection to that
-/// address or a new one.
-async fn open(key: &PoolKey, named: bool) -> Result<Conn, ConnectError> {
+/// address or a new one. `connected` is set once the TCP connection is up.
+async fn open(key: &PoolKey, named: bool, connected: &AtomicBool) -> Result<Conn, ConnectError> {
     let ip = if named {
         None
     } else {
@@ -346,7 +350,7 @@ async fn open(key: &PoolKey, named: bool) -> Result<Conn, ConnectError> {
             (via, addr)
         }
     };
-    connect(key, addr).await
+    connect(key, addr, connected).await
 }
 
 /// The key of `key`'s connections to `addr`, a host-name target's address: `key` with the
@@ -381,12 +385,17 @@ fn via_key(key: &PoolKey, addr: SocketAddr) -> PoolKey {
     }
 }
 
-async fn connect(key: PoolKey, addr: SocketAddr) -> Result<Conn, ConnectError> {
+async fn connect(
+    key: PoolKey,
+    addr: SocketAddr,
+    connected: &AtomicBool,
+) -> Result<Conn, ConnectError> {
     let tcp = TcpStream::connect(addr).await.map_err(|e| {
         // A host name's other addresses are tried (and looked up again) next time.
         super::dns::failed(&key.target);
         ConnectError::Connect(key.target.clone(), e)
     })?;
+    connected.store(true, Ordering::Relaxed);
     let _ = tcp.set_nodelay(true);
     let stream = match &key.tls {
         None => Stream::Tcp(tcp),
@@ -691,6 +700,65 @@ mod tests {
         assert!(IDLE.with(|m| !m.borrow().contains_key(&name)));
         // The IP target's is kept while open, as before.
         assert_eq!(idle(&ip), 1);
+    }
+
+    #[tokio::test]
+    async fn a_handshake_timeout_does_not_look_the_name_up_again() {
+        use super::super::dns;
+        // Takes the TCP connection and says nothing: the TLS handshake never ends.
+        let silent = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let target: Arc<str> = format!("localhost:{}", silent.local_addr().unwrap().port()).into();
+        // `localhost` is in /etc/hosts here, as 127.0.0.1 alone.
+        match dns::resolve_name(&target).await {
+            Ok(a) if a.ip() == std::net::Ipv4Addr::LOCALHOST => {}
+            _ => return,
+        }
+        let hold = tokio::spawn(async move {
+            let (s, _) = silent.accept().await.unwrap();
+            tokio::time::sleep(Duration::from_secs(10)).await;
+            drop(s);
+        });
+        let tls = TlsClient::new(super::super::TlsSettings {
+            sni: None,
+            verify: false,
+            verify_depth: None,
+            ca_pem: None,
+            client_cert: None,
+            alpn: super::super::Alpn::Http11,
+        })
+        .unwrap();
+        let key = PoolKey {
+            target: target.clone(),
+            h2: false,
+            tls: Some(Arc::new(tls)),
+        };
+        dns::age_for_test(&target, dns::RELOOK_AFTER_FAILURE);
+        let got = checkout(&key, Duration::from_millis(200)).await;
+        assert!(matches!(got, Err(ConnectError::Timeout(_))));
+        assert!(
+            !dns::relook_forced(&target),
+            "a slow handshake blamed the address"
+        );
+        hold.abort();
+
+        // A refused connection does look it up again.
+        let port = TcpListener::bind("127.0.0.1:0")
+            .await
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let refused: Arc<str> = format!("localhost:{port}").into();
+        dns::resolve_name(&refused).await.unwrap();
+        dns::age_for_test(&refused, dns::RELOOK_AFTER_FAILURE);
+        let key = PoolKey {
+            target: refused.clone(),
+            h2: false,
+            tls: None,
+        };
+        let got = checkout(&key, Duration::from_millis(200)).await;
+        assert!(matches!(got, Err(ConnectError::Connect(..))));
+        assert!(dns::relook_forced(&refused));
     }
 
     #[test]

@@ -4,14 +4,20 @@
 //!
 //! Every address of the answer is used in turn. An answer is kept for its records' TTL (the
 //! smallest along the CNAME chain, at least 1 s), or for `--dns-ttl` when that is set (nginx's
-//! `resolver … valid=`); once it ran out it is still used for up to [`STALE`] while one lookup
-//! refreshes it in the background, so that requests do not wait for the query. A failed
-//! lookup is remembered for [`NEGATIVE_TTL`], so a burst of requests for a name that does not
-//! resolve sends one query, not one per request. Lookups run in tasks of their own, bounded
-//! by the resolver's timeouts: concurrent callers of one name share one query, and a caller
-//! that gives up (its connect timeout) cancels nothing. A failed connection (refused or timed
-//! out) to one address makes the next connection look the name up again, at most once per
-//! [`RELOOK_AFTER_FAILURE`].
+//! `resolver … valid=`, also at least 1 s); once it ran out it is still used for up to
+//! [`STALE`] while one lookup refreshes it in the background, so that requests do not wait for
+//! the query. A lookup that fails without an answer (timeouts, unreachable servers, SERVFAIL)
+//! does not replace known addresses: they are still used, up to [`STALE_ON_ERROR`] past their
+//! TTL, and looked up again at most once per [`NEGATIVE_TTL`] meanwhile (RFC 8767's
+//! serve-stale); only an authoritative "no such name" (NXDOMAIN, or no addresses) replaces
+//! them. A failed lookup with nothing to fall back on is remembered for [`NEGATIVE_TTL`], so
+//! a burst of requests for a name that does not resolve sends one query, not one per request.
+//! Lookups run in tasks of their own, bounded by the resolver's timeouts: concurrent callers
+//! of one name share one query, and a caller that gives up (its connect timeout) cancels
+//! nothing; a lookup whose runtime stopped is started again by those waiting for it. `A` and
+//! `AAAA` are asked together; once one has addresses, the other gets [`OTHER_FAMILY_WAIT`]
+//! more. A failed connection (refused or timed out) to one address makes the next connection
+//! look the name up again, at most once per [`RELOOK_AFTER_FAILURE`].
 //!
 //! The nameservers, search list and options come from `/etc/resolv.conf` (the servers from
 //! `--dns-resolver` when given), names in `/etc/hosts` are answered from it; both files are
@@ -23,6 +29,7 @@ pub(crate) mod conf;
 pub(crate) mod wire;
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -31,6 +38,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::watch;
 
 use super::pool::ConnectError;
+use client::QueryError;
 use conf::ResolvConf;
 use wire::{Answer, TYPE_A, TYPE_AAAA};
 
@@ -40,6 +48,12 @@ pub use conf::parse_nameserver;
 pub const NEGATIVE_TTL: Duration = Duration::from_secs(1);
 /// How long past its TTL an answer is still used while a lookup refreshes it.
 pub const STALE: Duration = Duration::from_secs(10);
+/// How long past its TTL an answer is still used while lookups fail without an answer
+/// (timeouts, SERVFAIL), retried once per [`NEGATIVE_TTL`] (RFC 8767, Kong's `stale_ttl`).
+pub const STALE_ON_ERROR: Duration = Duration::from_secs(300);
+/// How much longer the other of `A` and `AAAA` is waited for once one has addresses (as
+/// RFC 8305's resolution delay): a server that drops one type does not hold up the other.
+pub const OTHER_FAMILY_WAIT: Duration = Duration::from_millis(75);
 /// How old an answer must be for a failed connection to one of its addresses to look the
 /// name up again.
 pub const RELOOK_AFTER_FAILURE: Duration = Duration::from_secs(1);
@@ -58,7 +72,8 @@ const MAX_ENTRIES: usize = 4096;
 static TTL_OVERRIDE_MS: AtomicU64 = AtomicU64::new(u64::MAX);
 
 /// Sets, for the whole process, how long answers are kept: `Some` replaces the records' TTLs
-/// (`--dns-ttl`), `None` uses them.
+/// (`--dns-ttl`; at least 1 s all the same, as the records' TTLs: shorter would make every
+/// answer stale at once, one refresh per request), `None` uses them.
 pub fn set_ttl(ttl: Option<Duration>) {
     let ms = ttl.map_or(u64::MAX, |t| {
         u64::try_from(t.as_millis()).unwrap_or(u64::MAX - 1)
@@ -158,13 +173,39 @@ fn read_settings(
     }
 }
 
+/// How long an answer is kept: `--dns-ttl` (`over`) if set, else the records' `ttl`; at least
+/// [`MIN_TTL`] either way.
+fn keep_for(ttl: Duration, over: Option<Duration>) -> Duration {
+    over.unwrap_or(ttl).max(MIN_TTL)
+}
+
+/// Why a lookup gave no addresses.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum LookupError {
+    /// The servers say the name has no addresses (NXDOMAIN, or no records of the types
+    /// asked): this replaces addresses known before.
+    NoSuchName(String),
+    /// No usable answer (timeouts, unreachable servers, SERVFAIL…, or a bad target): addresses
+    /// known before are kept.
+    Failed(String),
+}
+
+impl LookupError {
+    fn text(self) -> String {
+        match self {
+            LookupError::NoSuchName(s) | LookupError::Failed(s) => s,
+        }
+    }
+}
+
 /// An answer for one target.
 struct Resolved {
     /// Never empty when `Ok`.
     addrs: Result<Box<[SocketAddr]>, Arc<str>>,
-    /// When the lookup ended.
+    /// When the lookup that gave it, or last kept it after failing, ended.
     at: Instant,
-    /// Until when it holds (its TTL, `--dns-ttl`, or [`NEGATIVE_TTL`]).
+    /// Until when it holds (its TTL, `--dns-ttl`, or [`NEGATIVE_TTL`]); a kept answer keeps
+    /// its own.
     until: Instant,
 }
 
@@ -190,7 +231,8 @@ struct Entry {
     /// Until when `answer` is used as is.
     fresh: Instant,
     /// Until when, past `fresh`, it is still used while one lookup refreshes it in the
-    /// background ([`STALE`] for addresses; never for an error or after a failed connection).
+    /// background ([`STALE`] for addresses, up to [`STALE_ON_ERROR`] past their TTL once
+    /// lookups fail; never for an error or after a failed connection).
     stale: Instant,
     /// The lookup under way, if any.
     pending: Option<Pending>,
@@ -216,6 +258,14 @@ struct Resolver {
     settings: Option<Arc<System>>,
     /// Names cached at most ([`MAX_ENTRIES`]).
     max_entries: usize,
+}
+
+/// What [`Resolver::start`] found.
+enum Start {
+    /// The answer, used as it is.
+    Done(Result<SocketAddr, ConnectError>),
+    /// A lookup to wait for.
+    Wait(watch::Receiver<Option<Arc<Resolved>>>),
 }
 
 /// Numbers the lookups (process-wide, so that ids never repeat across resolvers).
@@ -257,7 +307,42 @@ impl Resolver {
     }
 
     async fn resolve(&'static self, target: &Arc<str>) -> Result<SocketAddr, ConnectError> {
-        let mut rx = {
+        // A lookup whose task is gone without an answer (its runtime stopped: a worker's at
+        // shutdown, the health checker's) is started once more, on this caller's runtime.
+        for round in 0.. {
+            let mut rx = match self.start(target) {
+                Start::Done(r) => return r,
+                Start::Wait(rx) => rx,
+            };
+            // The lookup runs in a task of its own: a caller that gives up (its connect
+            // timeout) cancels nothing, and those after it find the answer, or the same
+            // lookup under way.
+            let resolved = match rx.wait_for(Option::is_some).await {
+                Ok(r) => r.clone(),
+                Err(_) => None,
+            };
+            let Some(resolved) = resolved else {
+                if round == 0 {
+                    continue;
+                }
+                return Err(ConnectError::Resolve(
+                    target.clone(),
+                    "lookup abandoned".into(),
+                ));
+            };
+            let mut map = self.lock();
+            // The entry may have been dropped meanwhile (a full cache): the first address then.
+            let mut first = 0;
+            let next = map.get_mut(&**target).map_or(&mut first, |e| &mut e.next);
+            return pick(next, &resolved, target);
+        }
+        unreachable!("the loop returns")
+    }
+
+    /// The next address of `target`'s answer when it may be used, else the lookup to wait
+    /// for, started if there is none.
+    fn start(&'static self, target: &Arc<str>) -> Start {
+        Start::Wait({
             let mut map = self.lock();
             let now = Instant::now();
             if !map.contains_key(&**target) {
@@ -280,34 +365,17 @@ impl Resolver {
             e.used = now;
             if let Some(r) = &e.answer {
                 if now < e.fresh {
-                    return pick(&mut e.next, r, target);
+                    return Start::Done(pick(&mut e.next, r, target));
                 }
                 if now < e.stale {
                     // Ran out a little while ago: used while one lookup refreshes it.
                     let r = r.clone();
                     self.look_up_in_background(target, e);
-                    return pick(&mut e.next, &r, target);
+                    return Start::Done(pick(&mut e.next, &r, target));
                 }
             }
             self.look_up_in_background(target, e)
-        };
-        // The lookup runs in a task of its own: a caller that gives up (its connect timeout)
-        // cancels nothing, and those after it find the answer, or the same lookup under way.
-        let resolved = match rx.wait_for(Option::is_some).await {
-            Ok(r) => r.clone(),
-            Err(_) => None,
-        };
-        let Some(resolved) = resolved else {
-            return Err(ConnectError::Resolve(
-                target.clone(),
-                "lookup abandoned".into(),
-            ));
-        };
-        let mut map = self.lock();
-        // The entry may have been dropped meanwhile (a full cache): the first address then.
-        let mut first = 0;
-        let next = map.get_mut(&**target).map_or(&mut first, |e| &mut e.next);
-        pick(next, &resolved, target)
+        })
     }
 
     /// The lookup of `target` under way, started (in a task of its own) if there is none.
@@ -325,33 +393,30 @@ impl Resolver {
         let target = target.clone();
         tokio::spawn(async move {
             let sys = self.settings.clone().unwrap_or_else(system);
-            // Bounded on its own, as long as the resolver would try: every server, every
-            // attempt, each for its timeout.
-            let rounds = sys.resolv.attempts.max(1) * sys.resolv.nameservers.len().max(1);
-            let bound = sys
-                .resolv
-                .timeout
-                .saturating_mul(u32::try_from(rounds).unwrap_or(u32::MAX))
-                .max(MIN_TTL);
+            // Bounded on its own, beyond as long as the resolver would try.
+            let bound = lookup_bound(&sys.resolv);
             let result = match tokio::time::timeout(bound, addresses(&target, &sys)).await {
                 Ok(r) => r,
-                Err(_) => Err(format!("no answer within {bound:?}")),
+                Err(_) => Err(LookupError::Failed(format!("no answer within {bound:?}"))),
             };
-            let r = Arc::new(answered(&target, result));
-            {
+            let r = {
                 let mut map = self.lock();
-                if let Some(e) = map.get_mut(&*target) {
-                    if e.pending.as_ref().is_some_and(|p| p.id == id) {
-                        e.fresh = r.until;
-                        e.stale = match r.addrs {
-                            Ok(_) => r.until + STALE,
-                            Err(_) => r.until,
-                        };
+                match map
+                    .get_mut(&*target)
+                    .filter(|e| e.pending.as_ref().is_some_and(|p| p.id == id))
+                {
+                    Some(e) => {
+                        let (r, fresh, stale) =
+                            answered(&target, result, e.answer.as_deref(), Instant::now());
+                        let r = Arc::new(r);
+                        (e.fresh, e.stale) = (fresh, stale);
                         e.answer = Some(r.clone());
                         e.pending = None;
+                        r
                     }
+                    None => Arc::new(answered(&target, result, None, Instant::now()).0),
                 }
-            }
+            };
             tx.send_replace(Some(r));
         });
         rx
@@ -412,58 +477,139 @@ fn pick(next: &mut usize, r: &Resolved, target: &Arc<str>) -> Result<SocketAddr,
     }
 }
 
-/// The answer of a lookup of `target`, and for how long it holds.
-fn answered(target: &str, result: Result<(Vec<SocketAddr>, Duration), String>) -> Resolved {
-    let now = Instant::now();
-    match result {
+/// How long a lookup may take at most: longer than the resolver tries (every name of the
+/// search list, every attempt on every server, each over UDP and again over TCP, and the wait
+/// for the other address family), so that it ends with the resolver's own error.
+fn lookup_bound(resolv: &ResolvConf) -> Duration {
+    let names = u32::try_from(resolv.search.len() + 1).unwrap_or(u32::MAX);
+    let tries = resolv
+        .attempts
+        .max(1)
+        .saturating_mul(resolv.nameservers.len().max(1))
+        .saturating_mul(2);
+    let per_name = resolv
+        .timeout
+        .saturating_mul(u32::try_from(tries).unwrap_or(u32::MAX))
+        .saturating_add(OTHER_FAMILY_WAIT);
+    per_name.saturating_mul(names).saturating_add(MIN_TTL)
+}
+
+/// The answer of a lookup of `target` ending at `now`, given the answer `before` it, with
+/// until when it is used as is and until when while a lookup refreshes it.
+fn answered(
+    target: &str,
+    result: Result<(Vec<SocketAddr>, Duration), LookupError>,
+    before: Option<&Resolved>,
+    now: Instant,
+) -> (Resolved, Instant, Instant) {
+    let why = match result {
         Ok((addrs, ttl)) => {
-            let keep = ttl_override().unwrap_or_else(|| ttl.max(MIN_TTL));
+            let keep = keep_for(ttl, ttl_override());
             tracing::debug!(target, ?addrs, ?keep, "resolved");
-            Resolved {
+            let until = now + keep;
+            let r = Resolved {
                 addrs: Ok(addrs.into()),
                 at: now,
-                until: now + keep,
-            }
+                until,
+            };
+            return (r, until, until + STALE);
         }
-        Err(why) => {
-            tracing::debug!(target, error = %why, "resolution failed");
-            Resolved {
-                addrs: Err(why.into()),
-                at: now,
-                until: now + NEGATIVE_TTL,
+        Err(LookupError::Failed(why)) => {
+            // No answer: addresses known before are still used (up to STALE_ON_ERROR past
+            // their TTL), and looked up again once per NEGATIVE_TTL.
+            if let Some(old) = before {
+                let limit = old.until + STALE_ON_ERROR;
+                if matches!(&old.addrs, Ok(a) if !a.is_empty()) && now < limit {
+                    tracing::warn!(target, error = %why, "resolution failed, using the addresses known before");
+                    let r = Resolved {
+                        addrs: old.addrs.clone(),
+                        at: now,
+                        until: old.until,
+                    };
+                    return (r, (now + NEGATIVE_TTL).min(limit), limit);
+                }
             }
+            why
+        }
+        Err(e) => e.text(),
+    };
+    tracing::debug!(target, error = %why, "resolution failed");
+    let until = now + NEGATIVE_TTL;
+    let r = Resolved {
+        addrs: Err(why.into()),
+        at: now,
+        until,
+    };
+    (r, until, until)
+}
+
+/// The answers to `A` and `AAAA` questions for `name`, asked together; once one has
+/// addresses, the other is waited for [`OTHER_FAMILY_WAIT`] more at most.
+async fn both_families(
+    conf: &ResolvConf,
+    name: &str,
+) -> (Result<Answer, QueryError>, Result<Answer, QueryError>) {
+    let a = client::query(conf, name, TYPE_A);
+    let aaaa = client::query(conf, name, TYPE_AAAA);
+    tokio::pin!(a, aaaa);
+    tokio::select! {
+        r = &mut a => {
+            let other = other_family(&r, aaaa).await;
+            (r, other)
+        }
+        r = &mut aaaa => {
+            let other = other_family(&r, a).await;
+            (other, r)
         }
     }
 }
 
+/// The answer of `other` after `first` came: waited for in full unless `first` has addresses.
+async fn other_family(
+    first: &Result<Answer, QueryError>,
+    other: impl Future<Output = Result<Answer, QueryError>>,
+) -> Result<Answer, QueryError> {
+    if !matches!(first, Ok(Answer::Records { addrs, .. }) if !addrs.is_empty()) {
+        return other.await;
+    }
+    tokio::time::timeout(OTHER_FAMILY_WAIT, other)
+        .await
+        .unwrap_or_else(|_| {
+            Err(QueryError::Timeout(
+                "the other address family".into(),
+                OTHER_FAMILY_WAIT,
+            ))
+        })
+}
+
 /// Every address of `target` (`host:port`) and the TTL of the answer: from `/etc/hosts`, else
 /// from the nameservers, trying the search list as glibc does.
-async fn addresses(target: &str, sys: &System) -> Result<(Vec<SocketAddr>, Duration), String> {
+async fn addresses(target: &str, sys: &System) -> Result<(Vec<SocketAddr>, Duration), LookupError> {
     let (host, port) = target
         .rsplit_once(':')
         .and_then(|(h, p)| Some((h, p.parse::<u16>().ok()?)))
-        .ok_or_else(|| "not host:port".to_string())?;
+        .ok_or_else(|| LookupError::Failed("not host:port".into()))?;
     let key = host.strip_suffix('.').unwrap_or(host).to_ascii_lowercase();
     if let Some(ips) = sys.hosts.get(&key) {
         let addrs = ips.iter().map(|&ip| SocketAddr::new(ip, port)).collect();
         return Ok((addrs, HOSTS_TTL));
     }
-    let mut server_error = None;
+    // A question that got no answer (server failure, timeout, I/O error): the lookup fails
+    // rather than say the name has no addresses.
+    let mut failure = None;
     let mut nodata = false;
     for name in conf::candidates(host, &sys.resolv) {
-        let (a, aaaa) = if sys.ipv6 {
-            tokio::join!(
-                client::query(&sys.resolv, &name, TYPE_A),
-                client::query(&sys.resolv, &name, TYPE_AAAA)
-            )
+        let answers = if sys.ipv6 {
+            let (a, aaaa) = both_families(&sys.resolv, &name).await;
+            vec![a, aaaa]
         } else {
-            let a = client::query(&sys.resolv, &name, TYPE_A).await;
-            (a, Ok(Answer::NxDomain))
+            vec![client::query(&sys.resolv, &name, TYPE_A).await]
         };
+        let asked = answers.len();
         let mut addrs = Vec::new();
         let mut ttl: Option<u32> = None;
-        let mut unreachable = None;
-        for answer in [a, aaaa] {
+        let mut unreachable = 0;
+        for answer in answers {
             match answer {
                 Ok(Answer::Records {
                     addrs: found,
@@ -479,23 +625,44 @@ async fn addresses(target: &str, sys: &System) -> Result<(Vec<SocketAddr>, Durat
                     }
                 }
                 Ok(Answer::NxDomain | Answer::Truncated) => {}
-                Err(e @ client::QueryError::Server(_)) => server_error = Some(e.to_string()),
-                Err(e) => unreachable = Some(e.to_string()),
+                Err(e @ QueryError::Server(_)) => failure = Some(e.to_string()),
+                Err(e) => {
+                    unreachable += 1;
+                    failure = Some(e.to_string());
+                }
             }
         }
         if !addrs.is_empty() {
             return Ok((addrs, Duration::from_secs(ttl.unwrap_or(0).into())));
         }
-        // No server answered: the other names would not fare better (glibc stops too).
-        if let Some(e) = unreachable {
-            return Err(e);
+        // No question answered (timeouts, I/O errors): the servers are out of reach, the
+        // other names would not fare better (glibc stops too).
+        if unreachable == asked {
+            return Err(LookupError::Failed(failure.unwrap_or_default()));
         }
     }
-    Err(match server_error {
-        Some(e) => e,
-        None if nodata => "no addresses".into(),
-        None => "no such name (NXDOMAIN)".into(),
+    Err(match failure {
+        Some(e) => LookupError::Failed(e),
+        None if nodata => LookupError::NoSuchName("no addresses".into()),
+        None => LookupError::NoSuchName("no such name (NXDOMAIN)".into()),
     })
+}
+
+/// For tests of other modules: makes the process resolver's answer for `target` look `by`
+/// older than it is.
+#[cfg(test)]
+pub(crate) fn age_for_test(target: &str, by: Duration) {
+    tests::age(resolver(), target, by);
+}
+
+/// For tests of other modules: whether the next connection to `target` waits for a new
+/// lookup (a failed connection asked for one).
+#[cfg(test)]
+pub(crate) fn relook_forced(target: &str) -> bool {
+    resolver()
+        .lock()
+        .get(target)
+        .is_some_and(|e| e.fresh <= Instant::now() && e.stale <= Instant::now())
 }
 
 #[cfg(test)]
@@ -547,7 +714,7 @@ mod tests {
     }
 
     /// Makes the answer for `target` look `by` older than it is.
-    fn age(r: &Resolver, target: &str, by: Duration) {
+    pub(super) fn age(r: &Resolver, target: &str, by: Duration) {
         let mut map = r.lock();
         let e = map.get_mut(target).unwrap();
         let old = e.answer.as_ref().unwrap();
@@ -577,12 +744,33 @@ mod tests {
         Box::leak(Box::new(Resolver::new(Some(settings), max_entries)))
     }
 
+    /// What [`Server`] answers.
+    #[derive(Clone, Copy)]
+    struct Reply {
+        addr: [u8; 4],
+        delay: Duration,
+        /// Non-zero: this RCODE (2 SERVFAIL, 3 NXDOMAIN), without records.
+        rcode: u8,
+        /// Whether `AAAA` questions get an answer (with the A record only: no data).
+        aaaa: bool,
+    }
+
     /// A DNS server on loopback answering every A question with `addr` (TTL 1 s) after
     /// `delay` (the latest values of both); it counts the questions.
     struct Server {
         at: SocketAddr,
         asked: Arc<AtomicUsize>,
-        answer: Arc<Mutex<([u8; 4], Duration)>>,
+        answer: Arc<Mutex<Reply>>,
+    }
+
+    /// The type asked in a query (after the name of its question).
+    fn qtype(q: &[u8]) -> u16 {
+        let mut i = 12;
+        while i < q.len() && q[i] != 0 {
+            i += usize::from(q[i]) + 1;
+        }
+        q.get(i + 1..i + 3)
+            .map_or(0, |t| u16::from_be_bytes([t[0], t[1]]))
     }
 
     impl Server {
@@ -590,7 +778,12 @@ mod tests {
             let socket = Arc::new(UdpSocket::bind("127.0.0.1:0").await.unwrap());
             let at = socket.local_addr().unwrap();
             let asked = Arc::new(AtomicUsize::new(0));
-            let answer = Arc::new(Mutex::new((addr, delay)));
+            let answer = Arc::new(Mutex::new(Reply {
+                addr,
+                delay,
+                rcode: 0,
+                aaaa: true,
+            }));
             let (count, answer2) = (asked.clone(), answer.clone());
             tokio::spawn(async move {
                 let mut buf = [0u8; 512];
@@ -600,15 +793,22 @@ mod tests {
                     };
                     count.fetch_add(1, Ordering::SeqCst);
                     let q = buf[..n].to_vec();
-                    let (addr, delay) = *answer2.lock().unwrap();
+                    let reply = *answer2.lock().unwrap();
+                    if !reply.aaaa && qtype(&q) == TYPE_AAAA {
+                        continue;
+                    }
                     let socket = socket.clone();
                     tokio::spawn(async move {
-                        tokio::time::sleep(delay).await;
+                        tokio::time::sleep(reply.delay).await;
                         let mut m = q[..2].to_vec();
-                        m.extend_from_slice(&[0x81, 0x80, 0, 1, 0, 1, 0, 0, 0, 0]);
+                        let records = u8::from(reply.rcode == 0);
+                        m.extend_from_slice(&[0x81, 0x80 | reply.rcode, 0, 1, 0, records]);
+                        m.extend_from_slice(&[0, 0, 0, 0]);
                         m.extend_from_slice(&q[12..]);
-                        m.extend_from_slice(&[0xC0, 12, 0, 1, 0, 1, 0, 0, 0, 1, 0, 4]);
-                        m.extend_from_slice(&addr);
+                        if records == 1 {
+                            m.extend_from_slice(&[0xC0, 12, 0, 1, 0, 1, 0, 0, 0, 1, 0, 4]);
+                            m.extend_from_slice(&reply.addr);
+                        }
                         let _ = socket.send_to(&m, from).await;
                     });
                 }
@@ -621,8 +821,162 @@ mod tests {
         }
 
         fn set(&self, addr: [u8; 4], delay: Duration) {
-            *self.answer.lock().unwrap() = (addr, delay);
+            let mut a = self.answer.lock().unwrap();
+            (a.addr, a.delay, a.rcode) = (addr, delay, 0);
         }
+
+        /// Answers with `rcode` (and no records) from now on.
+        fn fail(&self, rcode: u8) {
+            self.answer.lock().unwrap().rcode = rcode;
+        }
+
+        /// Leaves `AAAA` questions unanswered from now on.
+        fn ignore_aaaa(&self) {
+            self.answer.lock().unwrap().aaaa = false;
+        }
+    }
+
+    /// Makes `target`'s answer run out now: the next caller waits for a lookup.
+    fn expire(r: &Resolver, target: &str) {
+        let mut map = r.lock();
+        let e = map.get_mut(target).unwrap();
+        (e.fresh, e.stale) = (Instant::now(), Instant::now());
+    }
+
+    #[tokio::test]
+    async fn a_failed_lookup_keeps_the_addresses_known_before() {
+        let server = Server::start([10, 0, 0, 1], Duration::ZERO).await;
+        let r = resolver_with(settings(&[server.at], &[]), 16);
+        let target: Arc<str> = "flaky.weir.test:80".into();
+        let one: SocketAddr = ([10, 0, 0, 1], 80).into();
+        assert_eq!(r.resolve(&target).await.unwrap(), one);
+
+        // SERVFAIL from now on. The answer ran out: used while it is refreshed, and still
+        // after the refresh failed, retried at most once per NEGATIVE_TTL.
+        server.fail(2);
+        r.lock().get_mut(&*target).unwrap().fresh = Instant::now();
+        assert_eq!(r.resolve(&target).await.unwrap(), one);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert_eq!(server.asked(), 2);
+        for _ in 0..20 {
+            assert_eq!(r.resolve(&target).await.unwrap(), one);
+        }
+        assert_eq!(server.asked(), 2);
+        {
+            let map = r.lock();
+            let e = &map[&*target];
+            let now = Instant::now();
+            assert!(e.fresh > now && e.fresh <= now + NEGATIVE_TTL);
+            assert!(e.stale > now + STALE, "kept only as long as usual");
+        }
+
+        // Past STALE as well (or after a failed connection): the caller waits for the
+        // lookup, which fails, and gets the addresses known before.
+        expire(r, &target);
+        assert_eq!(r.resolve(&target).await.unwrap(), one);
+        assert_eq!(server.asked(), 3);
+        age(r, &target, RELOOK_AFTER_FAILURE);
+        r.failed(&target, Instant::now());
+        assert_eq!(r.resolve(&target).await.unwrap(), one);
+        assert_eq!(server.asked(), 4);
+
+        // Up to STALE_ON_ERROR past their TTL, not longer; with nothing before, the error.
+        let old = r.lock()[&*target].answer.clone().unwrap();
+        let failed = || Err(LookupError::Failed("SERVFAIL".into()));
+        let (kept, ..) = answered("x:80", failed(), Some(&old), old.until + STALE_ON_ERROR);
+        assert!(kept.addrs.is_err());
+        let (kept, ..) = answered("x:80", failed(), None, Instant::now());
+        assert!(kept.addrs.is_err());
+
+        // An authoritative "no such name" does replace them.
+        server.set([10, 0, 0, 2], Duration::ZERO);
+        expire(r, &target);
+        let two: SocketAddr = ([10, 0, 0, 2], 80).into();
+        assert_eq!(r.resolve(&target).await.unwrap(), two);
+        server.fail(3);
+        r.lock().get_mut(&*target).unwrap().fresh = Instant::now();
+        assert_eq!(r.resolve(&target).await.unwrap(), two);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(matches!(
+            r.resolve(&target).await,
+            Err(ConnectError::Resolve(..))
+        ));
+        assert_eq!(server.asked(), 6);
+    }
+
+    #[tokio::test]
+    async fn an_unanswered_aaaa_question_does_not_hold_up_the_a_records() {
+        let server = Server::start([10, 0, 0, 1], Duration::ZERO).await;
+        server.ignore_aaaa();
+        let Ok(mut s) = Arc::try_unwrap(settings(&[server.at], &[])) else {
+            unreachable!("one reference")
+        };
+        s.ipv6 = true;
+        let r = resolver_with(Arc::new(s), 16);
+        let started = Instant::now();
+        assert_eq!(
+            r.resolve(&"dual.weir.test:80".into()).await.unwrap(),
+            ([10, 0, 0, 1], 80).into()
+        );
+        // Not the server's timeout (1 s).
+        assert!(started.elapsed() < Duration::from_millis(500));
+        assert_eq!(server.asked(), 2);
+    }
+
+    #[test]
+    fn a_lookup_is_bounded_beyond_what_the_resolver_tries() {
+        let c = ResolvConf {
+            nameservers: vec!["10.0.0.1:53".parse().unwrap(); 3],
+            search: vec!["a.test".into(), "b.test".into()],
+            attempts: 2,
+            timeout: Duration::from_secs(1),
+            ..ResolvConf::default()
+        };
+        // 3 names × 2 attempts × 3 servers × 1 s, each over UDP then TCP.
+        assert!(lookup_bound(&c) > Duration::from_secs(3 * 2 * 3 * 2));
+    }
+
+    #[tokio::test]
+    async fn a_lookup_whose_runtime_stopped_is_started_again_by_those_waiting() {
+        let server = Server::start([10, 0, 0, 1], Duration::from_millis(300)).await;
+        let r = resolver_with(settings(&[server.at], &[]), 16);
+        let target: Arc<str> = "orphan.weir.test:80".into();
+        let (started_tx, started) = tokio::sync::oneshot::channel();
+        let (stop_tx, stop) = std::sync::mpsc::channel::<()>();
+        let t = target.clone();
+        // Another runtime starts the lookup, then stops.
+        let other = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async {
+                let _ = tokio::time::timeout(Duration::from_millis(20), r.resolve(&t)).await;
+            });
+            started_tx.send(()).unwrap();
+            stop.recv().unwrap();
+            drop(rt);
+        });
+        started.await.unwrap();
+        let t = target.clone();
+        let waiter = tokio::spawn(async move { r.resolve(&t).await });
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        stop_tx.send(()).unwrap();
+        tokio::task::spawn_blocking(move || other.join().unwrap())
+            .await
+            .unwrap();
+        assert_eq!(waiter.await.unwrap().unwrap(), ([10, 0, 0, 1], 80).into());
+        assert_eq!(server.asked(), 2);
+    }
+
+    #[test]
+    fn a_dns_ttl_below_a_second_keeps_answers_a_second() {
+        let s = Duration::from_secs;
+        assert_eq!(keep_for(s(30), Some(Duration::ZERO)), MIN_TTL);
+        assert_eq!(keep_for(s(30), Some(Duration::from_millis(100))), MIN_TTL);
+        assert_eq!(keep_for(s(30), Some(s(5))), s(5));
+        assert_eq!(keep_for(Duration::ZERO, None), MIN_TTL);
+        assert_eq!(keep_for(s(30), None), s(30));
     }
 
     #[tokio::test]
