@@ -849,10 +849,7 @@ async fn a_short_grpc_timeout_is_deadline_exceeded_from_weir() {
         (Code::DeadlineExceeded, "The upstream server is timing out"),
         "{slow:?}"
     );
-    assert!(
-        took >= Duration::from_millis(290) && took < Duration::from_millis(1500),
-        "{took:?}"
-    );
+    assert_within(took, 290, 1500);
 
     // The same deadline from a bare HTTP/2 call: trailers-only (checked by the helper).
     let started = std::time::Instant::now();
@@ -878,10 +875,7 @@ async fn a_short_grpc_timeout_is_deadline_exceeded_from_weir() {
         "application/grpc+proto",
         "the call's own content type: {head:?}"
     );
-    assert!(
-        took >= Duration::from_millis(290) && took < Duration::from_millis(1500),
-        "{took:?}"
-    );
+    assert_within(took, 290, 1500);
 
     // Both calls reached the server with their deadline, which Weir passed on.
     let seen = server.seen();
@@ -1050,10 +1044,7 @@ async fn a_grpc_timeout_ends_a_streaming_answer_mid_stream_with_deadline_exceede
     assert!(r.values.len() >= 2, "{r:?}");
     assert_eq!(r.values, all[..r.values.len()], "{r:?}");
     assert!(r.values.len() < all.len(), "{r:?}");
-    assert!(
-        took >= Duration::from_millis(650) && took < Duration::from_secs(2),
-        "{took:?}"
-    );
+    assert_within(took, 650, 2000);
     let ticks = ticks_ended(&server, 2).await;
     assert_eq!(ticks.len(), 2, "{ticks:?}");
     assert!(ticks[1].cancelled && ticks[1].sent <= TICKS, "{ticks:?}");
@@ -1463,10 +1454,7 @@ async fn weirs_own_read_timeout_is_unavailable_unless_the_calls_deadline_passed(
         (Code::Unavailable, "The upstream server is timing out"),
         "no deadline, after {took:?}: {r:?}"
     );
-    assert!(
-        took >= Duration::from_millis(290) && took < Duration::from_millis(1500),
-        "{took:?}"
-    );
+    assert_within(took, 290, 1500);
     // ... and one whose deadline is later than the read timeout ...
     let (r, took) = unenforced_call(port, "/weir.test.Echo/Slow", Duration::from_secs(5)).await;
     assert_eq!(
@@ -1474,10 +1462,7 @@ async fn weirs_own_read_timeout_is_unavailable_unless_the_calls_deadline_passed(
         (Code::Unavailable, "The upstream server is timing out"),
         "5 s deadline, after {took:?}: {r:?}"
     );
-    assert!(
-        took >= Duration::from_millis(290) && took < Duration::from_millis(1500),
-        "{took:?}"
-    );
+    assert_within(took, 290, 1500);
     // ... while a deadline sooner than the read timeout is DEADLINE_EXCEEDED.
     let (r, took) = unenforced_call(port, "/weir.test.Echo/Slow", Duration::from_millis(100)).await;
     assert_eq!(
@@ -1485,10 +1470,7 @@ async fn weirs_own_read_timeout_is_unavailable_unless_the_calls_deadline_passed(
         (Code::DeadlineExceeded, "The upstream server is timing out"),
         "{r:?}"
     );
-    assert!(
-        took >= Duration::from_millis(90) && took < Duration::from_millis(290),
-        "{took:?}"
-    );
+    assert_within(took, 90, 290);
     assert_eq!(
         server.paths(),
         [
@@ -1498,5 +1480,14 @@ async fn weirs_own_read_timeout_is_unavailable_unless_the_calls_deadline_passed(
             "/weir.test.Echo/Slow"
         ],
         "each call was tried once"
+    );
+}
+
+/// Asserts that a call took at least `min_ms` and less than `max_ms` milliseconds.
+#[track_caller]
+fn assert_within(took: Duration, min_ms: u64, max_ms: u64) {
+    assert!(
+        took >= Duration::from_millis(min_ms) && took < Duration::from_millis(max_ms),
+        "took {took:?}, expected {min_ms}..{max_ms} ms"
     );
 }
