@@ -282,27 +282,7 @@ async fn grpc_web_calls_reach_a_grpc_server() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_documented_grpc_web_example_serves_a_browser_call() {
     let server = grpc_server();
-    let example = common::manifests::doc_example_at("grpc-web", server.port)
-        // The example's method prefix, pointed at the test server's service.
-        .replace("/helloworld.Greeter", "/weir.test.Echo");
-    let w = common::manifests::Manifests::start(&[("10.yaml", &example)], &[]);
-    let r = send(
-        &client(),
-        "POST",
-        &w.url("/weir.test.Echo/Unary"),
-        &[
-            ("host", "api.example.com"),
-            ("content-type", "application/grpc-web+proto"),
-        ],
-        grpc_message(b"from the docs"),
-    )
-    .await;
-    assert_eq!(r.status, 200, "{r:?}");
-    assert_eq!(
-        r.header("access-control-allow-origin"),
-        Some("https://app.example.com")
-    );
-    let f = grpc_frames(&r.body);
+    let (_w, f) = documented_grpc_web_call(server.port).await;
     let echoed: Value = serde_json::from_slice(&f[0].1).unwrap();
     assert_eq!(echoed["echo"], "from the docs");
     assert!(String::from_utf8_lossy(&f[1].1).contains("grpc-status:0\r\n"));

@@ -1239,26 +1239,7 @@ async fn grpc_web_calls_answered_by_a_tonic_server() {
     assert!(r.body.is_empty(), "{r:?}");
 
     // The documented example, pointed at the tonic server.
-    let example = common::manifests::doc_example_at("grpc-web", server.port)
-        .replace("/helloworld.Greeter", "/weir.test.Echo");
-    let m = common::manifests::Manifests::start(&[("10.yaml", &example)], &[]);
-    let r = send(
-        &c,
-        "POST",
-        &m.url("/weir.test.Echo/Unary"),
-        &[
-            ("host", "api.example.com"),
-            ("content-type", "application/grpc-web+proto"),
-        ],
-        grpc_message(b"from the docs"),
-    )
-    .await;
-    assert_eq!(r.status, 200, "{r:?}");
-    assert_eq!(
-        r.header("access-control-allow-origin"),
-        Some("https://app.example.com")
-    );
-    let f = grpc_frames(&r.body);
+    let (_m, f) = documented_grpc_web_call(server.port).await;
     assert_eq!(f.len(), 2, "{f:?}");
     let echoed: Value = serde_json::from_slice(&f[0].1).unwrap();
     assert_eq!(echoed["echo"], "from the docs", "{echoed}");

@@ -282,3 +282,33 @@ pub fn grpc_web_text_decode(body: &[u8]) -> Vec<u8> {
     }
     decoded
 }
+
+/// The grpc-web plugin's documented example (docs/plugins/grpc-web.md) pointed at a gRPC
+/// server on `port`, served by `weir standalone`, and the browser call it documents (binary
+/// mode, `Unary` of "from the docs"), checked for the CORS answer. Returns the running Weir
+/// (keep it alive) and the answer's gRPC-Web frames.
+pub async fn documented_grpc_web_call(
+    port: u16,
+) -> (super::manifests::Manifests, Vec<(u8, Vec<u8>)>) {
+    let example = super::manifests::doc_example_at("grpc-web", port)
+        // The example's method prefix, pointed at the test server's service.
+        .replace("/helloworld.Greeter", "/weir.test.Echo");
+    let w = super::manifests::Manifests::start(&[("10.yaml", &example)], &[]);
+    let r = send(
+        &client(),
+        "POST",
+        &w.url("/weir.test.Echo/Unary"),
+        &[
+            ("host", "api.example.com"),
+            ("content-type", "application/grpc-web+proto"),
+        ],
+        grpc_message(b"from the docs"),
+    )
+    .await;
+    assert_eq!(r.status, 200, "{r:?}");
+    assert_eq!(
+        r.header("access-control-allow-origin"),
+        Some("https://app.example.com")
+    );
+    (w, grpc_frames(&r.body))
+}
