@@ -139,6 +139,14 @@ struct ControllerArgs {
     /// `--annotations-prefix`); empty turns the translation off.
     #[arg(long, env = "WEIR_ANNOTATIONS_PREFIX", default_value = weir_controller::nginx::DEFAULT_PREFIX)]
     annotations_prefix: String,
+    /// The Gateway listener port (protocol `HTTP`) served on the proxy's `--listen` socket:
+    /// the port of the Service in front of it. Listeners on other ports are not served.
+    #[arg(long, env = "WEIR_GATEWAY_HTTP_PORT", default_value_t = 80)]
+    gateway_http_port: u16,
+    /// The Gateway listener port (protocol `HTTPS`) served on the proxy's `--tls-listen`
+    /// socket.
+    #[arg(long, env = "WEIR_GATEWAY_HTTPS_PORT", default_value_t = 443)]
+    gateway_https_port: u16,
 }
 
 impl ControllerArgs {
@@ -152,6 +160,8 @@ impl ControllerArgs {
             nginx: weir_controller::nginx::Options {
                 prefix: self.annotations_prefix.trim_end_matches('/').to_string(),
             },
+            gateway_http_port: self.gateway_http_port,
+            gateway_https_port: self.gateway_https_port,
         }
     }
 }

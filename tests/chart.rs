@@ -273,8 +273,16 @@ fn access(kind: Kind) -> Access {
         Kind::ClusterPlugin => a("ClusterPlugin", "weir.dev", "clusterplugins", true, true),
         Kind::Upstream => a("Upstream", "weir.dev", "upstreams", false, true),
         Kind::Consumer => a("Consumer", "weir.dev", "consumers", false, true),
+        Kind::Namespace => a("Namespace", "", "namespaces", true, false),
+        Kind::GatewayClass => a("GatewayClass", GW, "gatewayclasses", true, true),
+        Kind::Gateway => a("Gateway", GW, "gateways", false, true),
+        Kind::HTTPRoute => a("HTTPRoute", GW, "httproutes", false, true),
+        Kind::GRPCRoute => a("GRPCRoute", GW, "grpcroutes", false, true),
+        Kind::ReferenceGrant => a("ReferenceGrant", GW, "referencegrants", false, false),
     }
 }
+
+const GW: &str = "gateway.networking.k8s.io";
 
 fn kinds() -> Vec<Kind> {
     Store::default().counts().iter().map(|(k, _)| *k).collect()
@@ -474,7 +482,9 @@ fn controller_sources_agree_with_this_list() {
         .collect();
 
     let watch = cluster_source("watch.rs");
-    let namespaced = generic_args(&watch, "spawn::<");
+    let mut namespaced = generic_args(&watch, "spawn::<");
+    // Watched at whichever version the API server serves (ReferenceGrant).
+    namespaced.extend(generic_args(&watch, "spawn_versioned::<"));
     let cluster = generic_args(&watch, "spawn_cluster::<");
     assert!(
         !namespaced.is_empty() && !cluster.is_empty(),
@@ -508,7 +518,7 @@ fn controller_sources_agree_with_this_list() {
         "watched types vs tests/chart.rs's `access`"
     );
 
-    let report = cluster_source("report.rs");
+    let report = cluster_source("report/mod.rs") + &cluster_source("report/gateway.rs");
     let mut status: BTreeSet<String> = generic_args(&report, "Api::<").into_iter().collect();
     status.extend(generic_args(&report, "Api<"));
     let want_status: BTreeSet<String> = by_type
@@ -568,7 +578,7 @@ fn controller_sources_agree_with_this_list() {
     for entry in std::fs::read_dir(Path::new(ROOT).join("controller/src/cluster")).unwrap() {
         let path = entry.unwrap().path();
         let file = path.file_name().unwrap().to_str().unwrap().to_string();
-        if ["watch.rs", "report.rs", "leader.rs"].contains(&file.as_str()) {
+        if ["watch.rs", "report", "leader.rs"].contains(&file.as_str()) {
             continue;
         }
         let src = std::fs::read_to_string(&path).unwrap();
@@ -868,6 +878,26 @@ fn defaults() {
 }
 
 #[test]
+fn gateway_class() {
+    assert_eq!(
+        render("{}").of_kind("GatewayClass").count(),
+        0,
+        "off by default: the CRDs may be missing"
+    );
+    let o = render("gatewayClass: {create: true, name: edge}");
+    let class = o.one("GatewayClass", "edge");
+    assert_eq!(s(&class["apiVersion"]), "gateway.networking.k8s.io/v1");
+    assert_eq!(
+        s(&class["spec"]["controllerName"]),
+        weir_crds::gateway::CONTROLLER_NAME
+    );
+    let refused = try_render("gatewayClass: {create: true, name: Not_A_Name}", &[])
+        .err()
+        .unwrap();
+    assert!(refused.contains("gatewayClass"), "{refused}");
+}
+
+#[test]
 fn namespaced_mode() {
     let o = render("watchNamespaces: [weir-system, team-a]");
     assert_rbac(&o, Some(&[NS, "team-a"]));
@@ -876,7 +906,8 @@ fn namespaced_mode() {
         o.flag("controller", "--watch-namespace").unwrap(),
         "weir-system,team-a"
     );
-    // Only IngressClasses and ClusterPlugins stay cluster-wide.
+    // Only IngressClasses, ClusterPlugins, GatewayClasses and Namespaces (read for Gateway
+    // listeners' namespace selectors) stay cluster-wide.
     let cr = o.one("ClusterRole", "edge-weir");
     let resources: BTreeSet<String> = seq(&cr["rules"])
         .iter()
@@ -887,7 +918,10 @@ fn namespaced_mode() {
         BTreeSet::from([
             "ingressclasses".to_string(),
             "clusterplugins".into(),
-            "clusterplugins/status".into()
+            "clusterplugins/status".into(),
+            "gatewayclasses".into(),
+            "gatewayclasses/status".into(),
+            "namespaces".into(),
         ])
     );
 

@@ -42,6 +42,8 @@ pub enum Reason {
     UnsupportedAnnotation,
     /// The proxy's validation rejected what the translator produced (a translator gap).
     RejectedByProxy,
+    /// A reference to another namespace that no ReferenceGrant there allows.
+    RefNotPermitted,
 }
 
 impl Reason {
@@ -65,6 +67,7 @@ impl Reason {
             Reason::Unsupported => "Unsupported",
             Reason::UnsupportedAnnotation => "UnsupportedAnnotation",
             Reason::RejectedByProxy => "RejectedByProxy",
+            Reason::RefNotPermitted => "RefNotPermitted",
         }
     }
 }

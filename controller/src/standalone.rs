@@ -61,6 +61,8 @@ impl Standalone {
             tracing::info!(ingresses = ?owned, "serving Ingresses");
             self.owned = owned;
         }
+        let status = serde_json::json!({ "gatewayApi": &t.gateway_api });
+        self.proxy.set_controller_status(status);
         match self.proxy.apply(t.config) {
             Ok(hash) => {
                 tracing::info!(%hash, translate_ms, routes = store.ingresses.len(), "manifests applied");

@@ -4,10 +4,11 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
-use k8s_openapi::api::core::v1::{Secret, Service};
+use k8s_openapi::api::core::v1::{Namespace, Secret, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::networking::v1::{Ingress, IngressClass};
 use kube::ResourceExt;
+use weir_crds::gateway::{GRPCRoute, Gateway, GatewayClass, HTTPRoute, ReferenceGrant};
 use weir_crds::{ClusterPlugin, Consumer, Plugin, Upstream};
 
 /// Namespace and name of a namespaced object.
@@ -64,6 +65,18 @@ pub enum Object {
     Upstream(Upstream),
     /// weir.dev/v1alpha1 Consumer.
     Consumer(Consumer),
+    /// v1 Namespace (its labels, for Gateway listeners' `allowedRoutes` selectors).
+    Namespace(Namespace),
+    /// gateway.networking.k8s.io GatewayClass.
+    GatewayClass(GatewayClass),
+    /// gateway.networking.k8s.io Gateway.
+    Gateway(Gateway),
+    /// gateway.networking.k8s.io HTTPRoute.
+    HTTPRoute(HTTPRoute),
+    /// gateway.networking.k8s.io GRPCRoute.
+    GRPCRoute(GRPCRoute),
+    /// gateway.networking.k8s.io ReferenceGrant (`v1` or `v1beta1`).
+    ReferenceGrant(ReferenceGrant),
 }
 
 /// The kinds of [`Object`].
@@ -87,6 +100,18 @@ pub enum Kind {
     Upstream,
     /// Consumer.
     Consumer,
+    /// Namespace.
+    Namespace,
+    /// GatewayClass.
+    GatewayClass,
+    /// Gateway.
+    Gateway,
+    /// HTTPRoute.
+    HTTPRoute,
+    /// GRPCRoute.
+    GRPCRoute,
+    /// ReferenceGrant.
+    ReferenceGrant,
 }
 
 impl Kind {
@@ -102,6 +127,12 @@ impl Kind {
             Kind::ClusterPlugin => "ClusterPlugin",
             Kind::Upstream => "Upstream",
             Kind::Consumer => "Consumer",
+            Kind::Namespace => "Namespace",
+            Kind::GatewayClass => "GatewayClass",
+            Kind::Gateway => "Gateway",
+            Kind::HTTPRoute => "HTTPRoute",
+            Kind::GRPCRoute => "GRPCRoute",
+            Kind::ReferenceGrant => "ReferenceGrant",
         }
     }
 }
@@ -132,6 +163,12 @@ impl Object {
             ("weir.dev/v1alpha1", "ClusterPlugin") => Object::ClusterPlugin(de(v)?),
             ("weir.dev/v1alpha1", "Upstream") => Object::Upstream(de(v)?),
             ("weir.dev/v1alpha1", "Consumer") => Object::Consumer(de(v)?),
+            ("v1", "Namespace") => Object::Namespace(de(v)?),
+            (GATEWAY_V1 | GATEWAY_V1BETA1, "GatewayClass") => Object::GatewayClass(de(v)?),
+            (GATEWAY_V1 | GATEWAY_V1BETA1, "Gateway") => Object::Gateway(de(v)?),
+            (GATEWAY_V1 | GATEWAY_V1BETA1, "HTTPRoute") => Object::HTTPRoute(de(v)?),
+            (GATEWAY_V1, "GRPCRoute") => Object::GRPCRoute(de(v)?),
+            (GATEWAY_V1 | GATEWAY_V1BETA1, "ReferenceGrant") => Object::ReferenceGrant(de(v)?),
             ("", _) | (_, "") => return Err("missing apiVersion or kind".into()),
             _ => return Ok(None),
         };
@@ -150,9 +187,19 @@ impl Object {
             Object::ClusterPlugin(_) => Kind::ClusterPlugin,
             Object::Upstream(_) => Kind::Upstream,
             Object::Consumer(_) => Kind::Consumer,
+            Object::Namespace(_) => Kind::Namespace,
+            Object::GatewayClass(_) => Kind::GatewayClass,
+            Object::Gateway(_) => Kind::Gateway,
+            Object::HTTPRoute(_) => Kind::HTTPRoute,
+            Object::GRPCRoute(_) => Kind::GRPCRoute,
+            Object::ReferenceGrant(_) => Kind::ReferenceGrant,
         }
     }
 }
+
+/// The Gateway API's served versions that Weir reads.
+const GATEWAY_V1: &str = "gateway.networking.k8s.io/v1";
+const GATEWAY_V1BETA1: &str = "gateway.networking.k8s.io/v1beta1";
 
 /// Everything the translator reads.
 #[derive(Debug, Clone, Default)]
@@ -175,6 +222,18 @@ pub struct Store {
     pub upstreams: BTreeMap<Key, Upstream>,
     /// Consumers.
     pub consumers: BTreeMap<Key, Consumer>,
+    /// Namespaces by name.
+    pub namespaces: BTreeMap<String, Namespace>,
+    /// GatewayClasses by name.
+    pub gateway_classes: BTreeMap<String, GatewayClass>,
+    /// Gateways.
+    pub gateways: BTreeMap<Key, Gateway>,
+    /// HTTPRoutes.
+    pub http_routes: BTreeMap<Key, HTTPRoute>,
+    /// GRPCRoutes.
+    pub grpc_routes: BTreeMap<Key, GRPCRoute>,
+    /// ReferenceGrants.
+    pub reference_grants: BTreeMap<Key, ReferenceGrant>,
 }
 
 impl Store {
@@ -208,6 +267,24 @@ impl Store {
             Object::Consumer(o) => {
                 self.consumers.insert(Key::of(&o), o);
             }
+            Object::Namespace(o) => {
+                self.namespaces.insert(o.name_any(), o);
+            }
+            Object::GatewayClass(o) => {
+                self.gateway_classes.insert(o.name_any(), o);
+            }
+            Object::Gateway(o) => {
+                self.gateways.insert(Key::of(&o), o);
+            }
+            Object::HTTPRoute(o) => {
+                self.http_routes.insert(Key::of(&o), o);
+            }
+            Object::GRPCRoute(o) => {
+                self.grpc_routes.insert(Key::of(&o), o);
+            }
+            Object::ReferenceGrant(o) => {
+                self.reference_grants.insert(Key::of(&o), o);
+            }
         }
     }
 
@@ -223,11 +300,17 @@ impl Store {
             Kind::ClusterPlugin => drop(self.cluster_plugins.remove(&key.name)),
             Kind::Upstream => drop(self.upstreams.remove(key)),
             Kind::Consumer => drop(self.consumers.remove(key)),
+            Kind::Namespace => drop(self.namespaces.remove(&key.name)),
+            Kind::GatewayClass => drop(self.gateway_classes.remove(&key.name)),
+            Kind::Gateway => drop(self.gateways.remove(key)),
+            Kind::HTTPRoute => drop(self.http_routes.remove(key)),
+            Kind::GRPCRoute => drop(self.grpc_routes.remove(key)),
+            Kind::ReferenceGrant => drop(self.reference_grants.remove(key)),
         }
     }
 
     /// Number of objects per kind (for metrics and logs).
-    pub fn counts(&self) -> [(Kind, usize); 9] {
+    pub fn counts(&self) -> [(Kind, usize); 15] {
         [
             (Kind::Ingress, self.ingresses.len()),
             (Kind::IngressClass, self.ingress_classes.len()),
@@ -238,6 +321,12 @@ impl Store {
             (Kind::ClusterPlugin, self.cluster_plugins.len()),
             (Kind::Upstream, self.upstreams.len()),
             (Kind::Consumer, self.consumers.len()),
+            (Kind::Namespace, self.namespaces.len()),
+            (Kind::GatewayClass, self.gateway_classes.len()),
+            (Kind::Gateway, self.gateways.len()),
+            (Kind::HTTPRoute, self.http_routes.len()),
+            (Kind::GRPCRoute, self.grpc_routes.len()),
+            (Kind::ReferenceGrant, self.reference_grants.len()),
         ]
     }
 

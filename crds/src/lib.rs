@@ -9,6 +9,7 @@
 #![allow(clippy::duplicated_attributes)]
 
 pub mod annotations;
+pub mod gateway;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;

@@ -40,6 +40,9 @@ fn routes(n: usize) -> Vec<Route> {
             fallback: None,
             access_log: true,
             forwarded_prefix: None,
+            header_matches: Vec::new(),
+            query_matches: Vec::new(),
+            backends: Vec::new(),
         })
         .collect()
 }
@@ -59,6 +62,7 @@ fn lookup(c: &mut Criterion) {
                     path: black_box(&path),
                     method: &Method::GET,
                     headers: &headers,
+                    query: None,
                     protocol: ClientProtocol::Http,
                 };
                 assert!(matches!(router.lookup(&view), Lookup::Matched(_)));
@@ -76,6 +80,7 @@ fn lookup(c: &mut Criterion) {
                     path: black_box(&path),
                     method: &Method::GET,
                     headers: &headers,
+                    query: None,
                     protocol: ClientProtocol::Http,
                 };
                 black_box(router.lookup(&view))

@@ -168,15 +168,21 @@ async fn route(proxy: &Proxy, req: Request<Incoming>) -> Response<ProxyBody> {
             let rt = shared.runtime.load();
             json_response(StatusCode::OK, json!({ "upstreams": upstreams(&rt) }))
         }
+        (&Method::GET, "/controller-status") => {
+            let status = shared.controller_status.load_full();
+            json_response(StatusCode::OK, (*status).clone())
+        }
         (&Method::GET, "/healthz") => json_response(StatusCode::OK, json!({ "status": "ok" })),
         (&Method::GET, "/readyz") => readyz(proxy),
         (&Method::GET, "/metrics") => metrics(proxy),
-        (_, "/config" | "/status" | "/upstreams" | "/healthz" | "/readyz" | "/metrics") => {
-            json_response(
-                StatusCode::METHOD_NOT_ALLOWED,
-                json!({ "message": "method not allowed" }),
-            )
-        }
+        (
+            _,
+            "/config" | "/status" | "/upstreams" | "/controller-status" | "/healthz" | "/readyz"
+            | "/metrics",
+        ) => json_response(
+            StatusCode::METHOD_NOT_ALLOWED,
+            json!({ "message": "method not allowed" }),
+        ),
         _ => json_response(StatusCode::NOT_FOUND, json!({ "message": "not found" })),
     }
 }

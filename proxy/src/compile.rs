@@ -20,6 +20,7 @@ use crate::health::{probe::Probe, Checks, Kept, TargetHealth, HEALTH};
 use crate::pipeline::RouteChain;
 use crate::plugins::{PluginInstance, Registry, Staged};
 use crate::router::Router;
+use crate::server::backends::Backends;
 use crate::server::canary::CompiledCanary;
 use crate::server::fallback::CompiledFallback;
 use crate::tls::CertStore;
@@ -79,6 +80,9 @@ pub struct CompiledRoute {
     pub fallback: Option<Box<CompiledFallback>>,
     /// Whether the route's requests are written to the access log.
     pub access_log: bool,
+    /// Services sharing the route's requests by weight, each with its plugin chain (instead
+    /// of `service` and `chain`).
+    pub backends: Option<Box<Backends>>,
     /// `X-Forwarded-Prefix` for the upstream (wins over the stripped prefix).
     pub forwarded_prefix: Option<Box<str>>,
 }
@@ -317,30 +321,51 @@ impl Runtime {
                     StatusCode::from_u16(r.https_redirect_status_code).map_err(|e| {
                         internal("route", &r.id, "https_redirect_status_code", e.to_string())
                     })?;
-                let scope = Scope {
-                    route: &r.id,
-                    service: r.service.as_deref(),
-                    consumer: None,
-                    namespace: r.namespace.as_deref(),
+                // The plugins of the route with those of `service`.
+                let chain_for = |service: Option<&str>| {
+                    let scope = Scope {
+                        route: &r.id,
+                        service,
+                        consumer: None,
+                        namespace: r.namespace.as_deref(),
+                    };
+                    let base = resolve_chain(&instances, &candidates, &scope);
+                    let by_consumer = consumer_plugins
+                        .iter()
+                        .filter_map(|(c, own)| {
+                            let scope = Scope {
+                                consumer: Some(c),
+                                ..scope
+                            };
+                            own.iter()
+                                .any(|p| specificity(p, &scope).is_some())
+                                .then(|| {
+                                    (
+                                        Arc::from(*c),
+                                        resolve_chain(&instances, &candidates, &scope),
+                                    )
+                                })
+                        })
+                        .collect();
+                    RouteChain { base, by_consumer }
                 };
-                let base = resolve_chain(&instances, &candidates, &scope);
-                let by_consumer = consumer_plugins
-                    .iter()
-                    .filter_map(|(c, own)| {
-                        let scope = Scope {
-                            consumer: Some(c),
-                            ..scope
+                let backends = if r.backends.is_empty() {
+                    None
+                } else {
+                    let mut list = Vec::with_capacity(r.backends.len());
+                    for (i, b) in r.backends.iter().enumerate() {
+                        let service = match b.service.as_deref() {
+                            Some(s) => Some(index(&format!("backends[{i}].service"), s)?),
+                            None => None,
                         };
-                        own.iter()
-                            .any(|p| specificity(p, &scope).is_some())
-                            .then(|| {
-                                (
-                                    Arc::from(*c),
-                                    resolve_chain(&instances, &candidates, &scope),
-                                )
-                            })
-                    })
-                    .collect();
+                        list.push((service, chain_for(b.service.as_deref()), b.weight));
+                    }
+                    // No weight at all: the route answers 500, as with no usable backend.
+                    Some(Box::new(Backends::new(list).unwrap_or_else(|| {
+                        Backends::new(vec![(None, RouteChain::default(), 1)])
+                            .expect("one weighted entry")
+                    })))
+                };
                 Ok(CompiledRoute {
                     id: r.id.as_str().into(),
                     strip_path: r.strip_path,
@@ -351,7 +376,8 @@ impl Runtime {
                     fallback,
                     access_log: r.access_log,
                     forwarded_prefix: r.forwarded_prefix.as_deref().map(Box::from),
-                    chain: RouteChain { base, by_consumer },
+                    chain: chain_for(r.service.as_deref()),
+                    backends,
                     upgrade_protocols: r
                         .upgrade_protocols
                         .iter()

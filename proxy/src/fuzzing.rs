@@ -847,6 +847,7 @@ pub fn route(router: &Router, path: &str) -> Lookup {
         path,
         method: &Method::GET,
         headers: &HeaderMap::new(),
+        query: None,
         protocol: ClientProtocol::Http,
     })
 }

@@ -44,6 +44,9 @@ struct Inner {
     compacted: u64,
     /// Bumped to end every open watch.
     epoch: u64,
+    /// Discovery: the kinds served at each optional `group/version` (CRDs installed), such as
+    /// the Gateway API's. Absent, the version's discovery document is 404.
+    served: BTreeMap<String, Vec<&'static str>>,
 }
 
 struct State {
@@ -93,6 +96,11 @@ const KINDS: &[(&str, &str, bool)] = &[
     ("Event", "events", true),
     ("Lease", "leases", true),
     ("Namespace", "namespaces", false),
+    ("GatewayClass", "gatewayclasses", false),
+    ("Gateway", "gateways", true),
+    ("HTTPRoute", "httproutes", true),
+    ("GRPCRoute", "grpcroutes", true),
+    ("ReferenceGrant", "referencegrants", true),
     (
         "CustomResourceDefinition",
         "customresourcedefinitions",
@@ -439,7 +447,36 @@ fn in_scope(t: &Target, collection: &str, namespace: &str) -> bool {
     collection == t.collection() && (t.namespace.is_empty() || t.namespace == namespace)
 }
 
+/// The discovery document of `/apis/group/version`, when that version is served.
+fn discovery(state: &State, path: &str) -> Option<Response<WatchBody>> {
+    let gv = path.strip_prefix("/apis/")?.trim_end_matches('/');
+    if gv.matches('/').count() != 1 {
+        return None;
+    }
+    let inner = state.inner.lock().unwrap();
+    let Some(kinds) = inner.served.get(gv) else {
+        return Some(status_response(
+            404,
+            "NotFound",
+            "the server could not find the requested resource",
+        ));
+    };
+    let resources: Vec<Value> = kinds
+        .iter()
+        .map(|k| {
+            let (plural, namespaced) = plural(k);
+            json!({"name": plural, "singularName": k.to_lowercase(), "namespaced": namespaced,
+                "kind": k, "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"]})
+        })
+        .collect();
+    let doc = json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv, "resources": resources});
+    Some(json_response(StatusCode::OK, &doc))
+}
+
 async fn handle(state: Arc<State>, req: Request<Incoming>) -> Response<WatchBody> {
+    if let Some(r) = discovery(&state, req.uri().path()) {
+        return r;
+    }
     let Some(t) = parse_path(req.uri().path()) else {
         return status_response(404, "NotFound", "unknown path");
     };
@@ -756,6 +793,14 @@ impl ApiServer {
             .objects
             .get(&(format!("{base}/{plural}"), ns, name.to_string()))
             .cloned()
+    }
+
+    /// Serves `kinds` at `group_version` in discovery, as installing their CRDs would.
+    pub fn serve_api(&self, group_version: &str, kinds: &[&'static str]) {
+        let mut inner = self.state.inner.lock().unwrap();
+        inner
+            .served
+            .insert(group_version.to_string(), kinds.to_vec());
     }
 
     /// Every events.k8s.io Event created so far.

@@ -178,6 +178,11 @@ pub async fn run(
         .as_ref()
         .map(|s| s.iter().cloned().collect::<Vec<_>>());
     watch::start(&client, &namespaces, &shared);
+    tokio::spawn(watch::gateway_api(
+        client.clone(),
+        namespaces.clone(),
+        shared.clone(),
+    ));
 
     let leadership = Arc::new(leader::Leadership::default());
     let campaign = tokio::spawn(leader::run(

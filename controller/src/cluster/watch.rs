@@ -12,14 +12,17 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{Secret, Service};
+use k8s_openapi::api::core::v1::{Namespace, Secret, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::networking::v1::{Ingress, IngressClass};
+use kube::api::{ApiResource, DynamicObject};
+use kube::core::GroupVersionKind;
 use kube::runtime::watcher::{self, watcher, Event};
 use kube::runtime::WatchStreamExt;
 use kube::{Api, Client, Resource};
 use serde::de::DeserializeOwned;
 use tokio::sync::Notify;
+use weir_crds::gateway::{GRPCRoute, Gateway, GatewayClass, HTTPRoute, ReferenceGrant};
 use weir_crds::{ClusterPlugin, Consumer, Plugin, Upstream};
 
 use crate::store::{Key, Kind, Object, Store};
@@ -107,7 +110,7 @@ fn release(holders: &mut HashMap<(Kind, Key), usize>, kind: Kind, key: &Key) -> 
 
 fn key_of<K: Resource>(kind: Kind, o: &K) -> Key {
     match kind {
-        Kind::IngressClass | Kind::ClusterPlugin => {
+        Kind::IngressClass | Kind::ClusterPlugin | Kind::Namespace | Kind::GatewayClass => {
             Key::new("", o.meta().name.clone().unwrap_or_default())
         }
         _ => Key::of(o),
@@ -115,14 +118,10 @@ fn key_of<K: Resource>(kind: Kind, o: &K) -> Key {
 }
 
 /// Runs one watcher until the process ends.
-async fn run<K>(
-    api: Api<K>,
-    config: watcher::Config,
-    kind: Kind,
-    wrap: fn(K) -> Object,
-    shared: Arc<Shared>,
-) where
+async fn run<K, W>(api: Api<K>, config: watcher::Config, kind: Kind, wrap: W, shared: Arc<Shared>)
+where
     K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    W: Fn(K) -> Object,
 {
     let mut mine: BTreeSet<Key> = BTreeSet::new();
     let mut listing: Vec<(Key, Object)> = Vec::new();
@@ -156,18 +155,19 @@ async fn run<K>(
     }
 }
 
-fn spawn_apis<K>(
+fn spawn_apis<K, W>(
     apis: Vec<Api<K>>,
     config: watcher::Config,
     kind: Kind,
-    wrap: fn(K) -> Object,
+    wrap: W,
     shared: &Arc<Shared>,
 ) where
     K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    W: Fn(K) -> Object + Clone + Send + Sync + 'static,
 {
     for api in apis {
         shared.watchers.fetch_add(1, Ordering::AcqRel);
-        tokio::spawn(run(api, config.clone(), kind, wrap, shared.clone()));
+        tokio::spawn(run(api, config.clone(), kind, wrap.clone(), shared.clone()));
     }
 }
 
@@ -305,6 +305,204 @@ pub fn start(client: &Client, namespaces: &Option<Vec<String>>, shared: &Arc<Sha
     );
 }
 
+/// The Gateway API group the controller serves.
+const GATEWAY_GROUP: &str = "gateway.networking.k8s.io";
+
+/// How often the controller looks for the Gateway API CRDs until they are installed.
+pub const GATEWAY_API_POLL: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Which Gateway API resources the API server serves, from its discovery documents.
+#[derive(Debug, Default, PartialEq)]
+struct GatewayApiServed {
+    /// The v1 resources (plural names).
+    v1: BTreeSet<String>,
+    /// The v1beta1 resources (plural names).
+    v1beta1: BTreeSet<String>,
+}
+
+impl GatewayApiServed {
+    /// Whether enough is served to run Gateways: the three kinds every Gateway needs.
+    fn usable(&self) -> bool {
+        ["gatewayclasses", "gateways", "httproutes"]
+            .iter()
+            .all(|r| self.v1.contains(*r))
+    }
+}
+
+/// The plural names served at `group/version`; empty when the version is not served.
+async fn served(client: &Client, version: &str) -> Result<BTreeSet<String>, kube::Error> {
+    match client
+        .list_api_group_resources(&format!("{GATEWAY_GROUP}/{version}"))
+        .await
+    {
+        Ok(list) => Ok(list
+            .resources
+            .into_iter()
+            .map(|r| r.name)
+            .filter(|n| !n.contains('/'))
+            .collect()),
+        Err(kube::Error::Api(e)) if e.code == 404 => Ok(BTreeSet::new()),
+        Err(e) => Err(e),
+    }
+}
+
+/// Waits until the API server serves the Gateway API (the upstream CRDs are installed), then
+/// starts its watchers. Until then the controller serves Ingresses alone and says so once.
+pub async fn gateway_api(client: Client, namespaces: Option<Vec<String>>, shared: Arc<Shared>) {
+    let mut said_off = false;
+    let found = loop {
+        let found = async {
+            Ok::<_, kube::Error>(GatewayApiServed {
+                v1: served(&client, "v1").await?,
+                v1beta1: served(&client, "v1beta1").await?,
+            })
+        }
+        .await;
+        match found {
+            Ok(f) if f.usable() => break f,
+            Ok(_) if !said_off => {
+                said_off = true;
+                tracing::info!(
+                    group = GATEWAY_GROUP,
+                    "the Gateway API CRDs are not installed: Gateway API is off; \
+                     Weir starts watching Gateways when they appear"
+                );
+            }
+            Ok(_) => {}
+            Err(e) => {
+                tracing::warn!(group = GATEWAY_GROUP, error = %e, "Gateway API discovery failed")
+            }
+        }
+        tokio::time::sleep(GATEWAY_API_POLL).await;
+    };
+    let grants = if found.v1.contains("referencegrants") {
+        Some("v1")
+    } else if found.v1beta1.contains("referencegrants") {
+        Some("v1beta1")
+    } else {
+        None
+    };
+    tracing::info!(
+        group = GATEWAY_GROUP,
+        grpc_routes = found.v1.contains("grpcroutes"),
+        reference_grants = grants.unwrap_or("not served"),
+        "Gateway API is on"
+    );
+    start_gateway_api(&client, &namespaces, &shared, &found, grants);
+    shared.changed.notify_one();
+}
+
+/// Starts the watchers of the Gateway API kinds that are served, and of Namespaces (whose
+/// labels listeners' `allowedRoutes` select on).
+fn start_gateway_api(
+    client: &Client,
+    namespaces: &Option<Vec<String>>,
+    shared: &Arc<Shared>,
+    found: &GatewayApiServed,
+    grants: Option<&str>,
+) {
+    let all = watcher::Config::default();
+    spawn_cluster::<Namespace>(
+        client,
+        all.clone(),
+        Kind::Namespace,
+        Object::Namespace,
+        shared,
+    );
+    spawn_cluster::<GatewayClass>(
+        client,
+        all.clone(),
+        Kind::GatewayClass,
+        Object::GatewayClass,
+        shared,
+    );
+    spawn::<Gateway>(
+        client,
+        namespaces,
+        all.clone(),
+        Kind::Gateway,
+        Object::Gateway,
+        shared,
+    );
+    spawn::<HTTPRoute>(
+        client,
+        namespaces,
+        all.clone(),
+        Kind::HTTPRoute,
+        Object::HTTPRoute,
+        shared,
+    );
+    if found.v1.contains("grpcroutes") {
+        spawn::<GRPCRoute>(
+            client,
+            namespaces,
+            all.clone(),
+            Kind::GRPCRoute,
+            Object::GRPCRoute,
+            shared,
+        );
+    }
+    if let Some(version) = grants {
+        spawn_versioned::<ReferenceGrant>(
+            client,
+            namespaces,
+            version,
+            all,
+            Kind::ReferenceGrant,
+            Object::ReferenceGrant,
+            shared,
+        );
+    }
+}
+
+/// Watches a namespaced kind at another version of its group than its Rust type names, whose
+/// schema is the same (ReferenceGrant: `v1` from Gateway API v1.5 on, `v1beta1` before).
+fn spawn_versioned<K>(
+    client: &Client,
+    namespaces: &Option<Vec<String>>,
+    version: &str,
+    config: watcher::Config,
+    kind: Kind,
+    wrap: fn(K) -> Object,
+    shared: &Arc<Shared>,
+) where
+    K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+        + DeserializeOwned
+        + 'static,
+{
+    let ar = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk(&K::group(&()), version, &K::kind(&())),
+        &K::plural(&()),
+    );
+    let apis = match namespaces {
+        Some(list) => list
+            .iter()
+            .map(|ns| Api::namespaced_with(client.clone(), ns, &ar))
+            .collect(),
+        None => vec![Api::all_with(client.clone(), &ar)],
+    };
+    let typed = move |o: DynamicObject| wrap(typed::<K>(o, kind));
+    spawn_apis::<DynamicObject, _>(apis, config, kind, typed, shared);
+}
+
+/// `o` as its typed kind; one the type cannot read (the API server validated it, so a schema
+/// Weir does not know) keeps only its metadata, with a warning: a ReferenceGrant then grants
+/// nothing. `K`'s spec must read `{}`.
+fn typed<K: Resource<DynamicType = ()> + DeserializeOwned>(o: DynamicObject, kind: Kind) -> K {
+    let mut v = serde_json::to_value(&o).unwrap_or_default();
+    v["apiVersion"] = K::api_version(&()).into();
+    serde_json::from_value::<K>(v).unwrap_or_else(|e| {
+        tracing::warn!(kind = kind.as_str(), name = ?o.metadata.name, namespace = ?o.metadata.namespace, error = %e, "object not understood; only its name is kept");
+        let v = serde_json::json!({
+            "apiVersion": K::api_version(&()),
+            "kind": K::kind(&()),
+            "metadata": o.metadata,
+            "spec": {},
+        });
+        serde_json::from_value(v).expect("a spec that reads {}")
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -319,6 +517,33 @@ mod tests {
 
     /// A labelled TLS Secret comes from both Secret watchers: losing the label (a delete for
     /// the label watcher) must not drop it while the TLS watcher still has it.
+    #[test]
+    fn a_v1beta1_reference_grant_reads_as_the_typed_one() {
+        let o: DynamicObject = serde_json::from_value(serde_json::json!({
+            "apiVersion": "gateway.networking.k8s.io/v1beta1",
+            "kind": "ReferenceGrant",
+            "metadata": {"name": "g", "namespace": "b"},
+            "spec": {"from": [{"group": "gateway.networking.k8s.io", "kind": "HTTPRoute", "namespace": "a"}],
+                     "to": [{"group": "", "kind": "Service"}]},
+        }))
+        .unwrap();
+        let g: ReferenceGrant = typed(o, Kind::ReferenceGrant);
+        assert_eq!(g.metadata.name.as_deref(), Some("g"));
+        assert_eq!(g.spec.from[0].namespace, "a");
+        assert_eq!(g.spec.to[0].kind, "Service");
+        // A shape Weir cannot read: kept by name, granting nothing.
+        let odd: DynamicObject = serde_json::from_value(serde_json::json!({
+            "apiVersion": "gateway.networking.k8s.io/v1beta1",
+            "kind": "ReferenceGrant",
+            "metadata": {"name": "odd", "namespace": "b"},
+            "spec": {"from": "everyone"},
+        }))
+        .unwrap();
+        let g: ReferenceGrant = typed(odd, Kind::ReferenceGrant);
+        assert_eq!(g.metadata.name.as_deref(), Some("odd"));
+        assert!(g.spec.from.is_empty() && g.spec.to.is_empty());
+    }
+
     #[test]
     fn an_object_two_watchers_hold_stays_until_both_let_go() {
         let shared = Shared {

@@ -706,6 +706,9 @@ impl Translator<'_> {
                     fallback: None,
                     access_log: true,
                     forwarded_prefix: None,
+                    header_matches: Vec::new(),
+                    query_matches: Vec::new(),
+                    backends: Vec::new(),
                 })
             }
             Err((reason, m)) => {

@@ -604,6 +604,9 @@ impl Translator<'_> {
             },
             access_log: ann.access_log.unwrap_or(true),
             forwarded_prefix: ann.forwarded_prefix.clone(),
+            header_matches: Vec::new(),
+            query_matches: Vec::new(),
+            backends: Vec::new(),
         });
     }
 }

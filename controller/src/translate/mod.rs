@@ -5,6 +5,7 @@
 pub mod annotations;
 mod backend;
 mod consumers;
+pub mod gateway;
 mod ingress;
 mod plugins;
 mod tls;
@@ -32,6 +33,10 @@ pub struct Options {
     pub accept_ingress_nginx_class: bool,
     /// ingress-nginx annotations (`--annotations-prefix`).
     pub nginx: crate::nginx::Options,
+    /// The Gateway listener port served on the proxy's plain socket (`--gateway-http-port`).
+    pub gateway_http_port: u16,
+    /// The Gateway listener port served on the proxy's TLS socket (`--gateway-https-port`).
+    pub gateway_https_port: u16,
 }
 
 impl Default for Options {
@@ -42,6 +47,8 @@ impl Default for Options {
             watch_namespaces: None,
             accept_ingress_nginx_class: false,
             nginx: crate::nginx::Options::default(),
+            gateway_http_port: 80,
+            gateway_https_port: 443,
         }
     }
 }
@@ -57,6 +64,8 @@ pub struct Translation {
     pub owned_ingresses: Vec<Key>,
     /// Weir resources that were checked, with or without problems (for their conditions).
     pub checked: Vec<ObjectRef>,
+    /// The status of every Gateway API object that is Weir's.
+    pub gateway_api: gateway::status::Status,
 }
 
 impl Translation {
@@ -143,6 +152,8 @@ struct Translator<'a> {
     /// Set when a global ClusterPlugin that decides who may pass (authentication, `acl`,
     /// `ip-restriction`) is not accepted: every route answers 503 rather than serve without it.
     global_broken: Option<&'static str>,
+    /// The Gateway API status computed on the way.
+    gateway_status: gateway::status::Status,
 }
 
 impl<'a> Translator<'a> {
@@ -182,6 +193,7 @@ impl<'a> Translator<'a> {
             upstreams_by_target,
             checked: BTreeSet::new(),
             global_broken: None,
+            gateway_status: Default::default(),
         }
     }
 
@@ -278,6 +290,7 @@ impl<'a> Translator<'a> {
         // Before the routes: they need to know which plugins are consumer-scoped.
         self.consumers();
         self.ingresses();
+        self.gateway_api();
         self.controller_default_backend();
         self.check_upstreams();
     }
@@ -293,6 +306,7 @@ impl<'a> Translator<'a> {
             problems: self.problems,
             owned_ingresses: self.owned,
             checked: self.checked.into_iter().collect(),
+            gateway_api: self.gateway_status,
         }
     }
 }
@@ -308,7 +322,13 @@ impl Translator<'_> {
             .flat_map(|r| {
                 let canary = r.canary.as_ref().map(|x| x.service.clone());
                 let fallback = r.fallback.as_ref().map(|x| x.service.clone());
-                r.service.clone().into_iter().chain(canary).chain(fallback)
+                let weighted = r.backends.iter().filter_map(|b| b.service.clone());
+                r.service
+                    .clone()
+                    .into_iter()
+                    .chain(canary)
+                    .chain(fallback)
+                    .chain(weighted)
             })
             .chain(c.plugins.iter().filter_map(|p| p.service.clone()))
             .collect();
@@ -334,7 +354,12 @@ impl Translator<'_> {
                 let routes_of_service = |c: &Config, service: &str| -> Vec<String> {
                     c.routes
                         .iter()
-                        .filter(|r| r.service.as_deref() == Some(service))
+                        .filter(|r| {
+                            r.service.as_deref() == Some(service)
+                                || r.backends
+                                    .iter()
+                                    .any(|b| b.service.as_deref() == Some(service))
+                        })
                         .map(|r| r.id.clone())
                         .collect()
                 };
@@ -446,6 +471,19 @@ fn remove_consumer(c: &mut Config, consumer: &str) {
 /// or `cluster/plugin[@scope]` (a scope may end in `~ns/consumer`), consumers `ns/consumer`,
 /// certificates `ns/secret[#default]`.
 fn source_of(entity: &str, id: &str) -> ObjectRef {
+    // Routes and their plugin entries of HTTPRoutes: `httproute:ns/name/r0/m0[/plugin]`.
+    if let Some(rest) = id.strip_prefix(gateway::HTTP_ROUTE_ID_PREFIX) {
+        if entity == "route" || (entity == "plugin" && !rest.contains('@')) {
+            let mut parts = rest.split('/');
+            let ns = parts.next().unwrap_or_default().to_string();
+            let name = parts.next().unwrap_or_default().to_string();
+            return ObjectRef {
+                kind: Kind::HTTPRoute,
+                namespace: Some(ns),
+                name,
+            };
+        }
+    }
     let (first, rest) = id.split_once('/').unwrap_or(("", id));
     let second = rest
         .split(['/', ':', '@', '#'])

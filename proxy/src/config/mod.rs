@@ -173,6 +173,56 @@ pub struct Route {
     /// The `X-Forwarded-Prefix` sent upstream, in place of the prefix `strip_path` removed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub forwarded_prefix: Option<String>,
+    /// Header conditions besides `headers`, each of which must hold (the Gateway API's
+    /// `HTTPHeaderMatch`: the name any case, the value exact and case-sensitive, or a regex).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub header_matches: Vec<ValueMatch>,
+    /// Query-parameter conditions, each of which must hold (names and values case-sensitive).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub query_matches: Vec<ValueMatch>,
+    /// Services that share the route's requests by weight (the Gateway API's `backendRefs`),
+    /// instead of `service`. An entry without a service answers its share with 500.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub backends: Vec<WeightedBackend>,
+}
+
+/// A condition on a named request value (a header or a query parameter).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ValueMatch {
+    /// The header or parameter name.
+    pub name: String,
+    /// The value, or the pattern for `Regex`.
+    pub value: String,
+    /// How `value` is compared.
+    #[serde(default)]
+    pub kind: ValueMatchKind,
+}
+
+/// How a [`ValueMatch`] compares.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum ValueMatchKind {
+    /// The whole value, case-sensitively.
+    #[default]
+    Exact,
+    /// A regular expression that must match the whole value.
+    Regex,
+}
+
+/// One of a route's weighted services.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WeightedBackend {
+    /// The service id; unset, the share is answered with 500 (a backend that cannot be used).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub service: Option<String>,
+    /// The share of requests, relative to the other entries' (0 takes none).
+    #[serde(default = "default_backend_weight")]
+    pub weight: u32,
+}
+
+fn default_backend_weight() -> u32 {
+    1
 }
 
 fn is_true(b: &bool) -> bool {

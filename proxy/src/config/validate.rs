@@ -5,6 +5,9 @@ use std::fmt;
 
 use super::{Config, PathKind, UpstreamProtocol};
 
+/// The largest weight of one of a route's `backends` (the Gateway API's limit).
+pub const MAX_BACKEND_WEIGHT: u32 = 1_000_000;
+
 /// One problem in a routing table.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct ConfigError {
@@ -484,6 +487,66 @@ impl Config {
                             &r.id,
                             format!("headers.{name}[{i}]"),
                             format!("{v:?} is not a valid header value"),
+                        );
+                    }
+                }
+            }
+            for (field, list, header) in [
+                ("header_matches", &r.header_matches, true),
+                ("query_matches", &r.query_matches, false),
+            ] {
+                for (i, m) in list.iter().enumerate() {
+                    if header && http::HeaderName::from_bytes(m.name.as_bytes()).is_err() {
+                        errs.push(
+                            "route",
+                            &r.id,
+                            format!("{field}[{i}].name"),
+                            format!("{:?} is not a valid header name", m.name),
+                        );
+                    } else if m.name.is_empty() {
+                        errs.push("route", &r.id, format!("{field}[{i}].name"), "empty");
+                    }
+                    if m.kind == super::ValueMatchKind::Regex {
+                        if let Err(e) = crate::router::value_regex(&m.value) {
+                            errs.push("route", &r.id, format!("{field}[{i}].value"), e);
+                        }
+                    }
+                }
+            }
+            if !r.backends.is_empty() {
+                if r.service.is_some() {
+                    errs.push(
+                        "route",
+                        &r.id,
+                        "backends",
+                        "a route has `service` or `backends`, not both",
+                    );
+                }
+                if r.canary.is_some() {
+                    errs.push(
+                        "route",
+                        &r.id,
+                        "backends",
+                        "a route with `backends` has no canary",
+                    );
+                }
+                for (i, b) in r.backends.iter().enumerate() {
+                    if let Some(sid) = &b.service {
+                        if !service_ids.contains(sid.as_str()) {
+                            errs.push(
+                                "route",
+                                &r.id,
+                                format!("backends[{i}].service"),
+                                format!("no service with id {sid:?}"),
+                            );
+                        }
+                    }
+                    if b.weight > MAX_BACKEND_WEIGHT {
+                        errs.push(
+                            "route",
+                            &r.id,
+                            format!("backends[{i}].weight"),
+                            format!("{} is more than {MAX_BACKEND_WEIGHT}", b.weight),
                         );
                     }
                 }

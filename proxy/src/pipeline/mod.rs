@@ -232,7 +232,7 @@ impl RequestCtx {
 }
 
 /// The per-route plugin lists, resolved at config time.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct RouteChain {
     /// Plugins without a consumer (route, service, global), by priority.
     pub base: Arc<[PluginInstance]>,

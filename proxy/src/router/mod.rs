@@ -14,7 +14,7 @@ use std::hash::{BuildHasherDefault, Hasher};
 use http::{HeaderMap, HeaderName, HeaderValue, Method};
 use regex::Regex;
 
-use crate::config::{ClientProtocol, PathKind, Route};
+use crate::config::{ClientProtocol, PathKind, Route, ValueMatch, ValueMatchKind};
 
 pub use normalize::{
     has_escaped_slash, normalize_path, normalize_request_path, with_params_len, without_params,
@@ -67,6 +67,8 @@ pub struct RequestView<'a> {
     pub method: &'a Method,
     /// The request headers.
     pub headers: &'a HeaderMap,
+    /// The raw query string (without `?`), as the client sent it.
+    pub query: Option<&'a str>,
     /// The protocol the client used.
     pub protocol: ClientProtocol,
 }
@@ -76,6 +78,9 @@ pub struct RequestView<'a> {
 struct Conditions {
     methods: Vec<Method>,
     headers: Vec<(HeaderName, Vec<HeaderValue>)>,
+    /// `header_matches` then `query_matches`: one (empty) slice to skip for the routes that
+    /// have none, so they cost what they did before these existed.
+    values: Box<[ValueCondition]>,
 }
 
 impl Conditions {
@@ -88,11 +93,178 @@ impl Conditions {
                         .any(|want| got.as_bytes().eq_ignore_ascii_case(want.as_bytes()))
                 })
             })
+            && self.values.iter().all(|c| c.holds(req))
     }
 
+    /// Each method list, header rule, header match and query match counts one.
     fn count(&self) -> usize {
-        usize::from(!self.methods.is_empty()) + self.headers.len()
+        usize::from(!self.methods.is_empty()) + self.headers.len() + self.values.len()
     }
+}
+
+/// One `header_matches` or `query_matches` entry, compiled.
+#[derive(Debug)]
+enum ValueCondition {
+    /// A request header: any one of its field lines must pass.
+    Header(HeaderName, ValueTest),
+    /// A query parameter, by its percent-decoded name: its first occurrence must pass.
+    Query(Box<[u8]>, ValueTest),
+}
+
+/// How a header or parameter value is compared.
+#[derive(Debug)]
+enum ValueTest {
+    /// The whole value, byte for byte.
+    Exact(Box<[u8]>),
+    /// Anchored at both ends ([`value_regex`]); bytes, so values that are not UTF-8 (obs-text
+    /// in a header, an escaped byte in a query) are matched as they are, not rejected.
+    Regex(regex::bytes::Regex),
+}
+
+impl ValueTest {
+    fn new(m: &ValueMatch) -> Result<ValueTest, String> {
+        Ok(match m.kind {
+            ValueMatchKind::Exact => ValueTest::Exact(m.value.as_bytes().into()),
+            ValueMatchKind::Regex => ValueTest::Regex(value_regex(&m.value)?),
+        })
+    }
+
+    fn passes(&self, value: &[u8]) -> bool {
+        match self {
+            ValueTest::Exact(want) => value == &want[..],
+            ValueTest::Regex(re) => re.is_match(value),
+        }
+    }
+}
+
+impl ValueCondition {
+    fn holds(&self, req: &RequestView<'_>) -> bool {
+        match self {
+            ValueCondition::Header(name, test) => req
+                .headers
+                .get_all(name)
+                .iter()
+                .any(|v| test.passes(v.as_bytes())),
+            ValueCondition::Query(name, test) => {
+                match req.query.and_then(|q| first_param(q, name)) {
+                    None => false,
+                    Some(raw) => match test {
+                        // Compared while decoding: nothing allocated.
+                        ValueTest::Exact(want) => decoded_eq(raw, want),
+                        ValueTest::Regex(re) => re.is_match(&percent_decode(raw)),
+                    },
+                }
+            }
+        }
+    }
+}
+
+/// The raw value of the first parameter of `query` whose percent-decoded name is `name`
+/// (`a` alone has the empty value).
+fn first_param<'q>(query: &'q str, name: &[u8]) -> Option<&'q [u8]> {
+    query
+        .as_bytes()
+        .split(|&b| b == b'&')
+        .filter(|pair| !pair.is_empty())
+        .find_map(|pair| {
+            let (n, v) = match pair.iter().position(|&b| b == b'=') {
+                Some(i) => (&pair[..i], &pair[i + 1..]),
+                None => (pair, &pair[pair.len()..]),
+            };
+            decoded_eq(n, name).then_some(v)
+        })
+}
+
+/// Decodes one byte of a query component at `raw[*i]` (`%XX`, `+` for a space; a malformed
+/// escape stays as it is) and moves `i` past it.
+fn next_decoded(raw: &[u8], i: &mut usize) -> u8 {
+    let b = raw[*i];
+    *i += 1;
+    match b {
+        b'+' => b' ',
+        b'%' => match (raw.get(*i).and_then(hex), raw.get(*i + 1).and_then(hex)) {
+            (Some(h), Some(l)) => {
+                *i += 2;
+                h << 4 | l
+            }
+            _ => b'%',
+        },
+        b => b,
+    }
+}
+
+fn hex(c: &u8) -> Option<u8> {
+    match c {
+        b'0'..=b'9' => Some(c - b'0'),
+        b'a'..=b'f' => Some(c - b'a' + 10),
+        b'A'..=b'F' => Some(c - b'A' + 10),
+        _ => None,
+    }
+}
+
+/// Whether the query component `raw`, decoded, is `want`.
+fn decoded_eq(raw: &[u8], want: &[u8]) -> bool {
+    let (mut i, mut j) = (0, 0);
+    while i < raw.len() {
+        if j == want.len() || next_decoded(raw, &mut i) != want[j] {
+            return false;
+        }
+        j += 1;
+    }
+    j == want.len()
+}
+
+/// A query component decoded; borrowed when it has nothing to decode.
+fn percent_decode(raw: &[u8]) -> std::borrow::Cow<'_, [u8]> {
+    if !raw.iter().any(|&b| b == b'%' || b == b'+') {
+        return std::borrow::Cow::Borrowed(raw);
+    }
+    let mut out = Vec::with_capacity(raw.len());
+    let mut i = 0;
+    while i < raw.len() {
+        out.push(next_decoded(raw, &mut i));
+    }
+    std::borrow::Cow::Owned(out)
+}
+
+/// Longest `Regex` value of a header or query match accepted, in bytes.
+pub const MAX_VALUE_PATTERN_LEN: usize = 1024;
+
+/// Most memory a compiled value pattern may take.
+const VALUE_PATTERN_SIZE_LIMIT: usize = 1 << 20;
+
+/// Compiles the `Regex` value of a header or query match as the router matches it: the whole
+/// value (`^(?:pattern)$`), bounded in length and size. Validation uses the same function.
+pub fn value_regex(pattern: &str) -> Result<regex::bytes::Regex, String> {
+    if pattern.len() > MAX_VALUE_PATTERN_LEN {
+        return Err(format!(
+            "longer than {MAX_VALUE_PATTERN_LEN} bytes ({} bytes)",
+            pattern.len()
+        ));
+    }
+    // The pattern must stand on its own: `x)|(.*` would otherwise close the anchoring group
+    // and match any value.
+    if let Err(e) = regex_syntax::ast::parse::Parser::new().parse(pattern) {
+        return Err(format!("invalid regex: {e}"));
+    }
+    regex::bytes::RegexBuilder::new(&format!("^(?:{pattern})$"))
+        .size_limit(VALUE_PATTERN_SIZE_LIMIT)
+        .build()
+        .map_err(|e| format!("invalid regex: {e}"))
+}
+
+/// The compiled `header_matches` and `query_matches` of a validated route.
+fn value_conditions(route: &Route) -> Result<Box<[ValueCondition]>, regex::Error> {
+    let test = |m: &ValueMatch| ValueTest::new(m).map_err(regex::Error::Syntax);
+    let headers = route.header_matches.iter().filter_map(|m| {
+        let name = HeaderName::from_bytes(m.name.as_bytes()).ok()?;
+        Some(test(m).map(|t| ValueCondition::Header(name, t)))
+    });
+    let queries = route
+        .query_matches
+        .iter()
+        .map(|m| test(m).map(|t| ValueCondition::Query(m.name.as_bytes().into(), t)));
+    headers.chain(queries).collect()
 }
 
 /// A route at one place in a host table, ordered by priority, specificity, then declaration.
@@ -295,6 +467,7 @@ impl Router {
                         Some((name, values))
                     })
                     .collect(),
+                values: value_conditions(route)?,
             };
             let specificity = conds.count();
             r.conditions.push(conds);
@@ -474,6 +647,7 @@ mod tests {
             path,
             method: m,
             headers: h,
+            query: None,
             protocol: ClientProtocol::Http,
         };
         match r.0.lookup(&view) {
@@ -634,6 +808,7 @@ mod tests {
             path: "/",
             method: &Method::GET,
             headers: &h,
+            query: None,
             protocol: ClientProtocol::Http,
         };
         assert!(matches!(r.0.lookup(&view), Lookup::WrongProtocol(_)));

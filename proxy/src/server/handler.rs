@@ -244,6 +244,7 @@ pub async fn handle(
         path: &routing,
         method: &head.method,
         headers: &head.headers,
+        query: head.uri.query(),
         protocol: if conn.tls {
             ClientProtocol::Https
         } else {
@@ -290,12 +291,17 @@ pub async fn handle(
     }
     // The canary, on the headers before the route's plugins: its service serves the whole
     // request (balancer, retries, timeouts), with the route's plugins.
-    let service = match &route.canary {
-        None => route.service,
-        Some(c) if c.chooses(&head.headers) => Some(c.service),
-        Some(_) => route.service,
-    }
-    .map(|i| &rt.services[i]);
+    // Weighted backends likewise: the chosen one's service and plugins serve the request; one
+    // that cannot be used answers 500 (after the plugins, so a redirect still wins).
+    let (service, chain, unusable) = match (&route.backends, &route.canary) {
+        (Some(b), _) => {
+            let b = b.choose();
+            (b.service, &b.chain, b.service.is_none())
+        }
+        (None, Some(c)) if c.chooses(&head.headers) => (Some(c.service), &route.chain, false),
+        (None, _) => (route.service, &route.chain, false),
+    };
+    let service = service.map(|i| &rt.services[i]);
     // A route that replaces some upstream statuses keeps what the error page needs.
     let mut error_page = ErrorPage::start(route, &head);
     if let Some(s) = service {
@@ -306,7 +312,7 @@ pub async fn handle(
     // access: the route's plugins.
     // The client's Host, for X-Forwarded-Host, in case a plugin replaces the one sent upstream.
     let mut client_host = None;
-    if !route.chain.base.is_empty() {
+    if !chain.base.is_empty() {
         client_host = head.headers.get(header::HOST).cloned();
         // Plugins see the path that was routed on (normalised), as the upstream will.
         if head.uri.path() != path {
@@ -321,7 +327,7 @@ pub async fn handle(
                 head.uri = uri;
             }
         }
-        if pipeline::body_before_access(&route.chain, &head) {
+        if pipeline::body_before_access(chain, &head) {
             let limit = buffered_limit(p.shared.opts.max_body_size, &p);
             if content_length(&head).is_some_and(|n| n > limit) {
                 return p.too_large(limit);
@@ -335,12 +341,18 @@ pub async fn handle(
             p.s.ctx.request_body = Some(read.bytes);
             p.s.request_trailers = read.trailers.map(Box::new);
         }
-        if let Some(r) = pipeline::access(&mut p.s.ctx, &mut head, &route.chain).await {
+        if let Some(r) = pipeline::access(&mut p.s.ctx, &mut head, chain).await {
             return p.respond(r);
         }
     }
     let service = match (service, route.fallback.as_deref()) {
         (Some(s), None) => s,
+        (None, _) if unusable => {
+            return p.error(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "the backend of this Route cannot be used",
+            )
+        }
         (None, None) => {
             return p.error(
                 StatusCode::SERVICE_UNAVAILABLE,
@@ -1446,6 +1458,7 @@ mod tests {
             fallback: None,
             access_log: true,
             forwarded_prefix: None,
+            backends: None,
         }
     }
 

@@ -4,6 +4,7 @@
 //! upstream pool; workers share only the compiled routing table (one atomic pointer), the
 //! metrics shards and a few counters. The admin API and signal handling run on the main thread.
 
+pub mod backends;
 pub mod canary;
 pub mod fallback;
 pub mod grpc;
@@ -238,6 +239,9 @@ pub(crate) struct Shared {
     apply_lock: Mutex<()>,
     /// Counts the tables swapped in: the active health checks follow it.
     tables: watch::Sender<u64>,
+    /// What the controller feeding this process reports about its sources (standalone mode:
+    /// the Gateway API status), served as is by `GET /controller-status`.
+    pub controller_status: ArcSwap<serde_json::Value>,
 }
 
 impl LogSink for Shared {
@@ -302,8 +306,14 @@ impl Proxy {
                 connections: AtomicUsize::new(0),
                 apply_lock: Mutex::new(()),
                 tables: watch::Sender::new(0),
+                controller_status: ArcSwap::from_pointee(serde_json::json!({})),
             }),
         }
+    }
+
+    /// Publishes what an embedded controller reports (shown by `GET /controller-status`).
+    pub fn set_controller_status(&self, status: serde_json::Value) {
+        self.shared.controller_status.store(Arc::new(status));
     }
 
     /// Validates, compiles and atomically swaps in a routing table; returns its hash.

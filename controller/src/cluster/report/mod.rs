@@ -1,5 +1,6 @@
 //! Writing back to the cluster (leader only): a Warning Event per problem, `Accepted` and
-//! `Programmed` conditions on Weir's resources, and Ingress `status.loadBalancer`. Every write
+//! `Programmed` conditions on Weir's resources, Ingress `status.loadBalancer`, and the Gateway
+//! API's status (`gateway`). Every write
 //! is skipped when the object already says the same, so watching our own writes settles.
 
 use std::collections::BTreeSet;
@@ -16,6 +17,8 @@ use weir_crds::{ClusterPlugin, Consumer, Plugin, ResourceStatus, Upstream};
 use crate::problem::ObjectRef;
 use crate::store::{Key, Kind, Store};
 use crate::translate::Translation;
+
+mod gateway;
 
 /// Where Ingress status addresses come from.
 #[derive(Debug, Clone, Default)]
@@ -48,6 +51,12 @@ fn api_version_kind(kind: Kind) -> (&'static str, &'static str) {
         Kind::ClusterPlugin => ("weir.dev/v1alpha1", "ClusterPlugin"),
         Kind::Upstream => ("weir.dev/v1alpha1", "Upstream"),
         Kind::Consumer => ("weir.dev/v1alpha1", "Consumer"),
+        Kind::Namespace => ("v1", "Namespace"),
+        Kind::GatewayClass => ("gateway.networking.k8s.io/v1", "GatewayClass"),
+        Kind::Gateway => ("gateway.networking.k8s.io/v1", "Gateway"),
+        Kind::HTTPRoute => ("gateway.networking.k8s.io/v1", "HTTPRoute"),
+        Kind::GRPCRoute => ("gateway.networking.k8s.io/v1", "GRPCRoute"),
+        Kind::ReferenceGrant => ("gateway.networking.k8s.io/v1", "ReferenceGrant"),
     }
 }
 
@@ -64,6 +73,12 @@ fn uid(store: &Store, o: &ObjectRef) -> Option<String> {
         Kind::Consumer => store.consumers.get(&key).map(|x| x.meta()),
         Kind::IngressClass => store.ingress_classes.get(&o.name).map(|x| &x.metadata),
         Kind::EndpointSlice => store.endpoint_slices.get(&key).map(|x| &x.metadata),
+        Kind::Namespace => store.namespaces.get(&o.name).map(|x| &x.metadata),
+        Kind::GatewayClass => store.gateway_classes.get(&o.name).map(|x| x.meta()),
+        Kind::Gateway => store.gateways.get(&key).map(|x| x.meta()),
+        Kind::HTTPRoute => store.http_routes.get(&key).map(|x| x.meta()),
+        Kind::GRPCRoute => store.grpc_routes.get(&key).map(|x| x.meta()),
+        Kind::ReferenceGrant => store.reference_grants.get(&key).map(|x| x.meta()),
     };
     meta.and_then(|m| m.uid.clone())
 }
@@ -156,6 +171,7 @@ impl Reporter {
         self.events(t, store).await;
         self.conditions(t, store).await;
         self.ingress_status(t, store).await;
+        self.gateway_api(t, store).await;
     }
 
     async fn events(&mut self, t: &Translation, store: &Store) {

@@ -1,0 +1,616 @@
+//! HTTPRoutes → routes of the table: one route per match of each rule, the rule's filters as
+//! plugin entries on those routes (header modifiers as `request-transformer` and
+//! `response-transformer`, redirects as `redirect`, `ExtensionRef` as the named Weir
+//! `Plugin`), rewrites as route settings, and `backendRefs` as weighted services.
+//!
+//! Precedence between routes follows the spec: host names first (the router's exact, then
+//! wildcard, then host-less tables), then an exact path, the longest prefix, a method, the
+//! most header matches, the most query matches (the route `priority`), then the oldest route
+//! and `namespace/name` (the order of the table), then rule order.
+
+use std::collections::BTreeSet;
+
+use k8s_openapi::api::networking::v1::ServiceBackendPort;
+use weir_crds::gateway::{
+    HTTPBackendRef, HTTPRoute, HTTPRouteFilter, HTTPRouteMatch, HeaderModifier, PathModifier,
+};
+use weir_proxy::config::{
+    check_path_rule, ClientProtocol, PathKind, PathRule, PluginConfig, Route, ValueMatch,
+    ValueMatchKind, WeightedBackend,
+};
+
+use super::status::{Cond, RouteStatus};
+use super::{parent_status, GatewayEval};
+use crate::problem::Reason;
+use crate::store::{Key, Kind};
+use crate::translate::{obj, Translator};
+
+/// The route id prefix of HTTPRoutes (`httproute:namespace/name/r0/m0`).
+pub(in crate::translate) const ID_PREFIX: &str = "httproute:";
+
+/// What a rule's filters do besides plugins.
+#[derive(Default)]
+struct Rewrites {
+    host: Option<String>,
+    path: Option<PathModifier>,
+}
+
+/// A rule's backends, resolved.
+struct Backends {
+    entries: Vec<WeightedBackend>,
+    /// The first reason a backendRef cannot be used (`ResolvedRefs: False`).
+    unresolved: Option<Cond>,
+}
+
+impl Translator<'_> {
+    /// Translates every HTTPRoute with a parent that is Weir's, oldest first.
+    pub(super) fn http_routes(&mut self, gateways: &mut [GatewayEval]) {
+        let store = self.store;
+        let mut routes: Vec<(&Key, &HTTPRoute)> = store
+            .http_routes
+            .iter()
+            .filter(|(k, _)| self.in_scope(&k.namespace))
+            .collect();
+        routes.sort_by(|a, b| {
+            let ts = |r: &HTTPRoute| r.metadata.creation_timestamp.as_ref().map(|t| t.0);
+            ts(a.1).cmp(&ts(b.1)).then(a.0.cmp(b.0))
+        });
+        for (key, route) in routes {
+            self.http_route(gateways, key, route);
+        }
+    }
+
+    fn http_route(&mut self, gateways: &mut [GatewayEval], key: &Key, route: &HTTPRoute) {
+        let mut parents = Vec::new();
+        // Every host (`None`) or these names, over every listener the route attached to.
+        let mut hosts: Option<BTreeSet<String>> = Some(BTreeSet::new());
+        let mut any_host = false;
+        let mut protocols: Vec<ClientProtocol> = Vec::new();
+        for parent in &route.spec.parent_refs {
+            let Some((accepted, at)) =
+                self.attach(gateways, key, "HTTPRoute", &route.spec.hostnames, parent)
+            else {
+                continue;
+            };
+            if let Some(at) = at {
+                for (i, names) in at.listeners {
+                    let l = &gateways[at.gateway].listeners[i];
+                    if let Some(p) = l.served_as.filter(|p| !protocols.contains(p)) {
+                        protocols.push(p);
+                    }
+                    if names.is_empty() {
+                        any_host = true;
+                    } else if let Some(h) = hosts.as_mut() {
+                        h.extend(names);
+                    }
+                }
+            }
+            parents.push((parent, accepted));
+        }
+        if parents.is_empty() {
+            return;
+        }
+        if any_host {
+            hosts = None;
+        }
+        let attached = parents.iter().any(|(_, c)| c.holds());
+        let resolved = if attached {
+            let hosts: Vec<String> = hosts.into_iter().flatten().collect();
+            self.http_rules(key, route, &hosts, &protocols)
+        } else {
+            Cond::yes("ResolvedRefs", "ResolvedRefs")
+        };
+        let status = RouteStatus {
+            observed_generation: route.metadata.generation,
+            parents: parents
+                .into_iter()
+                .map(|(p, accepted)| parent_status(p, vec![accepted, resolved.clone()]))
+                .collect(),
+        };
+        self.gateway_status
+            .http_routes
+            .insert(key.to_string(), status);
+    }
+
+    /// Adds the routes of every rule; returns the route's `ResolvedRefs` condition.
+    fn http_rules(
+        &mut self,
+        key: &Key,
+        route: &HTTPRoute,
+        hosts: &[String],
+        protocols: &[ClientProtocol],
+    ) -> Cond {
+        let mut resolved = Cond::yes("ResolvedRefs", "ResolvedRefs");
+        let default_rule = Default::default();
+        let rules = if route.spec.rules.is_empty() {
+            std::slice::from_ref(&default_rule)
+        } else {
+            route.spec.rules.as_slice()
+        };
+        for (ri, rule) in rules.iter().enumerate() {
+            let mut backends = self.http_backends(key, ri, &rule.backend_refs);
+            if let Some(c) = backends.unresolved.take() {
+                if resolved.holds() {
+                    resolved = c;
+                }
+            }
+            let default_match = HTTPRouteMatch::default();
+            let matches = if rule.matches.is_empty() {
+                std::slice::from_ref(&default_match)
+            } else {
+                rule.matches.as_slice()
+            };
+            for (mi, m) in matches.iter().enumerate() {
+                let id = format!("{ID_PREFIX}{key}/r{ri}/m{mi}");
+                let field = format!("spec.rules[{ri}].matches[{mi}]");
+                let Some(mut r) = self.http_match(key, &id, &field, m) else {
+                    continue;
+                };
+                r.hosts = hosts.to_vec();
+                r.protocols = protocols.to_vec();
+                let mut entries = backends.entries.clone();
+                match self.http_filters(key, ri, &rule.filters, &r, m) {
+                    Ok((plugins, rewrites)) => {
+                        self.apply_rewrites(&mut r, &mut entries, rewrites);
+                        self.config.plugins.extend(plugins);
+                    }
+                    Err(()) => entries = vec![unusable()],
+                }
+                set_backends(&mut r, entries);
+                self.config.routes.push(r);
+            }
+        }
+        resolved
+    }
+
+    /// One match of a rule as a route (without hosts, protocols and backends).
+    fn http_match(
+        &mut self,
+        key: &Key,
+        id: &str,
+        field: &str,
+        m: &HTTPRouteMatch,
+    ) -> Option<Route> {
+        let me = obj(Kind::HTTPRoute, key);
+        let path = m.path.as_ref();
+        let value = path
+            .and_then(|p| p.value.clone())
+            .unwrap_or_else(|| "/".into());
+        let (kind, value) = match path
+            .and_then(|p| p.type_.as_deref())
+            .unwrap_or("PathPrefix")
+        {
+            "Exact" => (PathKind::Exact, value),
+            "PathPrefix" => (PathKind::Prefix, value),
+            // The whole path must match, as Envoy-based gateways match it.
+            "RegularExpression" => (PathKind::Regex, format!("(?:{value})$")),
+            other => {
+                self.problem(
+                    me,
+                    Reason::Unsupported,
+                    format!("{field}.path.type"),
+                    format!(
+                        "path match type {other:?} is not Exact, PathPrefix or \
+                         RegularExpression; the match is left out"
+                    ),
+                );
+                return None;
+            }
+        };
+        let rule = PathRule { path: value, kind };
+        if let Err(m) = check_path_rule(&rule) {
+            self.problem(
+                me,
+                Reason::InvalidPath,
+                format!("{field}.path.value"),
+                format!("{m}; the match is left out"),
+            );
+            return None;
+        }
+        let header_matches = value_matches(&m.headers, true);
+        let query_matches = value_matches(&m.query_params, false);
+        let methods: Vec<String> = m.method.iter().cloned().collect();
+        // Method, then header count, then query count (the spec's order after the path).
+        let priority = (i32::from(!methods.is_empty()) << 20)
+            | ((header_matches.len().min(1023) as i32) << 10)
+            | query_matches.len().min(1023) as i32;
+        Some(Route {
+            id: id.to_string(),
+            hosts: Vec::new(),
+            paths: vec![rule],
+            methods,
+            headers: Default::default(),
+            protocols: Vec::new(),
+            https_redirect_status_code: 426,
+            strip_path: false,
+            // Backends get the client's Host unless a URLRewrite names another.
+            preserve_host: true,
+            priority,
+            host_header: None,
+            rewrite: None,
+            service: None,
+            upgrade_protocols: Vec::new(),
+            namespace: Some(key.namespace.clone()),
+            canary: None,
+            fallback: None,
+            access_log: true,
+            forwarded_prefix: None,
+            header_matches,
+            query_matches,
+            backends: Vec::new(),
+        })
+    }
+
+    /// A rule's backendRefs as weighted services; those that cannot be used keep their share
+    /// and answer it with 500, as the spec asks.
+    fn http_backends(&mut self, key: &Key, ri: usize, refs: &[HTTPBackendRef]) -> Backends {
+        let me = obj(Kind::HTTPRoute, key);
+        let mut out = Backends {
+            entries: Vec::new(),
+            unresolved: None,
+        };
+        for (bi, b) in refs.iter().enumerate() {
+            let field = format!("spec.rules[{ri}].backendRefs[{bi}]");
+            let weight = b.weight.unwrap_or(1).max(0) as u32;
+            let service = match self.http_backend(key, b) {
+                Ok(id) => Some(id),
+                Err((cond, reason, message)) => {
+                    self.problem(
+                        me.clone(),
+                        reason,
+                        field,
+                        format!("{message}; its share of requests is answered with 500"),
+                    );
+                    out.unresolved.get_or_insert(cond);
+                    None
+                }
+            };
+            if weight > 0 {
+                out.entries.push(WeightedBackend { service, weight });
+            }
+        }
+        out
+    }
+
+    /// The service id of one backendRef, or why it cannot be used.
+    fn http_backend(
+        &mut self,
+        key: &Key,
+        b: &HTTPBackendRef,
+    ) -> Result<String, (Cond, Reason, String)> {
+        let group = b.group.as_deref().unwrap_or("");
+        let kind = b.kind.as_deref().unwrap_or("Service");
+        if !group.is_empty() || kind != "Service" {
+            let m = format!("backendRef kind {group}/{kind} is not a core Service");
+            return Err((
+                Cond::no("ResolvedRefs", "InvalidKind", m.clone()),
+                Reason::UnsupportedBackend,
+                m,
+            ));
+        }
+        let ns = b.namespace.as_deref().unwrap_or(&key.namespace);
+        if ns != key.namespace
+            && !self.granted(
+                ("gateway", "HTTPRoute", &key.namespace),
+                ("", "Service", ns, &b.name),
+            )
+        {
+            let m = format!(
+                "Service {ns}/{} is in another namespace and no ReferenceGrant there allows HTTPRoutes of {}",
+                b.name, key.namespace
+            );
+            return Err((
+                Cond::no("ResolvedRefs", "RefNotPermitted", m.clone()),
+                Reason::RefNotPermitted,
+                m,
+            ));
+        }
+        let Some(port) = b.port else {
+            let m = format!("backendRef to Service {ns}/{} has no port", b.name);
+            return Err((
+                Cond::no("ResolvedRefs", "BackendNotFound", m.clone()),
+                Reason::PortNotFound,
+                m,
+            ));
+        };
+        let port = ServiceBackendPort {
+            name: None,
+            number: Some(port),
+        };
+        self.backend(ns, &b.name, &port).map_err(|(reason, m)| {
+            (
+                Cond::no("ResolvedRefs", "BackendNotFound", m.clone()),
+                reason,
+                m,
+            )
+        })
+    }
+
+    /// A rule's filters as plugin entries of route `r`, and the rewrites they ask for.
+    /// `Err` when a filter cannot be applied: the rule answers 500 rather than skip it.
+    fn http_filters(
+        &mut self,
+        key: &Key,
+        ri: usize,
+        filters: &[HTTPRouteFilter],
+        r: &Route,
+        m: &HTTPRouteMatch,
+    ) -> Result<(Vec<PluginConfig>, Rewrites), ()> {
+        let me = obj(Kind::HTTPRoute, key);
+        let mut plugins = Vec::new();
+        let mut rewrites = Rewrites::default();
+        let entry = |name: &str, config: serde_json::Value| PluginConfig {
+            id: format!("{}/{name}", r.id),
+            name: name.to_string(),
+            config,
+            route: Some(r.id.clone()),
+            service: None,
+            consumer: None,
+            namespace: Some(key.namespace.clone()),
+            enabled: true,
+            priority: None,
+        };
+        for (fi, f) in filters.iter().enumerate() {
+            let field = format!("spec.rules[{ri}].filters[{fi}]");
+            let done = match f.type_.as_str() {
+                "RequestHeaderModifier" => f.request_header_modifier.as_ref().map(|h| {
+                    plugins.push(entry("request-transformer", header_edits(h)));
+                }),
+                "ResponseHeaderModifier" => f.response_header_modifier.as_ref().map(|h| {
+                    plugins.push(entry("response-transformer", header_edits(h)));
+                }),
+                "RequestRedirect" => f.request_redirect.as_ref().map(|rr| {
+                    let mut c = serde_json::json!({
+                        "status_code": rr.status_code.unwrap_or(302),
+                    });
+                    if let Some(s) = &rr.scheme {
+                        c["scheme"] = s.to_ascii_lowercase().into();
+                    }
+                    if let Some(h) = &rr.hostname {
+                        c["hostname"] = h.clone().into();
+                    }
+                    if let Some(p) = rr.port {
+                        c["port"] = p.into();
+                    }
+                    match rr.path.as_ref().map(|p| p.type_.as_str()) {
+                        Some("ReplaceFullPath") => {
+                            c["path"] = rr
+                                .path
+                                .as_ref()
+                                .and_then(|p| p.replace_full_path.clone())
+                                .unwrap_or_else(|| "/".into())
+                                .into();
+                        }
+                        Some("ReplacePrefixMatch") => {
+                            c["replace_prefix"] = rr
+                                .path
+                                .as_ref()
+                                .and_then(|p| p.replace_prefix_match.clone())
+                                .unwrap_or_else(|| "/".into())
+                                .into();
+                            c["matched_prefix"] = matched_prefix(m).into();
+                        }
+                        _ => {}
+                    }
+                    if c.as_object().is_some_and(|o| o.len() == 1) {
+                        // Only a status: the request's own URL. The plugin asks for at least
+                        // one part (an empty one is a loop by mistake), so replace `/` by `/`.
+                        c["replace_prefix"] = "/".into();
+                        c["matched_prefix"] = "/".into();
+                    }
+                    plugins.push(entry("redirect", c));
+                }),
+                "URLRewrite" => f.url_rewrite.as_ref().map(|u| {
+                    rewrites.host = u.hostname.clone();
+                    rewrites.path = u.path.clone();
+                }),
+                "ExtensionRef" => match f.extension_ref.as_ref() {
+                    Some(x) if x.group == weir_crds::GROUP && x.kind == "Plugin" => {
+                        let pref = super::super::plugins::PluginRef::Namespaced(Key::new(
+                            key.namespace.as_str(),
+                            x.name.as_str(),
+                        ));
+                        if !self
+                            .store
+                            .plugins
+                            .contains_key(&Key::new(key.namespace.as_str(), x.name.as_str()))
+                        {
+                            self.problem(
+                                me.clone(),
+                                Reason::PluginNotFound,
+                                format!("{field}.extensionRef"),
+                                format!(
+                                    "no Plugin {}/{}; the rule answers 500",
+                                    key.namespace, x.name
+                                ),
+                            );
+                            return Err(());
+                        }
+                        match self.check(&pref) {
+                            Ok(p) => {
+                                plugins.extend(self.scoped_entries(
+                                    &p,
+                                    &key.namespace,
+                                    Some(&r.id),
+                                    None,
+                                ));
+                                Some(())
+                            }
+                            Err(why) => {
+                                self.problem(
+                                    me.clone(),
+                                    Reason::PluginNotAccepted,
+                                    format!("{field}.extensionRef"),
+                                    format!("{why}; the rule answers 500"),
+                                );
+                                return Err(());
+                            }
+                        }
+                    }
+                    Some(x) => {
+                        let why = format!(
+                            "{}/{} is not a Weir Plugin (group weir.dev, kind Plugin); \
+                             the rule answers 500",
+                            x.group, x.kind
+                        );
+                        self.problem(
+                            me.clone(),
+                            Reason::Unsupported,
+                            format!("{field}.extensionRef"),
+                            why,
+                        );
+                        return Err(());
+                    }
+                    None => None,
+                },
+                other => {
+                    self.problem(
+                        me.clone(),
+                        Reason::Unsupported,
+                        format!("{field}.type"),
+                        format!(
+                            "filter {other:?} is not served by this version of Weir; \
+                             the rule answers 500"
+                        ),
+                    );
+                    return Err(());
+                }
+            };
+            if done.is_none() {
+                self.problem(
+                    me.clone(),
+                    Reason::Unsupported,
+                    field,
+                    format!(
+                        "filter {:?} without its settings; the rule answers 500",
+                        f.type_
+                    ),
+                );
+                return Err(());
+            }
+        }
+        Ok((plugins, rewrites))
+    }
+
+    /// Applies a URLRewrite to a route and its backends.
+    fn apply_rewrites(&mut self, r: &mut Route, entries: &mut [WeightedBackend], w: Rewrites) {
+        if let Some(h) = w.host {
+            r.host_header = Some(h);
+        }
+        let Some(p) = w.path else {
+            return;
+        };
+        match p.type_.as_str() {
+            "ReplaceFullPath" => {
+                // `$` is the rewrite template's capture marker.
+                let path = p.replace_full_path.unwrap_or_else(|| "/".into());
+                r.rewrite = Some(path.replace('$', "$$"));
+            }
+            "ReplacePrefixMatch" => {
+                let prefix = p.replace_prefix_match.unwrap_or_else(|| "/".into());
+                r.strip_path = true;
+                // The prefix is the service's path: each backend gets a copy that carries it.
+                for e in entries.iter_mut() {
+                    if let Some(s) = &e.service {
+                        e.service = Some(self.service_with_path(s, &prefix));
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// A copy of service `id` that prepends `path` upstream.
+    fn service_with_path(&mut self, id: &str, path: &str) -> String {
+        let new_id = format!("{id}~{path}");
+        if !self.config.services.iter().any(|s| s.id == new_id) {
+            if let Some(s) = self.config.services.iter().find(|s| s.id == id) {
+                let mut copy = s.clone();
+                copy.id = new_id.clone();
+                copy.path = Some(path.to_string());
+                self.config.services.push(copy);
+            }
+        }
+        new_id
+    }
+}
+
+/// A share of requests answered with 500.
+fn unusable() -> WeightedBackend {
+    WeightedBackend {
+        service: None,
+        weight: 1,
+    }
+}
+
+/// Sets a route's backends: one service directly (the same route an Ingress makes), several
+/// by weight, none usable as one 500 share.
+fn set_backends(r: &mut Route, entries: Vec<WeightedBackend>) {
+    let mut entries: Vec<WeightedBackend> = entries.into_iter().filter(|e| e.weight > 0).collect();
+    if entries.is_empty() {
+        entries.push(unusable());
+    }
+    if let [only] = entries.as_slice() {
+        if only.service.is_some() {
+            r.service = only.service.clone();
+            return;
+        }
+    }
+    r.backends = entries;
+}
+
+/// The path prefix a match routes on, for `ReplacePrefixMatch` (`/` when it has none).
+fn matched_prefix(m: &HTTPRouteMatch) -> String {
+    m.path
+        .as_ref()
+        .and_then(|p| p.value.clone())
+        .unwrap_or_else(|| "/".into())
+}
+
+/// Header or query conditions; for headers (names any case) only the first of a name counts,
+/// as the spec says.
+fn value_matches(list: &[weir_crds::gateway::ValueMatch], headers: bool) -> Vec<ValueMatch> {
+    let mut seen = BTreeSet::new();
+    let mut out = Vec::new();
+    for v in list {
+        let name = if headers {
+            v.name.to_ascii_lowercase()
+        } else {
+            v.name.clone()
+        };
+        if !seen.insert(name.clone()) {
+            continue;
+        }
+        let kind = match v.type_.as_deref() {
+            Some("RegularExpression") => ValueMatchKind::Regex,
+            _ => ValueMatchKind::Exact,
+        };
+        out.push(ValueMatch {
+            name,
+            value: v.value.clone(),
+            kind,
+        });
+    }
+    out
+}
+
+/// A header modifier as a transformer configuration (Kong's keys): `set` removes then adds,
+/// `add` appends a value, `remove` removes.
+fn header_edits(h: &HeaderModifier) -> serde_json::Value {
+    let pair = |v: &weir_crds::gateway::HeaderValue| format!("{}:{}", v.name, v.value);
+    let mut remove: Vec<String> = h.remove.clone();
+    remove.extend(h.set.iter().map(|v| v.name.clone()));
+    let mut c = serde_json::Map::new();
+    if !remove.is_empty() {
+        c.insert("remove".into(), serde_json::json!({ "headers": remove }));
+    }
+    if !h.set.is_empty() {
+        let set: Vec<String> = h.set.iter().map(pair).collect();
+        c.insert("add".into(), serde_json::json!({ "headers": set }));
+    }
+    if !h.add.is_empty() {
+        let add: Vec<String> = h.add.iter().map(pair).collect();
+        c.insert("append".into(), serde_json::json!({ "headers": add }));
+    }
+    serde_json::Value::Object(c)
+}

@@ -1,0 +1,384 @@
+//! The Gateway API (`gateway.networking.k8s.io`, standard channel v1.6) → the same routing
+//! table as Ingresses, and the status every object of it should show.
+//!
+//! Weir's proxy has fixed sockets, as Kong's ingress controller has: a listener on
+//! `--gateway-http-port` (80) with protocol `HTTP` is served on `--listen`, one on
+//! `--gateway-https-port` (443) with `HTTPS` on `--tls-listen`. Listeners on other ports are
+//! not served and say so (`Accepted: False`, `PortUnavailable`). Every Gateway of a class
+//! naming [`CONTROLLER_NAME`] shares those sockets: their routes join one table.
+//!
+//! - [`listeners`]: which listeners are served, their certificates, which routes they allow;
+//! - [`hostnames`]: the names a route is served for on a listener;
+//! - [`http_route`]: HTTPRoute rules → routes, plugin entries (filters) and backends;
+//! - [`status`]: the conditions, computed here, written by the leader or shown by the admin
+//!   API.
+
+pub mod hostnames;
+mod http_route;
+mod listeners;
+pub mod status;
+
+use std::collections::BTreeSet;
+
+use kube::ResourceExt;
+use weir_crds::gateway::{ParentReference, CONTROLLER_NAME, GROUP};
+
+use super::Translator;
+use crate::store::Key;
+use listeners::ListenerEval;
+use status::{ClassStatus, Cond, RouteParentStatus};
+
+/// The conformance features Weir supports, as `GatewayClass.status.supportedFeatures` lists
+/// them (sorted, as the spec asks).
+pub const SUPPORTED_FEATURES: [&str; 11] = [
+    "Gateway",
+    "HTTPRoute",
+    "HTTPRouteHostRewrite",
+    "HTTPRouteMethodMatching",
+    "HTTPRoutePathRedirect",
+    "HTTPRoutePathRewrite",
+    "HTTPRoutePortRedirect",
+    "HTTPRouteQueryParamMatching",
+    "HTTPRouteResponseHeaderModification",
+    "HTTPRouteSchemeRedirect",
+    "ReferenceGrant",
+];
+
+/// A Gateway of Weir's with its listeners evaluated.
+pub(super) struct GatewayEval {
+    key: Key,
+    listeners: Vec<ListenerEval>,
+}
+
+/// Where one parentRef of a route attached: the listeners (by index) and, for each, the
+/// host names it is served for there (`None`: every host).
+struct Attachment {
+    gateway: usize,
+    listeners: Vec<(usize, BTreeSet<String>)>,
+}
+
+impl Translator<'_> {
+    /// Translates every Gateway API object that is Weir's.
+    pub(super) fn gateway_api(&mut self) {
+        let store = self.store;
+        let ours: BTreeSet<&str> = store
+            .gateway_classes
+            .iter()
+            .filter(|(_, c)| c.spec.controller_name == CONTROLLER_NAME)
+            .map(|(name, _)| name.as_str())
+            .collect();
+        for name in &ours {
+            let class = &store.gateway_classes[*name];
+            let mut conditions = vec![
+                Cond::yes("Accepted", "Accepted"),
+                Cond::yes("SupportedVersion", "SupportedVersion"),
+            ];
+            if class.spec.parameters_ref.is_some() {
+                conditions[0] = Cond::no(
+                    "Accepted",
+                    "InvalidParameters",
+                    "Weir's GatewayClasses take no parametersRef",
+                );
+            }
+            self.gateway_status.gateway_classes.insert(
+                name.to_string(),
+                ClassStatus {
+                    observed_generation: class.metadata.generation,
+                    conditions,
+                    supported_features: SUPPORTED_FEATURES.to_vec(),
+                },
+            );
+        }
+        let mut gateways = Vec::new();
+        for (key, gw) in &store.gateways {
+            if !ours.contains(gw.spec.gateway_class_name.as_str()) || !self.in_scope(&key.namespace)
+            {
+                continue;
+            }
+            let listeners = self.listeners(key, gw);
+            gateways.push(GatewayEval {
+                key: key.clone(),
+                listeners,
+            });
+        }
+        self.http_routes(&mut gateways);
+        for g in &gateways {
+            let gw = &store.gateways[&g.key];
+            let status = listeners::gateway_status(gw.metadata.generation, &g.listeners);
+            self.gateway_status
+                .gateways
+                .insert(g.key.to_string(), status);
+        }
+    }
+
+    /// Resolves a route's parent reference: `None` when the parent is not a Gateway of Weir's
+    /// (nothing to say about it), else its status conditions and, when accepted, where it
+    /// attached.
+    fn attach(
+        &self,
+        gateways: &mut [GatewayEval],
+        route: &Key,
+        kind: &str,
+        hostnames: &[String],
+        parent: &ParentReference,
+    ) -> Option<(Cond, Option<Attachment>)> {
+        let group = parent.group.as_deref().unwrap_or(GROUP);
+        let pkind = parent.kind.as_deref().unwrap_or("Gateway");
+        if group != GROUP || pkind != "Gateway" {
+            return None;
+        }
+        let ns = parent.namespace.as_deref().unwrap_or(&route.namespace);
+        let gi = gateways
+            .iter()
+            .position(|g| g.key.namespace == ns && g.key.name == parent.name)?;
+        let g = &gateways[gi];
+        let candidates: Vec<usize> = g
+            .listeners
+            .iter()
+            .enumerate()
+            .filter(|(_, l)| {
+                parent.section_name.as_deref().is_none_or(|s| s == l.name)
+                    && parent.port.is_none_or(|p| p == l.port)
+            })
+            .map(|(i, _)| i)
+            .collect();
+        if candidates.is_empty() {
+            let what = match (&parent.section_name, parent.port) {
+                (Some(s), Some(p)) => format!("no listener named {s:?} on port {p}"),
+                (Some(s), None) => format!("no listener named {s:?}"),
+                (None, Some(p)) => format!("no listener on port {p}"),
+                (None, None) => "no listeners".to_string(),
+            };
+            return Some((
+                Cond::no(
+                    "Accepted",
+                    "NoMatchingParent",
+                    format!("Gateway {}: {what}", g.key),
+                ),
+                None,
+            ));
+        }
+        let allowed: Vec<usize> = candidates
+            .into_iter()
+            .filter(|&i| g.listeners[i].usable() && self.allows(&g.listeners[i], route, kind))
+            .collect();
+        if allowed.is_empty() {
+            return Some((
+                Cond::no(
+                    "Accepted",
+                    "NotAllowedByListeners",
+                    format!(
+                        "no listener of Gateway {} that is served allows {kind}s from namespace {}",
+                        g.key, route.namespace
+                    ),
+                ),
+                None,
+            ));
+        }
+        let mut at = Attachment {
+            gateway: gi,
+            listeners: Vec::new(),
+        };
+        for i in allowed {
+            if let Some(names) = hostnames::intersect(g.listeners[i].hostname.as_deref(), hostnames)
+            {
+                at.listeners.push((i, names));
+            }
+        }
+        if at.listeners.is_empty() {
+            return Some((
+                Cond::no(
+                    "Accepted",
+                    "NoMatchingListenerHostname",
+                    format!(
+                        "no host name of the route is served by a listener of Gateway {}",
+                        g.key
+                    ),
+                ),
+                None,
+            ));
+        }
+        for (i, _) in &at.listeners {
+            gateways[gi].listeners[*i].attached_routes += 1;
+        }
+        Some((Cond::yes("Accepted", "Accepted"), Some(at)))
+    }
+
+    /// Whether a listener takes routes of `kind` from the route's namespace.
+    fn allows(&self, l: &ListenerEval, route: &Key, kind: &str) -> bool {
+        if !l.kinds.iter().any(|k| k.kind == kind) {
+            return false;
+        }
+        match &l.from {
+            listeners::From::All => true,
+            listeners::From::Same => l.namespace == route.namespace,
+            listeners::From::Selector(sel) => {
+                let labels = self
+                    .store
+                    .namespaces
+                    .get(&route.namespace)
+                    .map(|n| n.labels().clone())
+                    .unwrap_or_default();
+                listeners::selects(sel, &labels)
+            }
+        }
+    }
+}
+
+/// A parent's status entry.
+fn parent_status(parent: &ParentReference, conditions: Vec<Cond>) -> RouteParentStatus {
+    RouteParentStatus {
+        parent_ref: parent.clone(),
+        controller_name: CONTROLLER_NAME,
+        conditions,
+    }
+}
+
+/// The id prefix of routes made from HTTPRoutes.
+pub(super) const HTTP_ROUTE_ID_PREFIX: &str = http_route::ID_PREFIX;
+
+#[cfg(test)]
+mod tests {
+    use crate::store::Store;
+    use crate::translate::{translate, Options};
+
+    const BASE: &str = "\
+apiVersion: gateway.networking.k8s.io/v1
+kind: GatewayClass
+metadata: {name: weir}
+spec: {controllerName: weir.dev/gateway-controller}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: gw, namespace: shop}
+spec:
+  gatewayClassName: weir
+  listeners: [{name: http, port: 80, protocol: HTTP, hostname: '*.example.com'}]
+---
+apiVersion: v1
+kind: Service
+metadata: {name: a, namespace: shop}
+spec: {ports: [{port: 8080}]}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: b, namespace: shop}
+spec: {ports: [{port: 8080}]}
+---
+";
+
+    #[test]
+    fn rules_become_routes_with_the_specs_precedence_and_filters_become_plugins() {
+        let yaml = format!(
+            "{BASE}apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {{name: web, namespace: shop}}
+spec:
+  parentRefs: [{{name: gw}}]
+  hostnames: [www.example.com, other.org]
+  rules:
+  - matches:
+    - {{path: {{type: Exact, value: /x}}, method: GET, headers: [{{name: A, value: '1'}}, {{name: a, value: '2'}}]}}
+    - queryParams: [{{name: q, value: v}}]
+    filters:
+    - {{type: RequestHeaderModifier, requestHeaderModifier: {{set: [{{name: s, value: '1'}}], add: [{{name: d, value: '2'}}], remove: [r]}}}}
+    backendRefs: [{{name: a, port: 8080, weight: 3}}, {{name: b, port: 8080}}, {{name: gone, port: 1}}]
+  - backendRefs: [{{name: a, port: 8080}}]
+"
+        );
+        let t = translate(
+            &Store::from_manifests(&yaml),
+            &Options::default(),
+            &weir_proxy::Registry::builtin(),
+        );
+        let ids: Vec<&str> = t.config.routes.iter().map(|r| r.id.as_str()).collect();
+        assert_eq!(
+            ids,
+            [
+                "httproute:shop/web/r0/m0",
+                "httproute:shop/web/r0/m1",
+                "httproute:shop/web/r1/m0"
+            ]
+        );
+        let r0 = &t.config.routes[0];
+        // Only the host under the listener's wildcard is served.
+        assert_eq!(r0.hosts, ["www.example.com"]);
+        // The method, then one header match (the second `a` is dropped, as the spec says).
+        assert_eq!(r0.priority, (1 << 20) | (1 << 10));
+        assert_eq!(r0.header_matches.len(), 1);
+        assert!(r0.preserve_host && r0.service.is_none());
+        let shares: Vec<(Option<&str>, u32)> = r0
+            .backends
+            .iter()
+            .map(|b| (b.service.as_deref(), b.weight))
+            .collect();
+        assert_eq!(
+            shares,
+            [
+                (Some("shop/a:8080"), 3),
+                (Some("shop/b:8080"), 1),
+                (None, 1)
+            ]
+        );
+        assert_eq!(t.config.routes[1].priority, 1);
+        // One backend: the same plain route an Ingress makes.
+        let r2 = &t.config.routes[2];
+        assert_eq!(r2.service.as_deref(), Some("shop/a:8080"));
+        assert!(r2.backends.is_empty());
+        let p = t
+            .config
+            .plugins
+            .iter()
+            .find(|p| p.id == "httproute:shop/web/r0/m0/request-transformer")
+            .expect("header modifier entry");
+        assert_eq!(p.route.as_deref(), Some("httproute:shop/web/r0/m0"));
+        assert_eq!(
+            p.config,
+            serde_json::json!({"remove": {"headers": ["r", "s"]}, "add": {"headers": ["s:1"]}, "append": {"headers": ["d:2"]}})
+        );
+        let problem = t
+            .problems
+            .iter()
+            .find(|p| p.object.to_string() == "HTTPRoute shop/web")
+            .expect("the missing Service is reported on the route");
+        assert_eq!(problem.field, "spec.rules[0].backendRefs[2]");
+        let status = &t.gateway_api.http_routes["shop/web"].parents[0];
+        let resolved = &status.conditions[1];
+        assert_eq!(
+            (resolved.type_, resolved.status, resolved.reason.as_str()),
+            ("ResolvedRefs", "False", "BackendNotFound")
+        );
+        assert_eq!(
+            t.gateway_api.gateways["shop/gw"].listeners[0].attached_routes,
+            1
+        );
+    }
+
+    #[test]
+    fn gateways_of_other_controllers_and_their_routes_are_left_alone() {
+        let yaml = "\
+apiVersion: gateway.networking.k8s.io/v1
+kind: GatewayClass
+metadata: {name: theirs}
+spec: {controllerName: example.com/other}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: gw, namespace: shop}
+spec: {gatewayClassName: theirs, listeners: [{name: http, port: 80, protocol: HTTP}]}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: web, namespace: shop}
+spec: {parentRefs: [{name: gw}], rules: [{backendRefs: [{name: a, port: 80}]}]}
+";
+        let t = translate(
+            &Store::from_manifests(yaml),
+            &Options::default(),
+            &weir_proxy::Registry::builtin(),
+        );
+        assert!(t.config.routes.is_empty());
+        assert!(t.gateway_api.is_empty(), "{:?}", t.gateway_api);
+        assert!(t.problems.is_empty());
+    }
+}

@@ -1,0 +1,1139 @@
+//! The Gateway API through the real `weir standalone`: Weir's own equivalents of the upstream
+//! conformance suite's GATEWAY-HTTP cases (the same namespaces, Gateways, backends and
+//! requests, written here), checked as the suite checks them: the status, which backend
+//! answered, the request the backend saw, response headers and redirect targets; and the
+//! status each object gets, read from the admin API's `/controller-status`.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use common::manifests::*;
+use common::*;
+use serde_json::Value;
+
+/// The GatewayClass, the three namespaces and the three Gateways of the conformance base.
+const BASE: &str = "\
+apiVersion: gateway.networking.k8s.io/v1
+kind: GatewayClass
+metadata: {name: weir}
+spec: {controllerName: weir.dev/gateway-controller}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: GatewayClass
+metadata: {name: someone-else}
+spec: {controllerName: example.com/other-controller}
+---
+apiVersion: v1
+kind: Namespace
+metadata: {name: gateway-conformance-infra, labels: {gateway-conformance: infra}}
+---
+apiVersion: v1
+kind: Namespace
+metadata: {name: gateway-conformance-web-backend, labels: {gateway-conformance: web-backend}}
+---
+apiVersion: v1
+kind: Namespace
+metadata: {name: gateway-conformance-app-backend, labels: {gateway-conformance: backend}}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: same-namespace, namespace: gateway-conformance-infra}
+spec:
+  gatewayClassName: weir
+  listeners:
+  - {name: http, port: 80, protocol: HTTP, allowedRoutes: {namespaces: {from: Same}}}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: all-namespaces, namespace: gateway-conformance-infra}
+spec:
+  gatewayClassName: weir
+  listeners:
+  - {name: http, port: 80, protocol: HTTP, allowedRoutes: {namespaces: {from: All}}}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: backend-namespaces, namespace: gateway-conformance-infra}
+spec:
+  gatewayClassName: weir
+  listeners:
+  - name: http
+    port: 80
+    protocol: HTTP
+    allowedRoutes:
+      namespaces:
+        from: Selector
+        selector: {matchLabels: {gateway-conformance: backend}}
+";
+
+/// The backends: (namespace, Service name), each a `weir echo` named after its Service.
+const BACKENDS: [(&str, &str); 5] = [
+    ("gateway-conformance-infra", "infra-backend-v1"),
+    ("gateway-conformance-infra", "infra-backend-v2"),
+    ("gateway-conformance-infra", "infra-backend-v3"),
+    ("gateway-conformance-web-backend", "web-backend"),
+    ("gateway-conformance-app-backend", "app-backend-v1"),
+];
+
+/// A running conformance bed: echo backends, and `weir standalone` on the base plus the
+/// case's manifests.
+struct Bed {
+    weir: Manifests,
+    _echoes: Vec<Proc>,
+    tls_port: Option<u16>,
+}
+
+/// A Service on port 8080 named `name` whose endpoint is 127.0.0.1:`port`.
+fn backend_service(namespace: &str, name: &str, port: u16) -> String {
+    format!(
+        "apiVersion: v1
+kind: Service
+metadata: {{name: {name}, namespace: {namespace}}}
+spec:
+  ports: [{{name: http, port: 8080, targetPort: 3000}}]
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata:
+  name: {name}-1
+  namespace: {namespace}
+  labels: {{kubernetes.io/service-name: {name}}}
+addressType: IPv4
+ports: [{{name: http, port: {port}}}]
+endpoints:
+- addresses: [127.0.0.1]
+  conditions: {{ready: true}}
+"
+    )
+}
+
+impl Bed {
+    fn start(case: &str) -> Bed {
+        Bed::start_with(case, &[])
+    }
+
+    fn start_with(case: &str, extra: &[&str]) -> Bed {
+        let echoes: Vec<Proc> = BACKENDS.iter().map(|(_, name)| echo(name)).collect();
+        let services: Vec<String> = BACKENDS
+            .iter()
+            .zip(&echoes)
+            .map(|((ns, name), e)| backend_service(ns, name, e.port))
+            .collect();
+        let mut args: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
+        let tls_port = args.iter().any(|a| a == "--tls-listen").then(free_port);
+        if let Some(p) = tls_port {
+            let i = args.iter().position(|a| a == "--tls-listen").unwrap();
+            args[i + 1] = format!("127.0.0.1:{p}");
+        }
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let weir = Manifests::start(
+            &[
+                ("01-base.yaml", BASE),
+                ("02-backends.yaml", &docs(&services)),
+                ("03-case.yaml", case),
+            ],
+            &args,
+        );
+        Bed {
+            weir,
+            _echoes: echoes,
+            tls_port,
+        }
+    }
+
+    /// The Gateway API status, once `ready` holds of it (bounded wait).
+    async fn status_when(&self, c: &HttpClient, ready: impl Fn(&Value) -> bool) -> Value {
+        let mut last;
+        let ok = {
+            let started = std::time::Instant::now();
+            loop {
+                last = get(c, &self.weir.admin_url("/controller-status"), &[])
+                    .await
+                    .json()["gatewayApi"]
+                    .clone();
+                if ready(&last) {
+                    break true;
+                }
+                if started.elapsed() > Duration::from_secs(30) {
+                    break false;
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        };
+        assert!(ok, "status never became ready: {last:#}");
+        last
+    }
+
+    /// The status once the route `ns/name` has one, and its table is in service.
+    async fn route_status(&self, c: &HttpClient, route: &str) -> Value {
+        let s = self
+            .status_when(c, |s| s["httpRoutes"].get(route).is_some())
+            .await;
+        // The status is published just before the table it describes is applied.
+        wait_ready(c, &self.weir).await;
+        s
+    }
+
+    async fn request(
+        &self,
+        c: &HttpClient,
+        host: &str,
+        path: &str,
+        headers: &[(&str, &str)],
+    ) -> Resp {
+        let mut h = vec![("host", host)];
+        h.extend_from_slice(headers);
+        get(c, &self.weir.url(path), &h).await
+    }
+}
+
+async fn wait_ready(c: &HttpClient, m: &Manifests) {
+    wait_for_status(c, &m.admin_url("/readyz"), 200, Duration::from_secs(30)).await;
+    // One more scan period, so a table applied after the status is in service.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+}
+
+/// The condition `type_` of a conditions list.
+fn cond<'a>(conds: &'a Value, type_: &str) -> &'a Value {
+    conds
+        .as_array()
+        .and_then(|a| a.iter().find(|c| c["type"] == type_))
+        .unwrap_or_else(|| panic!("no {type_} in {conds:#}"))
+}
+
+/// (status, reason) of condition `type_`.
+fn cond_of(conds: &Value, type_: &str) -> (String, String) {
+    let c = cond(conds, type_);
+    (
+        c["status"].as_str().unwrap().to_string(),
+        c["reason"].as_str().unwrap().to_string(),
+    )
+}
+
+fn yes(reason: &str) -> (String, String) {
+    ("True".into(), reason.into())
+}
+
+fn no(reason: &str) -> (String, String) {
+    ("False".into(), reason.into())
+}
+
+/// The parent status of route `route` for the Gateway named `gateway`.
+fn parent<'a>(s: &'a Value, route: &str, gateway: &str) -> &'a Value {
+    s["httpRoutes"][route]["parents"]
+        .as_array()
+        .and_then(|a| a.iter().find(|p| p["parentRef"]["name"] == gateway))
+        .unwrap_or_else(|| panic!("{route} has no parent {gateway}: {s:#}"))
+}
+
+/// Asserts which backend answered (and that it answered 200).
+fn served_by(r: &Resp, backend: &str) {
+    assert_eq!(r.status, 200, "{:?}", String::from_utf8_lossy(&r.body));
+    assert_eq!(r.echo_name().as_deref(), Some(backend), "{}", r.json());
+}
+
+const SIMPLE: &str = "\
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: gateway-conformance-infra-test, namespace: gateway-conformance-infra}
+spec:
+  parentRefs: [{name: same-namespace}]
+  rules:
+  - backendRefs: [{name: infra-backend-v1, port: 8080}]
+";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn simple_same_namespace_route_is_served_and_reported() {
+    let bed = Bed::start(SIMPLE);
+    let c = client();
+    let s = bed
+        .route_status(
+            &c,
+            "gateway-conformance-infra/gateway-conformance-infra-test",
+        )
+        .await;
+    let p = parent(
+        &s,
+        "gateway-conformance-infra/gateway-conformance-infra-test",
+        "same-namespace",
+    );
+    assert_eq!(cond_of(&p["conditions"], "Accepted"), yes("Accepted"));
+    assert_eq!(
+        cond_of(&p["conditions"], "ResolvedRefs"),
+        yes("ResolvedRefs")
+    );
+    assert_eq!(p["controllerName"], "weir.dev/gateway-controller");
+
+    // The GatewayClass of another controller is not reported; Weir's is accepted.
+    assert!(s["gatewayClasses"].get("someone-else").is_none());
+    let class = &s["gatewayClasses"]["weir"];
+    assert_eq!(cond_of(&class["conditions"], "Accepted"), yes("Accepted"));
+    assert_eq!(
+        cond_of(&class["conditions"], "SupportedVersion"),
+        yes("SupportedVersion")
+    );
+    assert!(class["supportedFeatures"]
+        .as_array()
+        .unwrap()
+        .contains(&"HTTPRoute".into()));
+
+    let gw = &s["gateways"]["gateway-conformance-infra/same-namespace"];
+    assert_eq!(cond_of(&gw["conditions"], "Accepted"), yes("Accepted"));
+    assert_eq!(cond_of(&gw["conditions"], "Programmed"), yes("Programmed"));
+    let l = &gw["listeners"][0];
+    assert_eq!(l["name"], "http");
+    assert_eq!(l["attachedRoutes"], 1);
+    for (t, want) in [
+        ("Accepted", yes("Accepted")),
+        ("Programmed", yes("Programmed")),
+        ("ResolvedRefs", yes("ResolvedRefs")),
+        ("Conflicted", no("NoConflicts")),
+    ] {
+        assert_eq!(cond_of(&l["conditions"], t), want, "{t}");
+    }
+    let kinds: Vec<&str> = l["supportedKinds"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|k| k["kind"].as_str().unwrap())
+        .collect();
+    assert_eq!(kinds, ["HTTPRoute", "GRPCRoute"]);
+    // The other Gateways have no routes.
+    assert_eq!(
+        s["gateways"]["gateway-conformance-infra/all-namespaces"]["listeners"][0]["attachedRoutes"],
+        0
+    );
+
+    let r = bed.request(&c, "example.org", "/", &[]).await;
+    served_by(&r, "infra-backend-v1");
+    // The backend sees the client's Host and path.
+    let seen = r.json();
+    assert_eq!(seen["host"], "example.org");
+    assert_eq!(seen["path"], "/");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn paths_headers_queries_and_methods_match_with_the_specs_precedence() {
+    let case = "\
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: matching, namespace: gateway-conformance-infra}
+spec:
+  parentRefs: [{name: same-namespace}]
+  rules:
+  - matches: [{path: {type: Exact, value: /match}}]
+    backendRefs: [{name: infra-backend-v1, port: 8080}]
+  - matches: [{path: {type: Exact, value: /match/exact}}]
+    backendRefs: [{name: infra-backend-v2, port: 8080}]
+  - matches: [{path: {type: PathPrefix, value: /match/}}]
+    backendRefs: [{name: infra-backend-v3, port: 8080}]
+  - matches: [{path: {type: PathPrefix, value: /match/prefix/one}}]
+    backendRefs: [{name: infra-backend-v2, port: 8080}]
+  - matches:
+    - path: {type: PathPrefix, value: /hdr}
+      headers: [{name: version, value: one}]
+    backendRefs: [{name: infra-backend-v1, port: 8080}]
+  - matches:
+    - path: {type: PathPrefix, value: /hdr}
+      headers: [{name: version, value: two}, {name: color, value: orange}]
+    backendRefs: [{name: infra-backend-v2, port: 8080}]
+  - matches:
+    - path: {type: PathPrefix, value: /hdr}
+      headers: [{name: version, value: two}]
+    backendRefs: [{name: infra-backend-v3, port: 8080}]
+  - matches:
+    - path: {type: PathPrefix, value: /q}
+      queryParams: [{name: animal, value: whale}]
+    backendRefs: [{name: infra-backend-v1, port: 8080}]
+  - matches:
+    - path: {type: PathPrefix, value: /q}
+      queryParams: [{type: RegularExpression, name: color, value: 'bl(ue|ack)'}]
+    backendRefs: [{name: infra-backend-v2, port: 8080}]
+  - matches:
+    - {path: {type: PathPrefix, value: /m}, method: POST}
+    backendRefs: [{name: infra-backend-v1, port: 8080}]
+  - matches:
+    - {path: {type: PathPrefix, value: /m}, headers: [{name: x, value: y}]}
+    backendRefs: [{name: infra-backend-v2, port: 8080}]
+  - matches:
+    - path: {type: RegularExpression, value: '/re/[0-9]+'}
+    backendRefs: [{name: infra-backend-v3, port: 8080}]
+";
+    let bed = Bed::start(case);
+    let c = client();
+    bed.route_status(&c, "gateway-conformance-infra/matching")
+        .await;
+    // (path, headers, the backend that serves it or none)
+    type Case<'a> = (&'a str, &'a [(&'a str, &'a str)], Option<&'a str>);
+    let cases: &[Case] = &[
+        ("/match", &[], Some("infra-backend-v1")),
+        ("/match/exact", &[], Some("infra-backend-v2")),
+        ("/match/exact/one", &[], Some("infra-backend-v3")),
+        ("/match/prefix/one/x", &[], Some("infra-backend-v2")),
+        ("/match/prefix", &[], Some("infra-backend-v3")),
+        ("/matchx", &[], None),
+        ("/hdr", &[("version", "one")], Some("infra-backend-v1")),
+        ("/hdr", &[("Version", "two")], Some("infra-backend-v3")),
+        (
+            "/hdr",
+            &[("version", "two"), ("color", "orange")],
+            Some("infra-backend-v2"),
+        ),
+        // Values are case-sensitive.
+        ("/hdr", &[("version", "ONE")], None),
+        ("/hdr", &[], None),
+        ("/q?animal=whale", &[], Some("infra-backend-v1")),
+        (
+            "/q?color=black&animal=dolphin",
+            &[],
+            Some("infra-backend-v2"),
+        ),
+        ("/q?color=blue2", &[], None),
+        ("/q?animal=Whale", &[], None),
+        ("/re/123", &[], Some("infra-backend-v3")),
+        ("/re/12a", &[], None),
+    ];
+    for (path, headers, want) in cases {
+        let r = bed.request(&c, "example.org", path, headers).await;
+        match want {
+            Some(b) => {
+                assert_eq!(r.echo_name().as_deref(), Some(*b), "{path} {headers:?}");
+                assert_eq!(r.status, 200);
+            }
+            None => assert_eq!(r.status, 404, "{path} {headers:?}: {:?}", r.echo_name()),
+        }
+    }
+    // A method match outranks a header match.
+    let r = send(
+        &c,
+        "POST",
+        &bed.weir.url("/m"),
+        &[("host", "example.org"), ("x", "y")],
+        "",
+    )
+    .await;
+    assert_eq!(r.echo_name().as_deref(), Some("infra-backend-v1"));
+    let r = bed.request(&c, "example.org", "/m", &[("x", "y")]).await;
+    assert_eq!(r.echo_name().as_deref(), Some("infra-backend-v2"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn listener_and_route_host_names_intersect() {
+    let case = "\
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: httproute-hostname-intersection, namespace: gateway-conformance-infra}
+spec:
+  gatewayClassName: weir
+  listeners:
+  - {name: listener-1, port: 80, protocol: HTTP, hostname: very.specific.com}
+  - {name: listener-2, port: 80, protocol: HTTP, hostname: '*.wildcard.io'}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: specific-host-matches-listener-specific-host, namespace: gateway-conformance-infra}
+spec:
+  parentRefs: [{name: httproute-hostname-intersection}]
+  hostnames: [non.matching.com, '*.nonmatchingwildcard.io', very.specific.com]
+  rules:
+  - matches: [{path: {type: PathPrefix, value: /s1}}]
+    backendRefs: [{name: infra-backend-v1, port: 8080}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: specific-host-matches-listener-wildcard-host, namespace: gateway-conformance-infra}
+spec:
+  parentRefs: [{name: httproute-hostname-intersection}]
+  hostnames: [non.matching.com, wildcard.io, foo.wildcard.io, bar.wildcard.io]
+  rules:
+  - matches: [{path: {type: PathPrefix, value: /s2}}]
+    backendRefs: [{name: infra-backend-v2, port: 8080}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: wildcard-host-matches-listener-specific-host, namespace: gateway-conformance-infra}
+spec:
+  parentRefs: [{name: httproute-hostname-intersection}]
+  hostnames: [non.matching.com, '*.specific.com']
+  rules:
+  - matches: [{path: {type: PathPrefix, value: /s3}}]
+    backendRefs: [{name: infra-backend-v3, port: 8080}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: no-intersecting-hosts, namespace: gateway-conformance-infra}
+spec:
+  parentRefs: [{name: httproute-hostname-intersection}]
+  hostnames: [specific.but.wrong.com, wildcard.io]
+  rules:
+  - matches: [{path: {type: PathPrefix, value: /s5}}]
+    backendRefs: [{name: infra-backend-v2, port: 8080}]
+";
+    let bed = Bed::start(case);
+    let c = client();
+    let s = bed
+        .route_status(&c, "gateway-conformance-infra/no-intersecting-hosts")
+        .await;
+    let p = parent(
+        &s,
+        "gateway-conformance-infra/no-intersecting-hosts",
+        "httproute-hostname-intersection",
+    );
+    assert_eq!(
+        cond_of(&p["conditions"], "Accepted"),
+        no("NoMatchingListenerHostname")
+    );
+    let cases = [
+        ("very.specific.com", "/s1", Some("infra-backend-v1")),
+        ("non.matching.com", "/s1", None),
+        ("foo.nonmatchingwildcard.io", "/s1", None),
+        ("foo.wildcard.io", "/s2", Some("infra-backend-v2")),
+        ("bar.wildcard.io", "/s2", Some("infra-backend-v2")),
+        ("wildcard.io", "/s2", None),
+        ("very.specific.com", "/s3", Some("infra-backend-v3")),
+        ("other.specific.com", "/s3", None),
+        ("wildcard.io", "/s5", None),
+    ];
+    for (host, path, want) in cases {
+        let r = bed.request(&c, host, path, &[]).await;
+        match want {
+            Some(b) => served_by(&r, b),
+            None => assert_eq!(r.status, 404, "{host}{path}"),
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn header_modifiers_edit_what_the_backend_and_the_client_see() {
+    let case = "\
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: request-header-modifier, namespace: gateway-conformance-infra}
+spec:
+  parentRefs: [{name: same-namespace}]
+  rules:
+  - matches: [{path: {type: PathPrefix, value: /set}}]
+    filters:
+    - type: RequestHeaderModifier
+      requestHeaderModifier: {set: [{name: X-Header-Set, value: set-overwrites-values}]}
+    backendRefs: [{name: infra-backend-v1, port: 8080}]
+  - matches: [{path: {type: PathPrefix, value: /add}}]
+    filters:
+    - type: RequestHeaderModifier
+      requestHeaderModifier: {add: [{name: X-Header-Add, value: add-appends-values}]}
+    backendRefs: [{name: infra-backend-v1, port: 8080}]
+  - matches: [{path: {type: PathPrefix, value: /remove}}]
+    filters:
+    - type: RequestHeaderModifier
+      requestHeaderModifier: {remove: [X-Header-Remove]}
+    backendRefs: [{name: infra-backend-v1, port: 8080}]
+  - matches: [{path: {type: PathPrefix, value: /response}}]
+    filters:
+    - type: ResponseHeaderModifier
+      responseHeaderModifier:
+        set: [{name: X-Header-Set, value: set-overwrites-values}]
+        add: [{name: X-Header-Add, value: add-appends-values}]
+        remove: [X-Echo-Connection]
+    backendRefs: [{name: infra-backend-v1, port: 8080}]
+";
+    let bed = Bed::start(case);
+    let c = client();
+    bed.route_status(&c, "gateway-conformance-infra/request-header-modifier")
+        .await;
+    let seen = |r: &Resp, name: &str| -> Value { r.json()["headers"][name].clone() };
+    let r = bed
+        .request(
+            &c,
+            "example.org",
+            "/set",
+            &[("X-Header-Set", "some-other-value")],
+        )
+        .await;
+    assert_eq!(seen(&r, "x-header-set"), "set-overwrites-values");
+    let r = bed.request(&c, "example.org", "/set", &[]).await;
+    assert_eq!(seen(&r, "x-header-set"), "set-overwrites-values");
+    let r = bed
+        .request(
+            &c,
+            "example.org",
+            "/add",
+            &[("X-Header-Add", "some-other-value")],
+        )
+        .await;
+    assert_eq!(
+        seen(&r, "x-header-add"),
+        serde_json::json!(["some-other-value", "add-appends-values"])
+    );
+    let r = bed.request(&c, "example.org", "/add", &[]).await;
+    assert_eq!(seen(&r, "x-header-add"), "add-appends-values");
+    let r = bed
+        .request(
+            &c,
+            "example.org",
+            "/remove",
+            &[("X-Header-Remove", "val"), ("X-Keep", "k")],
+        )
+        .await;
+    assert_eq!(seen(&r, "x-header-remove"), Value::Null);
+    assert_eq!(seen(&r, "x-keep"), "k");
+
+    let r = bed.request(&c, "example.org", "/response", &[]).await;
+    served_by(&r, "infra-backend-v1");
+    assert_eq!(r.header("x-header-set"), Some("set-overwrites-values"));
+    assert_eq!(r.header("x-header-add"), Some("add-appends-values"));
+    assert_eq!(r.header("x-echo-connection"), None);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redirects_are_answered_by_the_gateway() {
+    let case = "\
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: redirect, namespace: gateway-conformance-infra}
+spec:
+  parentRefs: [{name: same-namespace}]
+  rules:
+  - matches: [{path: {type: PathPrefix, value: /hostname-redirect}}]
+    filters:
+    - {type: RequestRedirect, requestRedirect: {hostname: example.org}}
+    backendRefs: [{name: infra-backend-v1, port: 8080}]
+  - matches: [{path: {type: PathPrefix, value: /host-and-status}}]
+    filters:
+    - {type: RequestRedirect, requestRedirect: {hostname: example.org, statusCode: 301}}
+  - matches: [{path: {type: PathPrefix, value: /s303}}]
+    filters:
+    - {type: RequestRedirect, requestRedirect: {statusCode: 303}}
+  - matches: [{path: {type: PathPrefix, value: /scheme}}]
+    filters:
+    - {type: RequestRedirect, requestRedirect: {scheme: https}}
+  - matches: [{path: {type: PathPrefix, value: /port}}]
+    filters:
+    - {type: RequestRedirect, requestRedirect: {port: 8083}}
+  - matches: [{path: {type: PathPrefix, value: /full}}]
+    filters:
+    - type: RequestRedirect
+      requestRedirect: {path: {type: ReplaceFullPath, replaceFullPath: /full-path-replacement}}
+  - matches: [{path: {type: PathPrefix, value: /prefix/one}}]
+    filters:
+    - type: RequestRedirect
+      requestRedirect: {path: {type: ReplacePrefixMatch, replacePrefixMatch: /two}}
+";
+    let bed = Bed::start(case);
+    let c = client();
+    let s = bed
+        .route_status(&c, "gateway-conformance-infra/redirect")
+        .await;
+    let p = parent(&s, "gateway-conformance-infra/redirect", "same-namespace");
+    assert_eq!(cond_of(&p["conditions"], "Accepted"), yes("Accepted"));
+    let cases = [
+        (
+            "/hostname-redirect",
+            302,
+            "http://example.org/hostname-redirect",
+        ),
+        (
+            "/host-and-status",
+            301,
+            "http://example.org/host-and-status",
+        ),
+        ("/s303/x", 303, "http://redirect.example/s303/x"),
+        ("/scheme?a=1", 302, "https://redirect.example/scheme?a=1"),
+        ("/port", 302, "http://redirect.example:8083/port"),
+        (
+            "/full/x?q=1",
+            302,
+            "http://redirect.example/full-path-replacement?q=1",
+        ),
+        (
+            "/prefix/one/three",
+            302,
+            "http://redirect.example/two/three",
+        ),
+        ("/prefix/one", 302, "http://redirect.example/two"),
+    ];
+    for (path, status, location) in cases {
+        let r = bed.request(&c, "redirect.example", path, &[]).await;
+        assert_eq!(r.status, status, "{path}");
+        assert_eq!(r.header("location"), Some(location), "{path}");
+        assert_eq!(r.echo_name(), None, "{path}: answered by the gateway");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn url_rewrites_change_what_the_backend_sees() {
+    let case = "\
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: rewrite, namespace: gateway-conformance-infra}
+spec:
+  parentRefs: [{name: same-namespace}]
+  rules:
+  - matches: [{path: {type: PathPrefix, value: /prefix/one}}]
+    filters:
+    - {type: URLRewrite, urlRewrite: {path: {type: ReplacePrefixMatch, replacePrefixMatch: /one}}}
+    backendRefs: [{name: infra-backend-v1, port: 8080}]
+  - matches: [{path: {type: PathPrefix, value: /strip-prefix}}]
+    filters:
+    - {type: URLRewrite, urlRewrite: {path: {type: ReplacePrefixMatch, replacePrefixMatch: /}}}
+    backendRefs: [{name: infra-backend-v1, port: 8080}]
+  - matches: [{path: {type: PathPrefix, value: /full/one}}]
+    filters:
+    - {type: URLRewrite, urlRewrite: {path: {type: ReplaceFullPath, replaceFullPath: /one}}}
+    backendRefs: [{name: infra-backend-v1, port: 8080}]
+  - matches: [{path: {type: PathPrefix, value: /host}}]
+    filters:
+    - {type: URLRewrite, urlRewrite: {hostname: one.example.org}}
+    backendRefs: [{name: infra-backend-v2, port: 8080}]
+";
+    let bed = Bed::start(case);
+    let c = client();
+    bed.route_status(&c, "gateway-conformance-infra/rewrite")
+        .await;
+    let cases = [
+        ("/prefix/one/two", "/one/two", "rewrite.example"),
+        ("/prefix/one", "/one", "rewrite.example"),
+        ("/strip-prefix/three", "/three", "rewrite.example"),
+        ("/strip-prefix", "/", "rewrite.example"),
+        ("/full/one/two", "/one", "rewrite.example"),
+        ("/host/x", "/host/x", "one.example.org"),
+    ];
+    for (path, want_path, want_host) in cases {
+        let r = bed.request(&c, "rewrite.example", path, &[]).await;
+        assert_eq!(r.status, 200, "{path}");
+        let seen = r.json();
+        assert_eq!(seen["path"], want_path, "{path}");
+        assert_eq!(seen["host"], want_host, "{path}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn backend_weights_split_requests_and_unusable_backends_answer_500() {
+    let case = "\
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: weighted-backends, namespace: gateway-conformance-infra}
+spec:
+  parentRefs: [{name: same-namespace}]
+  rules:
+  - matches: [{path: {type: PathPrefix, value: /weights}}]
+    backendRefs:
+    - {name: infra-backend-v1, port: 8080, weight: 70}
+    - {name: infra-backend-v2, port: 8080, weight: 30}
+    - {name: infra-backend-v3, port: 8080, weight: 0}
+  - matches: [{path: {type: PathPrefix, value: /half-missing}}]
+    backendRefs:
+    - {name: infra-backend-v1, port: 8080}
+    - {name: does-not-exist, port: 8080}
+  - matches: [{path: {type: PathPrefix, value: /missing}}]
+    backendRefs: [{name: does-not-exist, port: 8080}]
+  - matches: [{path: {type: PathPrefix, value: /unknown-kind}}]
+    backendRefs: [{group: unknown.example.com, kind: Unknown, name: x}]
+  - matches: [{path: {type: PathPrefix, value: /omitted}}]
+";
+    let bed = Bed::start(case);
+    let c = client();
+    let s = bed
+        .route_status(&c, "gateway-conformance-infra/weighted-backends")
+        .await;
+    let p = parent(
+        &s,
+        "gateway-conformance-infra/weighted-backends",
+        "same-namespace",
+    );
+    assert_eq!(cond_of(&p["conditions"], "Accepted"), yes("Accepted"));
+    assert_eq!(
+        cond_of(&p["conditions"], "ResolvedRefs"),
+        no("BackendNotFound")
+    );
+
+    let mut counts: BTreeMap<String, u32> = BTreeMap::new();
+    for _ in 0..500 {
+        let r = bed.request(&c, "example.org", "/weights", &[]).await;
+        assert_eq!(r.status, 200);
+        *counts.entry(r.echo_name().unwrap()).or_default() += 1;
+    }
+    // The suite's tolerance is 5% of each share; Weir's spread is exact over a cycle.
+    let v1 = counts.get("infra-backend-v1").copied().unwrap_or(0);
+    let v2 = counts.get("infra-backend-v2").copied().unwrap_or(0);
+    assert!((325..=375).contains(&v1), "{counts:?}");
+    assert!((125..=175).contains(&v2), "{counts:?}");
+    assert!(!counts.contains_key("infra-backend-v3"), "{counts:?}");
+
+    let mut codes: BTreeMap<u16, u32> = BTreeMap::new();
+    for _ in 0..100 {
+        let r = bed.request(&c, "example.org", "/half-missing", &[]).await;
+        *codes.entry(r.status).or_default() += 1;
+    }
+    assert_eq!(codes.len(), 2, "{codes:?}");
+    assert!((40..=60).contains(&codes[&500]), "{codes:?}");
+    for path in ["/missing", "/unknown-kind", "/omitted"] {
+        let r = bed.request(&c, "example.org", path, &[]).await;
+        assert_eq!(r.status, 500, "{path}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn namespaces_reference_grants_and_parent_refs_decide_attachment() {
+    let case = "\
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: cross-namespace, namespace: gateway-conformance-web-backend}
+spec:
+  parentRefs: [{name: backend-namespaces, namespace: gateway-conformance-infra}]
+  rules:
+  - backendRefs: [{name: web-backend, port: 8080}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: from-app, namespace: gateway-conformance-app-backend}
+spec:
+  parentRefs: [{name: backend-namespaces, namespace: gateway-conformance-infra}]
+  hostnames: [app.example]
+  rules:
+  - backendRefs: [{name: app-backend-v1, port: 8080}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: not-same, namespace: gateway-conformance-web-backend}
+spec:
+  parentRefs: [{name: same-namespace, namespace: gateway-conformance-infra}]
+  hostnames: [not-same.example]
+  rules:
+  - backendRefs: [{name: web-backend, port: 8080}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: wrong-section, namespace: gateway-conformance-infra}
+spec:
+  parentRefs: [{name: same-namespace, sectionName: nope}]
+  hostnames: [wrong-section.example]
+  rules:
+  - backendRefs: [{name: infra-backend-v1, port: 8080}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: granted, namespace: gateway-conformance-infra}
+spec:
+  parentRefs: [{name: same-namespace, sectionName: http, port: 80}]
+  hostnames: [granted.example]
+  rules:
+  - matches: [{path: {type: PathPrefix, value: /ok}}]
+    backendRefs: [{name: app-backend-v1, namespace: gateway-conformance-app-backend, port: 8080}]
+  - matches: [{path: {type: PathPrefix, value: /not-granted}}]
+    backendRefs: [{name: web-backend, namespace: gateway-conformance-web-backend, port: 8080}]
+---
+apiVersion: gateway.networking.k8s.io/v1beta1
+kind: ReferenceGrant
+metadata: {name: infra-to-app, namespace: gateway-conformance-app-backend}
+spec:
+  from: [{group: gateway.networking.k8s.io, kind: HTTPRoute, namespace: gateway-conformance-infra}]
+  to: [{group: '', kind: Service, name: app-backend-v1}]
+";
+    let bed = Bed::start(case);
+    let c = client();
+    let s = bed
+        .route_status(&c, "gateway-conformance-infra/granted")
+        .await;
+    let accepted =
+        |route: &str, gw: &str| cond_of(&parent(&s, route, gw)["conditions"], "Accepted");
+    // The web-backend namespace is not labelled for backend-namespaces' selector.
+    assert_eq!(
+        accepted(
+            "gateway-conformance-web-backend/cross-namespace",
+            "backend-namespaces"
+        ),
+        no("NotAllowedByListeners")
+    );
+    assert_eq!(
+        accepted(
+            "gateway-conformance-app-backend/from-app",
+            "backend-namespaces"
+        ),
+        yes("Accepted")
+    );
+    assert_eq!(
+        accepted("gateway-conformance-web-backend/not-same", "same-namespace"),
+        no("NotAllowedByListeners")
+    );
+    assert_eq!(
+        accepted("gateway-conformance-infra/wrong-section", "same-namespace"),
+        no("NoMatchingParent")
+    );
+    let granted = parent(&s, "gateway-conformance-infra/granted", "same-namespace");
+    assert_eq!(cond_of(&granted["conditions"], "Accepted"), yes("Accepted"));
+    assert_eq!(
+        cond_of(&granted["conditions"], "ResolvedRefs"),
+        no("RefNotPermitted")
+    );
+
+    served_by(
+        &bed.request(&c, "app.example", "/", &[]).await,
+        "app-backend-v1",
+    );
+    assert_eq!(
+        bed.request(&c, "not-same.example", "/", &[]).await.status,
+        404
+    );
+    assert_eq!(
+        bed.request(&c, "wrong-section.example", "/", &[])
+            .await
+            .status,
+        404
+    );
+    served_by(
+        &bed.request(&c, "granted.example", "/ok", &[]).await,
+        "app-backend-v1",
+    );
+    assert_eq!(
+        bed.request(&c, "granted.example", "/not-granted", &[])
+            .await
+            .status,
+        500
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn listeners_on_ports_weir_does_not_serve_say_so() {
+    let case = "\
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: odd-ports, namespace: gateway-conformance-infra}
+spec:
+  gatewayClassName: weir
+  listeners:
+  - {name: http, port: 80, protocol: HTTP, hostname: served.example}
+  - {name: other, port: 8081, protocol: HTTP, hostname: unserved.example}
+  - {name: tcp, port: 9000, protocol: TCP}
+  - {name: dup-a, port: 80, protocol: HTTP, hostname: dup.example}
+  - {name: dup-b, port: 80, protocol: HTTP, hostname: dup.example}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: on-8081, namespace: gateway-conformance-infra}
+spec:
+  parentRefs: [{name: odd-ports, sectionName: other}]
+  rules:
+  - backendRefs: [{name: infra-backend-v1, port: 8080}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: not-ours, namespace: gateway-conformance-infra}
+spec:
+  gatewayClassName: someone-else
+  listeners:
+  - {name: http, port: 80, protocol: HTTP}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: on-not-ours, namespace: gateway-conformance-infra}
+spec:
+  parentRefs: [{name: not-ours}]
+  rules:
+  - backendRefs: [{name: infra-backend-v1, port: 8080}]
+";
+    let bed = Bed::start_with(case, &["--gateway-http-port", "80"]);
+    let c = client();
+    let s = bed
+        .route_status(&c, "gateway-conformance-infra/on-8081")
+        .await;
+    assert!(s["gateways"]
+        .get("gateway-conformance-infra/not-ours")
+        .is_none());
+    assert!(s["httpRoutes"]
+        .get("gateway-conformance-infra/on-not-ours")
+        .is_none());
+    let gw = &s["gateways"]["gateway-conformance-infra/odd-ports"];
+    assert_eq!(
+        cond_of(&gw["conditions"], "Accepted"),
+        yes("ListenersNotValid")
+    );
+    let listener = |name: &str| {
+        gw["listeners"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|l| l["name"] == name)
+            .unwrap()
+            .clone()
+    };
+    assert_eq!(
+        cond_of(&listener("http")["conditions"], "Programmed"),
+        yes("Programmed")
+    );
+    assert_eq!(
+        cond_of(&listener("other")["conditions"], "Accepted"),
+        no("PortUnavailable")
+    );
+    assert_eq!(
+        cond_of(&listener("tcp")["conditions"], "Accepted"),
+        no("UnsupportedProtocol")
+    );
+    assert_eq!(
+        cond_of(&listener("dup-a")["conditions"], "Conflicted"),
+        yes("HostnameConflict")
+    );
+    assert_eq!(
+        cond_of(
+            &parent(&s, "gateway-conformance-infra/on-8081", "odd-ports")["conditions"],
+            "Accepted"
+        ),
+        no("NotAllowedByListeners")
+    );
+    assert_eq!(
+        bed.request(&c, "unserved.example", "/", &[]).await.status,
+        404
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn https_listeners_serve_their_certificate_and_weir_plugins_attach_by_extension_ref() {
+    let case = format!(
+        "\
+apiVersion: v1
+kind: Secret
+metadata: {{name: a-cert, namespace: gateway-conformance-infra}}
+type: kubernetes.io/tls
+stringData:
+  tls.crt: |
+{crt}
+  tls.key: |
+{key}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {{name: secure, namespace: gateway-conformance-infra}}
+spec:
+  gatewayClassName: weir
+  listeners:
+  - name: https
+    port: 443
+    protocol: HTTPS
+    hostname: a.example.test
+    tls: {{certificateRefs: [{{name: a-cert}}]}}
+  - name: https-missing
+    port: 443
+    protocol: HTTPS
+    hostname: b.example.test
+    tls: {{certificateRefs: [{{name: nope}}]}}
+---
+apiVersion: weir.dev/v1alpha1
+kind: Plugin
+metadata: {{name: closed, namespace: gateway-conformance-infra}}
+spec:
+  plugin: request-termination
+  config: {{status_code: 418, message: closed by a Weir plugin}}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {{name: secure, namespace: gateway-conformance-infra}}
+spec:
+  parentRefs: [{{name: secure}}]
+  rules:
+  - matches: [{{path: {{type: PathPrefix, value: /closed}}}}]
+    filters:
+    - {{type: ExtensionRef, extensionRef: {{group: weir.dev, kind: Plugin, name: closed}}}}
+    backendRefs: [{{name: infra-backend-v1, port: 8080}}]
+  - backendRefs: [{{name: infra-backend-v1, port: 8080}}]
+",
+        crt = indent(&common::tls::fixture("a.example.test.crt")),
+        key = indent(&common::tls::fixture("a.example.test.key")),
+    );
+    let bed = Bed::start_with(&case, &["--tls-listen", "x"]);
+    let port = bed.tls_port.unwrap();
+    wait_for_port(port);
+    let c = client();
+    let s = bed
+        .route_status(&c, "gateway-conformance-infra/secure")
+        .await;
+    let gw = &s["gateways"]["gateway-conformance-infra/secure"];
+    assert_eq!(
+        cond_of(&gw["listeners"][0]["conditions"], "ResolvedRefs"),
+        yes("ResolvedRefs")
+    );
+    assert_eq!(
+        cond_of(&gw["listeners"][1]["conditions"], "ResolvedRefs"),
+        no("InvalidCertificateRef")
+    );
+    let r = common::tls::get(port, "a.example.test", "/hello", &[])
+        .await
+        .expect("TLS with the listener's certificate");
+    assert_eq!(r.resp.status, 200);
+    assert_eq!(r.peer_cert, common::tls::fixture_der("a.example.test.crt"));
+    let r = common::tls::get(port, "a.example.test", "/closed", &[])
+        .await
+        .unwrap();
+    assert_eq!(r.resp.status, 418);
+    // The route is attached to HTTPS listeners only: plain HTTP does not reach it.
+    let plain = bed.request(&c, "a.example.test", "/hello", &[]).await;
+    assert_ne!(plain.status, 200);
+}
+
+fn indent(pem: &str) -> String {
+    pem.lines()
+        .map(|l| format!("    {l}"))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// The first ```yaml block of docs/gateway-api.md.
+fn doc_example() -> String {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/docs/gateway-api.md");
+    let text = std::fs::read_to_string(path).unwrap();
+    let start = text.find("```yaml\n").expect("a yaml block") + "```yaml\n".len();
+    let end = text[start..].find("\n```").unwrap();
+    text[start..start + end].to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_documented_quick_start_works_as_documented() {
+    let up = echo("docs-echo");
+    let example = doc_example();
+    assert!(example.contains("port: 9001"));
+    let weir = Manifests::start(
+        &[(
+            "gw.yaml",
+            &example.replace("port: 9001", &format!("port: {}", up.port)),
+        )],
+        &[],
+    );
+    let c = client();
+    let r = wait_for_status(
+        &c,
+        &weir.url("/healthz-not-routed"),
+        404,
+        Duration::from_secs(30),
+    )
+    .await;
+    assert_eq!(r.status, 404);
+    let started = std::time::Instant::now();
+    let served = loop {
+        let r = get(
+            &c,
+            &weir.url("/api/items"),
+            &[("host", "shop.example"), ("x-version", "2")],
+        )
+        .await;
+        if r.status == 200 || started.elapsed() > Duration::from_secs(30) {
+            break r;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(served.status, 200);
+    let seen = served.json();
+    assert_eq!(seen["path"], "/v2/items");
+    assert_eq!(seen["headers"]["x-gateway"], "weir");
+    assert_eq!(seen["host"], "shop.example");
+    // Without the header the rule does not match.
+    let r = get(&c, &weir.url("/api/items"), &[("host", "shop.example")]).await;
+    assert_eq!(r.status, 404);
+    let r = get(&c, &weir.url("/old/page"), &[("host", "shop.example")]).await;
+    assert_eq!(r.status, 301);
+    assert_eq!(r.header("location"), Some("https://shop.example/old/page"));
+    let status = get(&c, &weir.admin_url("/controller-status"), &[])
+        .await
+        .json();
+    let route = &status["gatewayApi"]["httpRoutes"]["demo/shop"]["parents"][0];
+    assert_eq!(cond_of(&route["conditions"], "Accepted"), yes("Accepted"));
+}

@@ -1,0 +1,323 @@
+//! `weir controller` with the Gateway API, end to end against the list/watch API server of
+//! tests/common/apiserver.rs: Gateway API off while its CRDs are not installed (Ingresses
+//! served, the log says so), watched from the moment they appear, Gateways and HTTPRoutes
+//! served beside the Ingresses from the one table, and the status written back: GatewayClass,
+//! Gateway (with its address) and route parents, next to another controller's entries.
+
+mod common;
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::apiserver::ApiServer;
+use common::*;
+use serde_json::Value;
+
+/// Waits until `f` holds, failing after `limit` with `what`.
+async fn within<F, Fut>(limit: Duration, what: &str, mut f: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let started = Instant::now();
+    while !f().await {
+        assert!(
+            started.elapsed() < limit,
+            "{what}: not seen within {limit:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn backend(namespace: &str, name: &str, port: u16) -> String {
+    format!(
+        "apiVersion: v1\nkind: Service\nmetadata: {{name: {name}, namespace: {namespace}}}\n\
+         spec: {{ports: [{{name: http, port: 8080}}]}}\n---\n\
+         apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\n\
+         metadata: {{name: {name}-1, namespace: {namespace}, labels: {{kubernetes.io/service-name: {name}}}}}\n\
+         addressType: IPv4\nports: [{{name: http, port: {port}}}]\n\
+         endpoints:\n- addresses: [127.0.0.1]\n  conditions: {{ready: true}}\n"
+    )
+}
+
+const INGRESS: &str = "\
+apiVersion: networking.k8s.io/v1
+kind: IngressClass
+metadata: {name: weir}
+spec: {controller: weir.dev/ingress-controller}
+---
+apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata: {name: legacy, namespace: default}
+spec:
+  ingressClassName: weir
+  rules:
+  - host: legacy.example
+    http:
+      paths:
+      - {path: /, pathType: Prefix, backend: {service: {name: old, port: {name: http}}}}
+";
+
+/// Weir's class and Gateway, another controller's, and a route attached to both; the other
+/// controller has already written its entry in the route's status.
+const GATEWAY_API: &str = "\
+apiVersion: gateway.networking.k8s.io/v1
+kind: GatewayClass
+metadata: {name: weir}
+spec: {controllerName: weir.dev/gateway-controller}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: GatewayClass
+metadata: {name: other}
+spec: {controllerName: example.com/other}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: web, namespace: default}
+spec:
+  gatewayClassName: weir
+  listeners:
+  - {name: http, port: 80, protocol: HTTP}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: theirs, namespace: default}
+spec:
+  gatewayClassName: other
+  listeners:
+  - {name: http, port: 80, protocol: HTTP}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: shop, namespace: default}
+spec:
+  parentRefs: [{name: web}, {name: theirs}]
+  hostnames: [shop.example]
+  rules:
+  - matches: [{path: {type: PathPrefix, value: /cart}}]
+    backendRefs: [{name: new, port: 8080}]
+  - matches: [{path: {type: PathPrefix, value: /far}}]
+    backendRefs: [{name: far, namespace: elsewhere, port: 8080}]
+status:
+  parents:
+  - parentRef: {name: theirs}
+    controllerName: example.com/other
+    conditions:
+    - {type: Accepted, status: 'True', reason: Accepted, message: '', lastTransitionTime: '2026-01-01T00:00:00Z'}
+";
+
+/// Lets HTTPRoutes of `default` use Service `elsewhere/far`, as a v1beta1 ReferenceGrant (the
+/// only version Gateway API releases before v1.5 serve).
+const GRANT: &str = "\
+apiVersion: gateway.networking.k8s.io/v1beta1
+kind: ReferenceGrant
+metadata: {name: let-default-in, namespace: elsewhere}
+spec:
+  from: [{group: gateway.networking.k8s.io, kind: HTTPRoute, namespace: default}]
+  to: [{group: '', kind: Service, name: far}]
+";
+
+fn condition<'a>(conds: &'a Value, type_: &str) -> &'a Value {
+    conds
+        .as_array()
+        .and_then(|l| l.iter().find(|c| c["type"] == type_))
+        .unwrap_or(&Value::Null)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gateway_api_is_watched_once_installed_and_its_status_written() {
+    let api = ApiServer::start();
+    let old = echo("old");
+    let new = echo("new");
+    let far = echo("far");
+    api.apply(INGRESS);
+    api.apply(&backend("default", "old", old.port));
+    api.apply(&backend("default", "new", new.port));
+    api.apply(&backend("elsewhere", "far", far.port));
+    // Stored before the CRDs are served: as if applied right after installing them.
+    api.apply(GATEWAY_API);
+
+    let weir = Weir::start("{}", &[]);
+    let dir = temp_dir("gateway-controller");
+    let kubeconfig = api.kubeconfig(&dir);
+    let log_path = dir.join("controller.log");
+    let log = std::fs::File::create(&log_path).unwrap();
+    let mut controller = Proc {
+        child: Command::new(WEIR)
+            .args([
+                "controller",
+                "--proxy-admin",
+                &format!("http://127.0.0.1:{}", weir.admin),
+                "--publish-status-address",
+                "192.0.2.10",
+            ])
+            .env("KUBECONFIG", &kubeconfig)
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap(),
+        port: 0,
+    };
+    let c = client();
+    let served_by = |host: &'static str, path: &'static str| {
+        let c = c.clone();
+        let url = weir.url(path);
+        async move { get(&c, &url, &[("host", host)]).await.echo_name() }
+    };
+
+    // Without the CRDs: Ingresses are served, Gateway API is off and the log says so.
+    within(Duration::from_secs(15), "the Ingress served", || async {
+        served_by("legacy.example", "/").await.as_deref() == Some("old")
+    })
+    .await;
+    let said = std::fs::read_to_string(&log_path).unwrap();
+    assert!(said.contains("Gateway API is off"), "{said}");
+    assert_eq!(served_by("shop.example", "/cart").await, None);
+    assert_eq!(
+        api.get("gateway.networking.k8s.io/v1", "GatewayClass", "", "weir")
+            .unwrap()["status"],
+        Value::Null
+    );
+
+    // The CRDs appear (a poll every 5 s): the route is served beside the Ingress.
+    api.apply(GRANT);
+    api.serve_api(
+        "gateway.networking.k8s.io/v1",
+        &["GatewayClass", "Gateway", "HTTPRoute", "GRPCRoute"],
+    );
+    api.serve_api("gateway.networking.k8s.io/v1beta1", &["ReferenceGrant"]);
+    within(Duration::from_secs(15), "the HTTPRoute served", || async {
+        served_by("shop.example", "/cart/1").await.as_deref() == Some("new")
+    })
+    .await;
+    assert_eq!(
+        served_by("shop.example", "/far").await.as_deref(),
+        Some("far"),
+        "the v1beta1 ReferenceGrant is read"
+    );
+    assert_eq!(
+        served_by("legacy.example", "/").await.as_deref(),
+        Some("old")
+    );
+    let said = std::fs::read_to_string(&log_path).unwrap();
+    assert!(said.contains("Gateway API is on"), "{said}");
+
+    // The status, written by the leader.
+    let get = |kind: &'static str, ns: &'static str, name: &'static str| {
+        api.get("gateway.networking.k8s.io/v1", kind, ns, name)
+            .map(|o| o["status"].clone())
+            .unwrap_or_default()
+    };
+    within(Duration::from_secs(10), "route status", || async {
+        get("HTTPRoute", "default", "shop")["parents"]
+            .as_array()
+            .is_some_and(|p| p.len() == 2)
+    })
+    .await;
+    let class = get("GatewayClass", "", "weir");
+    assert_eq!(
+        condition(&class["conditions"], "Accepted")["status"],
+        "True",
+        "{class:#}"
+    );
+    assert_eq!(
+        condition(&class["conditions"], "Accepted")["observedGeneration"],
+        1
+    );
+    assert!(
+        class["supportedFeatures"]
+            .as_array()
+            .unwrap()
+            .contains(&serde_json::json!({"name": "HTTPRoute"})),
+        "{class:#}"
+    );
+    assert_eq!(get("GatewayClass", "", "other"), Value::Null, "not Weir's");
+    assert_eq!(
+        get("Gateway", "default", "theirs"),
+        Value::Null,
+        "not Weir's"
+    );
+    let gw = get("Gateway", "default", "web");
+    assert_eq!(
+        condition(&gw["conditions"], "Programmed")["status"],
+        "True",
+        "{gw:#}"
+    );
+    assert_eq!(
+        gw["addresses"],
+        serde_json::json!([{"type": "IPAddress", "value": "192.0.2.10"}])
+    );
+    assert_eq!(gw["listeners"][0]["name"], "http");
+    assert_eq!(gw["listeners"][0]["attachedRoutes"], 1);
+    let parents = get("HTTPRoute", "default", "shop")["parents"].clone();
+    assert_eq!(
+        parents[0]["controllerName"], "example.com/other",
+        "kept: {parents:#}"
+    );
+    assert_eq!(
+        parents[0]["conditions"][0]["lastTransitionTime"],
+        "2026-01-01T00:00:00Z"
+    );
+    assert_eq!(parents[1]["controllerName"], "weir.dev/gateway-controller");
+    assert_eq!(parents[1]["parentRef"], serde_json::json!({"name": "web"}));
+    let accepted = condition(&parents[1]["conditions"], "Accepted");
+    assert_eq!(accepted["status"], "True", "{parents:#}");
+    assert!(accepted["lastTransitionTime"]
+        .as_str()
+        .is_some_and(|t| t.len() >= 20));
+    assert_eq!(
+        condition(&parents[1]["conditions"], "ResolvedRefs")["status"],
+        "True"
+    );
+
+    // Writes settle: the status is not rewritten while nothing changes.
+    let version = |kind: &'static str, ns: &'static str, name: &'static str| {
+        api.get("gateway.networking.k8s.io/v1", kind, ns, name)
+            .unwrap()["metadata"]["resourceVersion"]
+            .clone()
+    };
+    let before = (
+        version("HTTPRoute", "default", "shop"),
+        version("Gateway", "default", "web"),
+    );
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    assert_eq!(
+        before,
+        (
+            version("HTTPRoute", "default", "shop"),
+            version("Gateway", "default", "web")
+        )
+    );
+
+    // The route leaves Weir's Gateway: Weir's entry goes, the other controller's stays, and
+    // the route is no longer served.
+    api.apply(&GATEWAY_API.replace(
+        "parentRefs: [{name: web}, {name: theirs}]",
+        "parentRefs: [{name: theirs}]",
+    ));
+    within(
+        Duration::from_secs(10),
+        "Weir's parent entry removed",
+        || async {
+            get("HTTPRoute", "default", "shop")["parents"]
+                .as_array()
+                .is_some_and(|p| p.len() == 1 && p[0]["controllerName"] == "example.com/other")
+        },
+    )
+    .await;
+    within(
+        Duration::from_secs(5),
+        "the route no longer served",
+        || async { served_by("shop.example", "/cart").await.is_none() },
+    )
+    .await;
+    within(Duration::from_secs(5), "no routes attached", || async {
+        get("Gateway", "default", "web")["listeners"][0]["attachedRoutes"] == 0
+    })
+    .await;
+
+    controller.terminate();
+    controller.wait_exit(Duration::from_secs(5));
+    let _ = std::fs::remove_dir_all(dir);
+}
