@@ -2,7 +2,9 @@
 //!
 //! Every request is answered with JSON describing what arrived (method, path, raw query, host,
 //! headers, body length, protocol, the server's name and listen address). Query parameters:
-//! `status=N` sets the status, `delay_ms=N` waits before answering, `bytes=N` streams N bytes
+//! `status=N` sets the status, `fail=N&key=K` answers the first N requests of key K with that
+//! status and the ones after with 200 (a backend that recovers, for retries), `delay_ms=N`
+//! waits before answering, `bytes=N` streams N bytes
 //! of body instead of JSON, `sse=N` answers `text/event-stream` with N server-sent events
 //! `interval_ms=M` apart (default 1000; the first at once, each flushed on its own, each
 //! carrying its number and the Unix time in milliseconds it was sent:
@@ -31,6 +33,8 @@ struct Echo {
     name: String,
     listen: SocketAddr,
     behaviour: Behaviour,
+    /// Requests seen per `key` of `fail=N&key=K`.
+    failures: std::sync::Mutex<std::collections::HashMap<String, u64>>,
 }
 
 /// How every answer of this echo behaves, besides what a request's query asks.
@@ -59,6 +63,7 @@ pub fn run(
             name,
             listen: listener.local_addr()?,
             behaviour,
+            failures: Default::default(),
         });
         tracing::info!(listen = %echo.listen, name = %echo.name, "weir echo started");
         let mut connections = 0u64;
@@ -131,10 +136,24 @@ impl Echo {
             .as_ref()
             .and_then(|f| std::fs::read_to_string(f).ok())
             .and_then(|s| s.trim().parse::<u16>().ok());
-        let status = forced
+        let mut status = forced
             .or_else(|| query_param::<u16>(q, "status"))
             .and_then(|s| StatusCode::from_u16(s).ok())
             .unwrap_or(StatusCode::OK);
+        if let (Some(n), Some(key)) = (
+            query_param::<u64>(q, "fail"),
+            query_param::<String>(q, "key"),
+        ) {
+            let mut seen = self.failures.lock().unwrap_or_else(|e| e.into_inner());
+            if seen.len() >= 10_000 {
+                seen.clear(); // a demo tool: bounded, not exact
+            }
+            let count = seen.entry(key).or_default();
+            *count += 1;
+            if *count > n {
+                status = StatusCode::OK;
+            }
+        }
         let (parts, mut body) = req.into_parts();
         let grpc = parts
             .headers

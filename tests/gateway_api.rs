@@ -128,11 +128,16 @@ impl Bed {
             args[i + 1] = format!("127.0.0.1:{p}");
         }
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        // `${name}` in a case is the port of backend `name` (for Services a case declares).
+        let mut case = case.to_string();
+        for ((_, name), e) in BACKENDS.iter().zip(&echoes) {
+            case = case.replace(&format!("${{{name}}}"), &e.port.to_string());
+        }
         let weir = Manifests::start(
             &[
                 ("01-base.yaml", BASE),
                 ("02-backends.yaml", &docs(&services)),
-                ("03-case.yaml", case),
+                ("03-case.yaml", &case),
             ],
             &args,
         );
@@ -1136,4 +1141,134 @@ async fn the_documented_quick_start_works_as_documented() {
         .json();
     let route = &status["gatewayApi"]["httpRoutes"]["demo/shop"]["parents"][0];
     assert_eq!(cond_of(&route["conditions"], "Accepted"), yes("Accepted"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn timeouts_answer_504_and_app_protocol_h2c_speaks_http2_to_the_backend() {
+    let case = "\
+apiVersion: v1
+kind: Service
+metadata: {name: h2c-backend, namespace: gateway-conformance-infra}
+spec:
+  ports: [{name: h2c, port: 8080, appProtocol: kubernetes.io/h2c}]
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata:
+  name: h2c-backend-1
+  namespace: gateway-conformance-infra
+  labels: {kubernetes.io/service-name: h2c-backend}
+addressType: IPv4
+ports: [{name: h2c, port: ${infra-backend-v2}}]
+endpoints:
+- addresses: [127.0.0.1]
+  conditions: {ready: true}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: timeouts, namespace: gateway-conformance-infra}
+spec:
+  parentRefs: [{name: same-namespace}]
+  rules:
+  - name: slow-is-cut
+    matches: [{path: {type: PathPrefix, value: /request-timeout}}]
+    timeouts: {request: 300ms}
+    backendRefs: [{name: infra-backend-v1, port: 8080}]
+  - matches: [{path: {type: PathPrefix, value: /backend-timeout}}]
+    timeouts: {request: 10s, backendRequest: 300ms}
+    backendRefs: [{name: infra-backend-v1, port: 8080}]
+  - matches: [{path: {type: PathPrefix, value: /no-timeout}}]
+    timeouts: {request: 0s}
+    backendRefs: [{name: infra-backend-v1, port: 8080}]
+  - matches: [{path: {type: PathPrefix, value: /h2c}}]
+    backendRefs: [{name: h2c-backend, port: 8080}]
+  - matches: [{path: {type: PathPrefix, value: /ws}}]
+    backendRefs: [{name: ws-backend, port: 8080}]
+---
+apiVersion: v1
+kind: Service
+metadata: {name: ws-backend, namespace: gateway-conformance-infra}
+spec:
+  ports: [{name: ws, port: 8080, appProtocol: kubernetes.io/ws}]
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata:
+  name: ws-backend-1
+  namespace: gateway-conformance-infra
+  labels: {kubernetes.io/service-name: ws-backend}
+addressType: IPv4
+ports: [{name: ws, port: ${infra-backend-v3}}]
+endpoints:
+- addresses: [127.0.0.1]
+  conditions: {ready: true}
+";
+    let bed = Bed::start(case);
+    let c = client();
+    let s = bed
+        .route_status(&c, "gateway-conformance-infra/timeouts")
+        .await;
+    let p = parent(&s, "gateway-conformance-infra/timeouts", "same-namespace");
+    assert_eq!(cond_of(&p["conditions"], "Accepted"), yes("Accepted"));
+    for path in ["/request-timeout", "/backend-timeout"] {
+        let slow = bed
+            .request(
+                &c,
+                "timeouts.example",
+                &format!("{path}?delay_ms=1500"),
+                &[],
+            )
+            .await;
+        assert_eq!(slow.status, 504, "{path}");
+        let fast = bed.request(&c, "timeouts.example", path, &[]).await;
+        served_by(&fast, "infra-backend-v1");
+    }
+    let r = bed
+        .request(&c, "timeouts.example", "/no-timeout?delay_ms=700", &[])
+        .await;
+    served_by(&r, "infra-backend-v1");
+    let r = bed.request(&c, "timeouts.example", "/h2c", &[]).await;
+    served_by(&r, "infra-backend-v2");
+    assert_eq!(r.json()["protocol"], "HTTP/2.0", "{}", r.json());
+    let r = bed
+        .request(&c, "timeouts.example", "/request-timeout", &[])
+        .await;
+    assert_eq!(r.json()["protocol"], "HTTP/1.1");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retries_follow_the_rules_codes_and_attempts() {
+    let case = "\
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: retries, namespace: gateway-conformance-infra}
+spec:
+  parentRefs: [{name: same-namespace}]
+  rules:
+  - matches: [{path: {type: PathPrefix, value: /retry/code-500-attempts-3}}]
+    retry: {codes: [500], attempts: 3}
+    backendRefs: [{name: infra-backend-v3, port: 8080}]
+  - matches: [{path: {type: PathPrefix, value: /retry/code-all-attempts-2}}]
+    retry: {codes: [500, 502, 503, 504], attempts: 2}
+    backendRefs: [{name: infra-backend-v3, port: 8080}]
+";
+    let bed = Bed::start(case);
+    let c = client();
+    bed.route_status(&c, "gateway-conformance-infra/retries")
+        .await;
+    // (path, status the backend fails with, failures before it recovers, status expected)
+    let cases = [
+        ("/retry/code-500-attempts-3", 500, 2, 200),
+        ("/retry/code-500-attempts-3", 500, 4, 500),
+        ("/retry/code-500-attempts-3", 503, 2, 503),
+        ("/retry/code-all-attempts-2", 500, 1, 200),
+        ("/retry/code-all-attempts-2", 500, 3, 500),
+        ("/retry/code-all-attempts-2", 502, 1, 200),
+        ("/retry/code-all-attempts-2", 502, 3, 502),
+    ];
+    for (i, (path, code, fail, want)) in cases.into_iter().enumerate() {
+        let uri = format!("{path}?status={code}&fail={fail}&key=case-{i}");
+        let r = bed.request(&c, "retry.example", &uri, &[]).await;
+        assert_eq!(r.status, want, "{uri}");
+    }
 }

@@ -147,6 +147,7 @@ impl Translator<'_> {
         let protocol = overrides
             .and_then(|o| o.protocol)
             .or(ann.protocol)
+            .or_else(|| sport.and_then(|p| app_protocol(p.app_protocol.as_deref()?)))
             .unwrap_or(UpstreamProtocol::Http);
         let secure = matches!(protocol, UpstreamProtocol::Https | UpstreamProtocol::Grpcs);
 
@@ -784,6 +785,19 @@ fn default_service() -> config::Service {
         retries: 5,
         retry_on: config::RetryOn::default(),
         tls: None,
+    }
+}
+
+/// The protocol a Service port's `appProtocol` names, for the values Kubernetes defines
+/// (`kubernetes.io/h2c`, `kubernetes.io/ws`, `kubernetes.io/wss`); others (free-form names
+/// such as `http` or `grpc`, which ingress controllers read differently) leave the default.
+/// WebSockets start as HTTP/1.1, so `ws` is plain HTTP and `wss` HTTPS.
+fn app_protocol(value: &str) -> Option<UpstreamProtocol> {
+    match value {
+        "kubernetes.io/h2c" => Some(UpstreamProtocol::H2c),
+        "kubernetes.io/ws" => Some(UpstreamProtocol::Http),
+        "kubernetes.io/wss" => Some(UpstreamProtocol::Https),
+        _ => None,
     }
 }
 

@@ -154,6 +154,10 @@ struct Translator<'a> {
     global_broken: Option<&'static str>,
     /// The Gateway API status computed on the way.
     gateway_status: gateway::status::Status,
+    /// Positions in `config.services` by id, of the first `indexed` services (services are
+    /// only appended while Gateway API routes are translated, so the index is extended, never
+    /// rebuilt).
+    service_index: HashMap<String, usize>,
 }
 
 impl<'a> Translator<'a> {
@@ -194,6 +198,7 @@ impl<'a> Translator<'a> {
             checked: BTreeSet::new(),
             global_broken: None,
             gateway_status: Default::default(),
+            service_index: HashMap::new(),
         }
     }
 

@@ -12,7 +12,8 @@ use std::collections::BTreeSet;
 
 use k8s_openapi::api::networking::v1::ServiceBackendPort;
 use weir_crds::gateway::{
-    HTTPBackendRef, HTTPRoute, HTTPRouteFilter, HTTPRouteMatch, HeaderModifier, PathModifier,
+    HTTPBackendRef, HTTPRoute, HTTPRouteFilter, HTTPRouteMatch, HTTPRouteRule, HeaderModifier,
+    PathModifier,
 };
 use weir_proxy::config::{
     check_path_rule, ClientProtocol, PathKind, PathRule, PluginConfig, Route, ValueMatch,
@@ -134,6 +135,7 @@ impl Translator<'_> {
                     resolved = c;
                 }
             }
+            let rule_edits = self.rule_edits(key, ri, rule);
             let default_match = HTTPRouteMatch::default();
             let matches = if rule.matches.is_empty() {
                 std::slice::from_ref(&default_match)
@@ -149,12 +151,18 @@ impl Translator<'_> {
                 r.hosts = hosts.to_vec();
                 r.protocols = protocols.to_vec();
                 let mut entries = backends.entries.clone();
+                let mut edits = rule_edits.clone();
                 match self.http_filters(key, ri, &rule.filters, &r, m) {
                     Ok((plugins, rewrites)) => {
-                        self.apply_rewrites(&mut r, &mut entries, rewrites);
+                        self.apply_rewrites(&mut r, &mut edits, rewrites);
                         self.config.plugins.extend(plugins);
                     }
                     Err(()) => entries = vec![unusable()],
+                }
+                for e in &mut entries {
+                    if let Some(s) = &e.service {
+                        e.service = Some(self.service_variant(s, &edits));
+                    }
                 }
                 set_backends(&mut r, entries);
                 self.config.routes.push(r);
@@ -492,8 +500,55 @@ impl Translator<'_> {
         Ok((plugins, rewrites))
     }
 
-    /// Applies a URLRewrite to a route and its backends.
-    fn apply_rewrites(&mut self, r: &mut Route, entries: &mut [WeightedBackend], w: Rewrites) {
+    /// What a rule's `timeouts` and `retry` change about its backends' services; a value Weir
+    /// cannot read is reported and left out.
+    fn rule_edits(&mut self, key: &Key, ri: usize, rule: &HTTPRouteRule) -> ServiceEdits {
+        let me = obj(Kind::HTTPRoute, key);
+        let mut edits = ServiceEdits::default();
+        let bad = |this: &mut Self, field: String, m: String| {
+            this.problem(me.clone(), Reason::Unsupported, field, m);
+        };
+        if let Some(t) = &rule.timeouts {
+            let mut limit: Option<u64> = None;
+            for (name, v) in [
+                ("request", &t.request),
+                ("backendRequest", &t.backend_request),
+            ] {
+                let Some(text) = v else { continue };
+                match duration_ms(text) {
+                    // Zero turns the timeout off: the service's own (60 s) stays.
+                    Some(0) => {}
+                    Some(ms) => limit = Some(limit.map_or(ms, |l| l.min(ms))),
+                    None => bad(
+                        self,
+                        format!("spec.rules[{ri}].timeouts.{name}"),
+                        format!("{text:?} is not a duration such as 10s, 500ms or 1m30s; ignored"),
+                    ),
+                }
+            }
+            edits.read_timeout = limit;
+        }
+        if let Some(r) = &rule.retry {
+            edits.retry_timeouts = true;
+            edits.retries = r.attempts.map(|a| a.clamp(0, 100) as u32);
+            for (ci, code) in r.codes.iter().enumerate() {
+                match u16::try_from(*code) {
+                    Ok(c) if (400..600).contains(&c) => edits.retry_statuses.push(c),
+                    _ => bad(
+                        self,
+                        format!("spec.rules[{ri}].retry.codes[{ci}]"),
+                        format!("{code} is not an HTTP error status (400-599); ignored"),
+                    ),
+                }
+            }
+            edits.retry_statuses.sort_unstable();
+            edits.retry_statuses.dedup();
+        }
+        edits
+    }
+
+    /// Applies a URLRewrite to a route, and to its backends through `edits`.
+    fn apply_rewrites(&mut self, r: &mut Route, edits: &mut ServiceEdits, w: Rewrites) {
         if let Some(h) = w.host {
             r.host_header = Some(h);
         }
@@ -510,29 +565,133 @@ impl Translator<'_> {
                 let prefix = p.replace_prefix_match.unwrap_or_else(|| "/".into());
                 r.strip_path = true;
                 // The prefix is the service's path: each backend gets a copy that carries it.
-                for e in entries.iter_mut() {
-                    if let Some(s) = &e.service {
-                        e.service = Some(self.service_with_path(s, &prefix));
-                    }
-                }
+                edits.path = Some(prefix);
             }
             _ => {}
         }
     }
 
-    /// A copy of service `id` that prepends `path` upstream.
-    fn service_with_path(&mut self, id: &str, path: &str) -> String {
-        let new_id = format!("{id}~{path}");
-        if !self.config.services.iter().any(|s| s.id == new_id) {
-            if let Some(s) = self.config.services.iter().find(|s| s.id == id) {
-                let mut copy = s.clone();
+    /// Service `id` with a rule's `edits`: the service itself when there are none, else a
+    /// copy made once per distinct set of edits.
+    fn service_variant(&mut self, id: &str, edits: &ServiceEdits) -> String {
+        if edits.is_empty() {
+            return id.to_string();
+        }
+        let new_id = format!("{id}~{}", edits.suffix());
+        if self.service_position(&new_id).is_none() {
+            if let Some(i) = self.service_position(id) {
+                let mut copy = self.config.services[i].clone();
                 copy.id = new_id.clone();
-                copy.path = Some(path.to_string());
+                edits.apply(&mut copy);
                 self.config.services.push(copy);
             }
         }
         new_id
     }
+
+    /// Where service `id` is in `config.services`.
+    fn service_position(&mut self, id: &str) -> Option<usize> {
+        if let Some(&i) = self.service_index.get(id) {
+            return Some(i);
+        }
+        let known = self.service_index.len();
+        for (i, s) in self.config.services.iter().enumerate().skip(known) {
+            self.service_index.insert(s.id.clone(), i);
+        }
+        self.service_index.get(id).copied()
+    }
+}
+
+/// What a rule changes about its backends' services: the upstream path prefix of a
+/// `ReplacePrefixMatch` rewrite, `timeouts` and `retry`.
+#[derive(Debug, Default, Clone, PartialEq)]
+struct ServiceEdits {
+    /// Prepended to the forwarded path.
+    path: Option<String>,
+    /// Milliseconds to wait for the response (`timeouts`).
+    read_timeout: Option<u64>,
+    /// Tries after the first (`retry.attempts`).
+    retries: Option<u32>,
+    /// Statuses retried (`retry.codes`).
+    retry_statuses: Vec<u16>,
+    /// A try that timed out is retried (any `retry`: the spec retries backend timeouts).
+    retry_timeouts: bool,
+}
+
+impl ServiceEdits {
+    fn is_empty(&self) -> bool {
+        *self == ServiceEdits::default()
+    }
+
+    /// The part of the copy's id that says what differs (ids are compared, so one copy serves
+    /// every rule with the same edits).
+    fn suffix(&self) -> String {
+        let mut parts = Vec::new();
+        if let Some(p) = &self.path {
+            parts.push(p.clone());
+        }
+        if let Some(t) = self.read_timeout {
+            parts.push(format!("timeout={t}ms"));
+        }
+        if self.retries.is_some() || !self.retry_statuses.is_empty() || self.retry_timeouts {
+            let codes: Vec<String> = self.retry_statuses.iter().map(u16::to_string).collect();
+            parts.push(format!(
+                "retry={}:{}",
+                self.retries.map_or("default".into(), |r| r.to_string()),
+                codes.join(",")
+            ));
+        }
+        parts.join("~")
+    }
+
+    fn apply(&self, s: &mut weir_proxy::config::Service) {
+        if let Some(p) = &self.path {
+            s.path = Some(p.clone());
+        }
+        if let Some(t) = self.read_timeout {
+            s.read_timeout = t;
+        }
+        if let Some(r) = self.retries {
+            s.retries = r;
+        }
+        if !self.retry_statuses.is_empty() {
+            s.retry_on.statuses = self.retry_statuses.clone();
+        }
+        if self.retry_timeouts {
+            s.retry_on.timeouts = true;
+        }
+    }
+}
+
+/// A Gateway API duration (`1h`, `500ms`, `1m30s`: up to four numbers of at most 5 digits,
+/// each with `h`, `m`, `s` or `ms`) in milliseconds.
+pub(super) fn duration_ms(text: &str) -> Option<u64> {
+    let mut rest = text;
+    let mut total: u64 = 0;
+    let mut parts = 0;
+    while !rest.is_empty() {
+        let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
+        if digits == 0 || digits > 5 {
+            return None;
+        }
+        let n: u64 = rest[..digits].parse().ok()?;
+        rest = &rest[digits..];
+        let (unit, len) = if rest.starts_with("ms") {
+            (1, 2)
+        } else if rest.starts_with('h') {
+            (3_600_000, 1)
+        } else if rest.starts_with('m') {
+            (60_000, 1)
+        } else if rest.starts_with('s') {
+            (1_000, 1)
+        } else {
+            return None;
+        };
+        total += n * unit;
+        rest = &rest[len..];
+        parts += 1;
+    }
+    (1..=4).contains(&parts).then_some(total)
 }
 
 /// A share of requests answered with 500.
@@ -613,4 +772,37 @@ fn header_edits(h: &HeaderModifier) -> serde_json::Value {
         c.insert("append".into(), serde_json::json!({ "headers": add }));
     }
     serde_json::Value::Object(c)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::duration_ms;
+
+    #[test]
+    fn gateway_api_durations_read_as_the_spec_writes_them() {
+        for (text, ms) in [
+            ("0s", 0),
+            ("500ms", 500),
+            ("10s", 10_000),
+            ("1m30s", 90_000),
+            ("1h", 3_600_000),
+            ("1h1m1s1ms", 3_661_001),
+            ("99999ms", 99_999),
+        ] {
+            assert_eq!(duration_ms(text), Some(ms), "{text}");
+        }
+        for bad in [
+            "",
+            "10",
+            "s",
+            "1.5s",
+            "100000ms",
+            "1h1m1s1ms1ms",
+            "-1s",
+            "1d",
+            "1 s",
+        ] {
+            assert_eq!(duration_ms(bad), None, "{bad}");
+        }
+    }
 }

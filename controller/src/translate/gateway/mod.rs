@@ -30,16 +30,25 @@ use status::{ClassStatus, Cond, RouteParentStatus};
 
 /// The conformance features Weir supports, as `GatewayClass.status.supportedFeatures` lists
 /// them (sorted, as the spec asks).
-pub const SUPPORTED_FEATURES: [&str; 11] = [
+pub const SUPPORTED_FEATURES: [&str; 20] = [
     "Gateway",
     "HTTPRoute",
+    "HTTPRoute303RedirectStatusCode",
+    "HTTPRoute307RedirectStatusCode",
+    "HTTPRoute308RedirectStatusCode",
+    "HTTPRouteBackendProtocolH2C",
+    "HTTPRouteBackendProtocolWebSocket",
+    "HTTPRouteBackendTimeout",
     "HTTPRouteHostRewrite",
     "HTTPRouteMethodMatching",
+    "HTTPRouteNamedRouteRule",
+    "HTTPRouteParentRefPort",
     "HTTPRoutePathRedirect",
     "HTTPRoutePathRewrite",
     "HTTPRoutePortRedirect",
     "HTTPRouteQueryParamMatching",
     "HTTPRouteResponseHeaderModification",
+    "HTTPRouteRetry",
     "HTTPRouteSchemeRedirect",
     "ReferenceGrant",
 ];
@@ -266,6 +275,58 @@ metadata: {name: b, namespace: shop}
 spec: {ports: [{port: 8080}]}
 ---
 ";
+
+    #[test]
+    fn timeouts_and_retries_make_one_service_copy_per_distinct_setting() {
+        let yaml = format!(
+            "{BASE}apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {{name: web, namespace: shop}}
+spec:
+  parentRefs: [{{name: gw}}]
+  rules:
+  - matches: [{{path: {{type: PathPrefix, value: /one}}}}]
+    timeouts: {{request: 2s, backendRequest: 500ms}}
+    retry: {{attempts: 2, codes: [503, 502, 503, 200]}}
+    backendRefs: [{{name: a, port: 8080}}]
+  - matches: [{{path: {{type: PathPrefix, value: /two}}}}]
+    timeouts: {{request: 2s, backendRequest: 500ms}}
+    retry: {{attempts: 2, codes: [502, 503]}}
+    backendRefs: [{{name: a, port: 8080}}]
+  - matches: [{{path: {{type: PathPrefix, value: /three}}}}]
+    timeouts: {{request: soon}}
+    backendRefs: [{{name: a, port: 8080}}]
+"
+        );
+        let t = translate(
+            &Store::from_manifests(&yaml),
+            &Options::default(),
+            &weir_proxy::Registry::builtin(),
+        );
+        let service_of = |i: usize| t.config.routes[i].service.clone().unwrap();
+        let id = "shop/a:8080~timeout=500ms~retry=2:502,503";
+        assert_eq!(service_of(0), id);
+        assert_eq!(service_of(1), id, "the same settings share one copy");
+        assert_eq!(
+            service_of(2),
+            "shop/a:8080",
+            "an unreadable timeout is left out"
+        );
+        let copies: Vec<_> = t.config.services.iter().filter(|s| s.id == id).collect();
+        assert_eq!(copies.len(), 1);
+        let s = copies[0];
+        assert_eq!((s.read_timeout, s.retries), (500, 2));
+        assert_eq!(s.retry_on.statuses, [502, 503]);
+        assert!(s.retry_on.timeouts, "a try that times out is retried");
+        let fields: Vec<&str> = t.problems.iter().map(|p| p.field.as_str()).collect();
+        assert_eq!(
+            fields,
+            [
+                "spec.rules[0].retry.codes[3]",
+                "spec.rules[2].timeouts.request"
+            ]
+        );
+    }
 
     #[test]
     fn rules_become_routes_with_the_specs_precedence_and_filters_become_plugins() {
