@@ -11,7 +11,8 @@
 //! `id: 1\ndata: {"n":1,"of":N,"sent_unix_ms":T}\n\n`). WebSocket upgrades get an echo of
 //! every message; the text message `close` is answered instead with a close frame (1000) from
 //! the server, which then waits for the client's. A gRPC call (`content-type:
-//! application/grpc…`) gets its request body back as the response body, then `grpc-status: 0`
+//! application/grpc…`) gets its request body back as the response body, the request's headers
+//! as JSON in the response header `x-echo-request-headers`, then `grpc-status: 0`
 //! in trailers. `connection` numbers the TCP connections
 //! accepted, so a client can tell whether its peer reuses them.
 
@@ -204,6 +205,11 @@ impl Echo {
                 data: Some(kept.freeze()),
                 trailers: Some(trailers),
             };
+            // JSON escapes control characters; a value with other bytes is left out.
+            let seen = headers_json(&parts.headers).to_string();
+            if let Ok(v) = http::HeaderValue::from_str(&seen) {
+                resp = resp.header("x-echo-request-headers", v);
+            }
             return resp
                 .header(header::CONTENT_TYPE, "application/grpc")
                 .body(BodyExt::boxed(body))

@@ -1272,3 +1272,122 @@ spec:
         assert_eq!(r.status, want, "{uri}");
     }
 }
+
+/// Request headers of a case.
+type Headers<'a> = &'a [(&'a str, &'a str)];
+
+/// One unary gRPC call through Weir over h2c: the HTTP status, the backend that answered
+/// (`x-echo-name`), the `grpc-status` (from the trailers, or a trailers-only head) and the
+/// headers the backend received.
+async fn grpc_call(
+    bed: &Bed,
+    path: &str,
+    headers: &[(&str, &str)],
+) -> (u16, Option<String>, Option<String>, Value) {
+    use http_body_util::BodyExt;
+    let resp = common::grpc::bare_h2_send(bed.weir.proc.port, path, headers).await;
+    let status = resp.status().as_u16();
+    let head = resp.headers().clone();
+    let text =
+        |h: &http::HeaderMap, n: &str| h.get(n).and_then(|v| v.to_str().ok()).map(str::to_string);
+    let collected = resp.into_body().collect().await.expect("the answer's body");
+    let grpc_status = collected
+        .trailers()
+        .and_then(|t| text(t, "grpc-status"))
+        .or_else(|| text(&head, "grpc-status"));
+    let seen = text(&head, "x-echo-request-headers")
+        .and_then(|j| serde_json::from_str(&j).ok())
+        .unwrap_or_default();
+    (status, text(&head, "x-echo-name"), grpc_status, seen)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grpc_routes_match_services_methods_and_headers() {
+    let case = "\
+apiVersion: gateway.networking.k8s.io/v1
+kind: GRPCRoute
+metadata: {name: grpc, namespace: gateway-conformance-infra}
+spec:
+  parentRefs: [{name: same-namespace}]
+  rules:
+  - matches:
+    - method: {service: gateway_api_conformance.echo_basic.grpcecho.GrpcEcho, method: Echo}
+    backendRefs: [{name: infra-backend-v1, port: 8080}]
+  - matches:
+    - method: {service: gateway_api_conformance.echo_basic.grpcecho.GrpcEcho, method: EchoTwo}
+    backendRefs: [{name: infra-backend-v2, port: 8080}]
+  - matches:
+    - method: {service: gateway_api_conformance.echo_basic.grpcecho.GrpcEcho}
+      headers: [{name: version, value: three}]
+    filters:
+    - {type: RequestHeaderModifier, requestHeaderModifier: {set: [{name: x-grpc-route, value: seen}]}}
+    backendRefs: [{name: infra-backend-v3, port: 8080}]
+  - matches:
+    - method: {type: RegularExpression, service: 'other\\..*', method: 'Get.*'}
+    backendRefs: [{name: infra-backend-v2, port: 8080}]
+";
+    let bed = Bed::start(case);
+    let c = client();
+    let s = bed
+        .status_when(&c, |s| {
+            s["grpcRoutes"]
+                .get("gateway-conformance-infra/grpc")
+                .is_some()
+        })
+        .await;
+    let p = &s["grpcRoutes"]["gateway-conformance-infra/grpc"]["parents"][0];
+    assert_eq!(
+        cond_of(&p["conditions"], "Accepted"),
+        yes("Accepted"),
+        "{s:#}"
+    );
+    assert_eq!(
+        cond_of(&p["conditions"], "ResolvedRefs"),
+        yes("ResolvedRefs")
+    );
+    wait_ready(&c, &bed.weir).await;
+    let svc = "/gateway_api_conformance.echo_basic.grpcecho.GrpcEcho";
+    let cases: [(String, Headers, Option<&str>); 6] = [
+        (format!("{svc}/Echo"), &[], Some("infra-backend-v1")),
+        (format!("{svc}/EchoTwo"), &[], Some("infra-backend-v2")),
+        // An exact service and method outrank the header rule.
+        (
+            format!("{svc}/Echo"),
+            &[("version", "three")],
+            Some("infra-backend-v1"),
+        ),
+        (
+            format!("{svc}/EchoThree"),
+            &[("version", "three")],
+            Some("infra-backend-v3"),
+        ),
+        (
+            "/other.Catalog/GetItem".to_string(),
+            &[],
+            Some("infra-backend-v2"),
+        ),
+        (format!("{svc}/EchoThree"), &[], None),
+    ];
+    for (path, headers, backend) in cases {
+        let (status, name, grpc_status, seen) = grpc_call(&bed, &path, headers).await;
+        match backend {
+            Some(b) => {
+                assert_eq!(
+                    (status, name.as_deref()),
+                    (200, Some(b)),
+                    "{path} {headers:?}"
+                );
+                assert_eq!(grpc_status.as_deref(), Some("0"), "{path}");
+                // The header filter edits what the backend of its rule received, only there.
+                let set = (b == "infra-backend-v3").then_some("seen");
+                assert_eq!(seen["x-grpc-route"].as_str(), set, "{path}: {seen}");
+                assert_eq!(seen["content-type"], "application/grpc", "{seen}");
+            }
+            None => {
+                assert_eq!(name, None, "{path}: no backend");
+                // No route: UNIMPLEMENTED, as a gRPC server without the method answers.
+                assert_eq!(grpc_status.as_deref(), Some("12"), "{path}: {status}");
+            }
+        }
+    }
+}

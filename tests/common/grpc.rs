@@ -120,7 +120,7 @@ pub async fn bare_h2_call(
 
 /// Sends the call of [`bare_h2_call`] (one 1-byte message, `headers` replacing the defaults)
 /// and waits at most 10 s for the response head.
-async fn bare_h2_send(
+pub async fn bare_h2_send(
     port: u16,
     path: &str,
     headers: &[(&str, &str)],

@@ -476,14 +476,21 @@ fn remove_consumer(c: &mut Config, consumer: &str) {
 /// or `cluster/plugin[@scope]` (a scope may end in `~ns/consumer`), consumers `ns/consumer`,
 /// certificates `ns/secret[#default]`.
 fn source_of(entity: &str, id: &str) -> ObjectRef {
-    // Routes and their plugin entries of HTTPRoutes: `httproute:ns/name/r0/m0[/plugin]`.
-    if let Some(rest) = id.strip_prefix(gateway::HTTP_ROUTE_ID_PREFIX) {
+    // Routes and their plugin entries of HTTPRoutes and GRPCRoutes:
+    // `httproute:ns/name/r0/m0[/plugin]`, `grpcroute:…`.
+    for (prefix, kind) in [
+        (gateway::HTTP_ROUTE_ID_PREFIX, Kind::HTTPRoute),
+        (gateway::GRPC_ROUTE_ID_PREFIX, Kind::GRPCRoute),
+    ] {
+        let Some(rest) = id.strip_prefix(prefix) else {
+            continue;
+        };
         if entity == "route" || (entity == "plugin" && !rest.contains('@')) {
             let mut parts = rest.split('/');
             let ns = parts.next().unwrap_or_default().to_string();
             let name = parts.next().unwrap_or_default().to_string();
             return ObjectRef {
-                kind: Kind::HTTPRoute,
+                kind,
                 namespace: Some(ns),
                 name,
             };

@@ -13,7 +13,7 @@ use std::collections::BTreeSet;
 use k8s_openapi::api::networking::v1::ServiceBackendPort;
 use weir_crds::gateway::{
     HTTPBackendRef, HTTPRoute, HTTPRouteFilter, HTTPRouteMatch, HTTPRouteRule, HeaderModifier,
-    PathModifier,
+    ParentReference, PathModifier,
 };
 use weir_proxy::config::{
     check_path_rule, ClientProtocol, PathKind, PathRule, PluginConfig, Route, ValueMatch,
@@ -31,16 +31,43 @@ pub(in crate::translate) const ID_PREFIX: &str = "httproute:";
 
 /// What a rule's filters do besides plugins.
 #[derive(Default)]
-struct Rewrites {
+pub(super) struct Rewrites {
     host: Option<String>,
     path: Option<PathModifier>,
 }
 
+/// Where a route attached: its parents that are Weir's, and what its routes serve.
+pub(super) struct Attached<'r> {
+    /// Each parent that is a Gateway of Weir's, with its `Accepted` condition.
+    pub parents: Vec<(&'r ParentReference, Cond)>,
+    /// Whether any parent accepted it.
+    pub attached: bool,
+    /// The host names served (empty: every host).
+    pub hosts: Vec<String>,
+    /// The listener protocols it is served on.
+    pub protocols: Vec<ClientProtocol>,
+}
+
+impl Attached<'_> {
+    /// The route's status, each parent with its `Accepted` and the route's `ResolvedRefs`.
+    pub fn status(self, generation: Option<i64>, resolved: Cond) -> RouteStatus {
+        RouteStatus {
+            observed_generation: generation,
+            parents: self
+                .parents
+                .into_iter()
+                .map(|(p, accepted)| parent_status(p, vec![accepted, resolved.clone()]))
+                .collect(),
+        }
+    }
+}
+
 /// A rule's backends, resolved.
-struct Backends {
-    entries: Vec<WeightedBackend>,
+pub(super) struct Backends {
+    /// The shares, 500 for those that cannot be used.
+    pub entries: Vec<WeightedBackend>,
     /// The first reason a backendRef cannot be used (`ResolvedRefs: False`).
-    unresolved: Option<Cond>,
+    pub unresolved: Option<Cond>,
 }
 
 impl Translator<'_> {
@@ -62,14 +89,39 @@ impl Translator<'_> {
     }
 
     fn http_route(&mut self, gateways: &mut [GatewayEval], key: &Key, route: &HTTPRoute) {
+        let spec = &route.spec;
+        let kind = Kind::HTTPRoute;
+        let Some(a) = self.attach_all(gateways, key, kind, &spec.hostnames, &spec.parent_refs)
+        else {
+            return;
+        };
+        let resolved = if a.attached {
+            self.http_rules(key, route, &a.hosts, &a.protocols)
+        } else {
+            Cond::yes("ResolvedRefs", "ResolvedRefs")
+        };
+        let status = a.status(route.metadata.generation, resolved);
+        self.gateway_status
+            .http_routes
+            .insert(key.to_string(), status);
+    }
+
+    /// Attaches a route of `kind` to each of its parents; `None` when none is Weir's.
+    pub(super) fn attach_all<'r>(
+        &self,
+        gateways: &mut [GatewayEval],
+        key: &Key,
+        kind: Kind,
+        hostnames: &[String],
+        parent_refs: &'r [ParentReference],
+    ) -> Option<Attached<'r>> {
         let mut parents = Vec::new();
         // Every host (`None`) or these names, over every listener the route attached to.
         let mut hosts: Option<BTreeSet<String>> = Some(BTreeSet::new());
         let mut any_host = false;
         let mut protocols: Vec<ClientProtocol> = Vec::new();
-        for parent in &route.spec.parent_refs {
-            let Some((accepted, at)) =
-                self.attach(gateways, key, "HTTPRoute", &route.spec.hostnames, parent)
+        for parent in parent_refs {
+            let Some((accepted, at)) = self.attach(gateways, key, kind.as_str(), hostnames, parent)
             else {
                 continue;
             };
@@ -89,28 +141,17 @@ impl Translator<'_> {
             parents.push((parent, accepted));
         }
         if parents.is_empty() {
-            return;
+            return None;
         }
         if any_host {
             hosts = None;
         }
-        let attached = parents.iter().any(|(_, c)| c.holds());
-        let resolved = if attached {
-            let hosts: Vec<String> = hosts.into_iter().flatten().collect();
-            self.http_rules(key, route, &hosts, &protocols)
-        } else {
-            Cond::yes("ResolvedRefs", "ResolvedRefs")
-        };
-        let status = RouteStatus {
-            observed_generation: route.metadata.generation,
-            parents: parents
-                .into_iter()
-                .map(|(p, accepted)| parent_status(p, vec![accepted, resolved.clone()]))
-                .collect(),
-        };
-        self.gateway_status
-            .http_routes
-            .insert(key.to_string(), status);
+        Some(Attached {
+            attached: parents.iter().any(|(_, c)| c.holds()),
+            parents,
+            hosts: hosts.into_iter().flatten().collect(),
+            protocols,
+        })
     }
 
     /// Adds the routes of every rule; returns the route's `ResolvedRefs` condition.
@@ -129,7 +170,7 @@ impl Translator<'_> {
             route.spec.rules.as_slice()
         };
         for (ri, rule) in rules.iter().enumerate() {
-            let mut backends = self.http_backends(key, ri, &rule.backend_refs);
+            let mut backends = self.http_backends(Kind::HTTPRoute, key, ri, &rule.backend_refs);
             if let Some(c) = backends.unresolved.take() {
                 if resolved.holds() {
                     resolved = c;
@@ -152,7 +193,7 @@ impl Translator<'_> {
                 r.protocols = protocols.to_vec();
                 let mut entries = backends.entries.clone();
                 let mut edits = rule_edits.clone();
-                match self.http_filters(key, ri, &rule.filters, &r, m) {
+                match self.http_filters(Kind::HTTPRoute, key, ri, &rule.filters, &r, m) {
                     Ok((plugins, rewrites)) => {
                         self.apply_rewrites(&mut r, &mut edits, rewrites);
                         self.config.plugins.extend(plugins);
@@ -222,37 +263,27 @@ impl Translator<'_> {
         let priority = (i32::from(!methods.is_empty()) << 20)
             | ((header_matches.len().min(1023) as i32) << 10)
             | query_matches.len().min(1023) as i32;
-        Some(Route {
-            id: id.to_string(),
-            hosts: Vec::new(),
-            paths: vec![rule],
+        Some(new_route(
+            key,
+            id,
+            rule,
             methods,
-            headers: Default::default(),
-            protocols: Vec::new(),
-            https_redirect_status_code: 426,
-            strip_path: false,
-            // Backends get the client's Host unless a URLRewrite names another.
-            preserve_host: true,
-            priority,
-            host_header: None,
-            rewrite: None,
-            service: None,
-            upgrade_protocols: Vec::new(),
-            namespace: Some(key.namespace.clone()),
-            canary: None,
-            fallback: None,
-            access_log: true,
-            forwarded_prefix: None,
             header_matches,
             query_matches,
-            backends: Vec::new(),
-        })
+            priority,
+        ))
     }
 
     /// A rule's backendRefs as weighted services; those that cannot be used keep their share
     /// and answer it with 500, as the spec asks.
-    fn http_backends(&mut self, key: &Key, ri: usize, refs: &[HTTPBackendRef]) -> Backends {
-        let me = obj(Kind::HTTPRoute, key);
+    pub(super) fn http_backends(
+        &mut self,
+        route_kind: Kind,
+        key: &Key,
+        ri: usize,
+        refs: &[HTTPBackendRef],
+    ) -> Backends {
+        let me = obj(route_kind, key);
         let mut out = Backends {
             entries: Vec::new(),
             unresolved: None,
@@ -260,7 +291,7 @@ impl Translator<'_> {
         for (bi, b) in refs.iter().enumerate() {
             let field = format!("spec.rules[{ri}].backendRefs[{bi}]");
             let weight = b.weight.unwrap_or(1).max(0) as u32;
-            let service = match self.http_backend(key, b) {
+            let service = match self.http_backend(route_kind, key, b) {
                 Ok(id) => Some(id),
                 Err((cond, reason, message)) => {
                     self.problem(
@@ -283,6 +314,7 @@ impl Translator<'_> {
     /// The service id of one backendRef, or why it cannot be used.
     fn http_backend(
         &mut self,
+        route_kind: Kind,
         key: &Key,
         b: &HTTPBackendRef,
     ) -> Result<String, (Cond, Reason, String)> {
@@ -299,7 +331,7 @@ impl Translator<'_> {
         let ns = b.namespace.as_deref().unwrap_or(&key.namespace);
         if ns != key.namespace
             && !self.granted(
-                ("gateway", "HTTPRoute", &key.namespace),
+                ("gateway", route_kind.as_str(), &key.namespace),
                 ("", "Service", ns, &b.name),
             )
         {
@@ -336,15 +368,16 @@ impl Translator<'_> {
 
     /// A rule's filters as plugin entries of route `r`, and the rewrites they ask for.
     /// `Err` when a filter cannot be applied: the rule answers 500 rather than skip it.
-    fn http_filters(
+    pub(super) fn http_filters(
         &mut self,
+        route_kind: Kind,
         key: &Key,
         ri: usize,
         filters: &[HTTPRouteFilter],
         r: &Route,
         m: &HTTPRouteMatch,
     ) -> Result<(Vec<PluginConfig>, Rewrites), ()> {
-        let me = obj(Kind::HTTPRoute, key);
+        let me = obj(route_kind, key);
         let mut plugins = Vec::new();
         let mut rewrites = Rewrites::default();
         let entry = |name: &str, config: serde_json::Value| PluginConfig {
@@ -573,7 +606,7 @@ impl Translator<'_> {
 
     /// Service `id` with a rule's `edits`: the service itself when there are none, else a
     /// copy made once per distinct set of edits.
-    fn service_variant(&mut self, id: &str, edits: &ServiceEdits) -> String {
+    pub(super) fn service_variant(&mut self, id: &str, edits: &ServiceEdits) -> String {
         if edits.is_empty() {
             return id.to_string();
         }
@@ -605,7 +638,7 @@ impl Translator<'_> {
 /// What a rule changes about its backends' services: the upstream path prefix of a
 /// `ReplacePrefixMatch` rewrite, `timeouts` and `retry`.
 #[derive(Debug, Default, Clone, PartialEq)]
-struct ServiceEdits {
+pub(super) struct ServiceEdits {
     /// Prepended to the forwarded path.
     path: Option<String>,
     /// Milliseconds to wait for the response (`timeouts`).
@@ -616,9 +649,19 @@ struct ServiceEdits {
     retry_statuses: Vec<u16>,
     /// A try that timed out is retried (any `retry`: the spec retries backend timeouts).
     retry_timeouts: bool,
+    /// The backend is spoken to in gRPC (a GRPCRoute's), over TLS when the service has TLS.
+    grpc: bool,
 }
 
 impl ServiceEdits {
+    /// Only speaking gRPC to the backend (a GRPCRoute's backends).
+    pub fn grpc() -> ServiceEdits {
+        ServiceEdits {
+            grpc: true,
+            ..Default::default()
+        }
+    }
+
     fn is_empty(&self) -> bool {
         *self == ServiceEdits::default()
     }
@@ -641,6 +684,9 @@ impl ServiceEdits {
                 codes.join(",")
             ));
         }
+        if self.grpc {
+            parts.push("grpc".into());
+        }
         parts.join("~")
     }
 
@@ -659,6 +705,13 @@ impl ServiceEdits {
         }
         if self.retry_timeouts {
             s.retry_on.timeouts = true;
+        }
+        if self.grpc {
+            use weir_proxy::config::UpstreamProtocol as P;
+            s.protocol = match s.protocol {
+                P::Https | P::Grpcs => P::Grpcs,
+                P::Http | P::H2c | P::Grpc => P::Grpc,
+            };
         }
     }
 }
@@ -694,8 +747,46 @@ pub(super) fn duration_ms(text: &str) -> Option<u64> {
     (1..=4).contains(&parts).then_some(total)
 }
 
+/// A route of the table for one match of a Gateway API rule (without hosts, protocols and
+/// backends).
+pub(super) fn new_route(
+    key: &Key,
+    id: &str,
+    path: PathRule,
+    methods: Vec<String>,
+    header_matches: Vec<ValueMatch>,
+    query_matches: Vec<ValueMatch>,
+    priority: i32,
+) -> Route {
+    Route {
+        id: id.to_string(),
+        hosts: Vec::new(),
+        paths: vec![path],
+        methods,
+        headers: Default::default(),
+        protocols: Vec::new(),
+        https_redirect_status_code: 426,
+        strip_path: false,
+        // Backends get the client's Host unless a URLRewrite names another.
+        preserve_host: true,
+        priority,
+        host_header: None,
+        rewrite: None,
+        service: None,
+        upgrade_protocols: Vec::new(),
+        namespace: Some(key.namespace.clone()),
+        canary: None,
+        fallback: None,
+        access_log: true,
+        forwarded_prefix: None,
+        header_matches,
+        query_matches,
+        backends: Vec::new(),
+    }
+}
+
 /// A share of requests answered with 500.
-fn unusable() -> WeightedBackend {
+pub(super) fn unusable() -> WeightedBackend {
     WeightedBackend {
         service: None,
         weight: 1,
@@ -704,7 +795,7 @@ fn unusable() -> WeightedBackend {
 
 /// Sets a route's backends: one service directly (the same route an Ingress makes), several
 /// by weight, none usable as one 500 share.
-fn set_backends(r: &mut Route, entries: Vec<WeightedBackend>) {
+pub(super) fn set_backends(r: &mut Route, entries: Vec<WeightedBackend>) {
     let mut entries: Vec<WeightedBackend> = entries.into_iter().filter(|e| e.weight > 0).collect();
     if entries.is_empty() {
         entries.push(unusable());
@@ -728,7 +819,10 @@ fn matched_prefix(m: &HTTPRouteMatch) -> String {
 
 /// Header or query conditions; for headers (names any case) only the first of a name counts,
 /// as the spec says.
-fn value_matches(list: &[weir_crds::gateway::ValueMatch], headers: bool) -> Vec<ValueMatch> {
+pub(super) fn value_matches(
+    list: &[weir_crds::gateway::ValueMatch],
+    headers: bool,
+) -> Vec<ValueMatch> {
     let mut seen = BTreeSet::new();
     let mut out = Vec::new();
     for v in list {

@@ -13,6 +13,7 @@
 //! - [`status`]: the conditions, computed here, written by the leader or shown by the admin
 //!   API.
 
+mod grpc_route;
 pub mod hostnames;
 mod http_route;
 mod listeners;
@@ -30,7 +31,10 @@ use status::{ClassStatus, Cond, RouteParentStatus};
 
 /// The conformance features Weir supports, as `GatewayClass.status.supportedFeatures` lists
 /// them (sorted, as the spec asks).
-pub const SUPPORTED_FEATURES: [&str; 20] = [
+pub const SUPPORTED_FEATURES: [&str; 23] = [
+    "GRPCRoute",
+    "GRPCRouteNamedRouteRule",
+    "GRPCRouteRequestHeaderModifier",
     "Gateway",
     "HTTPRoute",
     "HTTPRoute303RedirectStatusCode",
@@ -111,6 +115,7 @@ impl Translator<'_> {
             });
         }
         self.http_routes(&mut gateways);
+        self.grpc_routes(&mut gateways);
         for g in &gateways {
             let gw = &store.gateways[&g.key];
             let status = listeners::gateway_status(gw.metadata.generation, &g.listeners);
@@ -245,6 +250,8 @@ fn parent_status(parent: &ParentReference, conditions: Vec<Cond>) -> RouteParent
 
 /// The id prefix of routes made from HTTPRoutes.
 pub(super) const HTTP_ROUTE_ID_PREFIX: &str = http_route::ID_PREFIX;
+/// The route id prefix of GRPCRoutes.
+pub(super) const GRPC_ROUTE_ID_PREFIX: &str = grpc_route::ID_PREFIX;
 
 #[cfg(test)]
 mod tests {
