@@ -4,6 +4,7 @@
     python3 bench/callgrind.py                 # Weir at 1 and 10,000 routes, nginx; 20,000 requests each
     python3 bench/callgrind.py --routes 1 --requests 5000 --keep --no-nginx
     python3 bench/callgrind.py --scenario plugins --routes 1 --weir /tmp/weir-old   # another build
+    python3 bench/callgrind.py --source ingress --source httproute --routes 1 --no-nginx
 
 Runs target/release/weir (1 worker, access log off), and nginx as the reference, each
 configured as bench/run.sh configures it (bench/weirbench.py's generators), under `valgrind --tool=callgrind`, a
@@ -14,6 +15,10 @@ instructions per request. Instruction counts do not depend on what else the mach
 so before/after comparisons of a change need no quiet machine. `--keep` leaves the callgrind
 file for `callgrind_annotate`. `--scenario plugins` enables the plugins scenario's plugins
 (bench/scenarios/50_plugins.py, globally) in both proxies; `--weir` measures another build.
+`--source ingress` / `--source httproute` make Weir's table from manifests instead (one
+Ingress rule, or one HTTPRoute on a Gateway, per route; translated by `weir standalone`
+outside valgrind, then served by `weir proxy` from the table it produced), so the same
+request's cost through an Ingress and through the equivalent HTTPRoute can be compared.
 """
 
 import argparse
@@ -58,8 +63,66 @@ def wait_port(port: int, limit: float = 60.0) -> None:
     raise SystemExit(f"port {port} did not open within {limit} s")
 
 
+def manifests(source: str, routes: int, up_port: int) -> str:
+    """`routes` prefix routes `/r/N` to one Service (its endpoint the echo upstream), as
+    Ingress rules or as HTTPRoute rules on a Gateway."""
+    docs = ["apiVersion: v1\nkind: Service\nmetadata: {name: echo, namespace: bench}\n"
+            "spec: {ports: [{name: http, port: 80}]}",
+            "apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata: {name: echo-1, "
+            "namespace: bench, labels: {kubernetes.io/service-name: echo}}\naddressType: IPv4\n"
+            f"ports: [{{name: http, port: {up_port}}}]\nendpoints:\n- addresses: [{HOST}]\n"
+            "  conditions: {ready: true}"]
+    if source == "ingress":
+        paths = "\n".join(f"      - {{path: /r/{i}, pathType: Prefix, backend: {{service: "
+                          "{name: echo, port: {name: http}}}}" for i in range(routes))
+        docs.append("apiVersion: networking.k8s.io/v1\nkind: Ingress\nmetadata: {name: bench, "
+                    "namespace: bench}\nspec:\n  ingressClassName: weir\n  rules:\n  - http:\n"
+                    f"      paths:\n{paths}")
+    else:
+        docs.append("apiVersion: gateway.networking.k8s.io/v1\nkind: GatewayClass\n"
+                    "metadata: {name: weir}\nspec: {controllerName: weir.dev/gateway-controller}")
+        docs.append("apiVersion: gateway.networking.k8s.io/v1\nkind: Gateway\nmetadata: {name: gw, "
+                    "namespace: bench}\nspec:\n  gatewayClassName: weir\n"
+                    "  listeners: [{name: http, port: 80, protocol: HTTP}]")
+        rules = "\n".join(f"  - matches: [{{path: {{type: PathPrefix, value: /r/{i}}}}}]\n"
+                          "    backendRefs: [{name: echo, port: 80}]" for i in range(routes))
+        docs.append("apiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\nmetadata: "
+                    "{name: bench, namespace: bench}\nspec:\n  parentRefs: [{name: gw}]\n"
+                    f"  rules:\n{rules}")
+    return "\n---\n".join(docs) + "\n"
+
+
+def translated_table(weir: Path, tmp: Path, source: str, routes: int, up_port: int) -> dict:
+    """The routing table `weir standalone` makes of `manifests(...)`, read from its admin API."""
+    folder = tmp / "manifests"
+    folder.mkdir()
+    (folder / "bench.yaml").write_text(manifests(source, routes, up_port))
+    admin = free_port()
+    proc = subprocess.Popen([weir, "standalone", folder, "--listen", f"{HOST}:{free_port()}",
+                             "--admin-listen", f"{HOST}:{admin}"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.time() + 60
+        while True:
+            try:
+                conn = http.client.HTTPConnection(HOST, admin, timeout=5)
+                conn.request("GET", "/config")
+                table = json.loads(conn.getresponse().read())
+                conn.close()
+                if len(table.get("routes", [])) == routes:
+                    return table
+            except (OSError, ValueError):
+                pass
+            if time.time() > deadline:
+                raise SystemExit(f"weir standalone did not serve {routes} {source} route(s)")
+            time.sleep(0.2)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
 def proxy_command(contender: str, tmp: Path, routes: int, up_port: int, port: int,
-                  plugins: list, weir: Path) -> list:
+                  plugins: list, weir: Path, source: str = "table") -> list:
     """The proxy under measurement, configured as bench/run.sh configures it (weirbench's
     generators): Weir with `routes` prefix routes, or nginx with its forwarding headers."""
     scn = {"routes": routes, "response": "small", "tls": False}
@@ -67,7 +130,10 @@ def proxy_command(contender: str, tmp: Path, routes: int, up_port: int, port: in
         spec = {"port": port, "upstream_port": up_port, "plugins": plugins}
         (tmp / "nginx.conf").write_text(weirbench.nginx_proxy_conf(tmp, scn, spec))
         return [NGINX, "-c", tmp / "nginx.conf", "-g", "master_process off;"]
-    table = weirbench.weir_table(scn, plugins, up_port)
+    if source == "table":
+        table = weirbench.weir_table(scn, plugins, up_port)
+    else:
+        table = translated_table(weir, tmp, source, routes, up_port)
     if any(p["name"] == "key-auth" for p in plugins):
         table["consumers"] = [
             {"id": f"c{i}", "credentials": [{"type": "key-auth", "id": f"c{i}-key",
@@ -80,7 +146,7 @@ def proxy_command(contender: str, tmp: Path, routes: int, up_port: int, port: in
 
 
 def run(contender: str, routes: int, requests: int, warmup: int, keep: bool,
-        cache_sim: bool, scenario: str = "small", weir: Path = WEIR) -> dict:
+        cache_sim: bool, scenario: str = "small", weir: Path = WEIR, source: str = "table") -> dict:
     tmp = Path(tempfile.mkdtemp(prefix="weir-callgrind-"))
     up_port, port = free_port(), free_port()
     out = tmp / "callgrind.out"
@@ -93,7 +159,7 @@ def run(contender: str, routes: int, requests: int, warmup: int, keep: bool,
             ["valgrind", "--tool=callgrind", "--compress-strings=no", "--instr-atstart=no",
              f"--cache-sim={'yes' if cache_sim else 'no'}", f"--callgrind-out-file={out}"]
             + proxy_command(contender, tmp, routes, up_port, port,
-                            SCENARIO_PLUGINS[scenario], weir),
+                            SCENARIO_PLUGINS[scenario], weir, source),
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
         wait_port(up_port)
         wait_port(port, 120)
@@ -135,6 +201,7 @@ def run(contender: str, routes: int, requests: int, warmup: int, keep: bool,
     totals = [int(x) for x in re.search(r"^(?:summary|totals): (.+)$", text, re.M).group(1).split()]
     per = dict(zip(events, totals))
     result = {"contender": contender, "scenario": scenario, "routes": routes, "requests": requests,
+              "source": source,
               "instructions_per_request": per["Ir"] // requests}
     if cache_sim:
         # Last-level misses stand in for the cache misses that more routes could cause.
@@ -159,18 +226,21 @@ def main() -> None:
                     help="small (no plugins), plugins (the plugins scenario's, global) or "
                     "key-auth (global key-auth, 1,000 consumers; use with --no-nginx)")
     ap.add_argument("--weir", type=Path, default=WEIR, help="the weir binary to measure")
+    ap.add_argument("--source", choices=["table", "ingress", "httproute"], action="append",
+                    help="where Weir's table comes from: weirbench's generator (default), or "
+                    "Ingress / HTTPRoute manifests translated by weir standalone (repeatable)")
     args = ap.parse_args()
     if not args.weir.exists():
         raise SystemExit("build first: cargo build --release")
     if not shutil.which("valgrind"):
         raise SystemExit("needs valgrind (apt-get install valgrind)")
-    runs = [("weir", n) for n in args.routes or [1, 10_000]]
+    runs = [("weir", n, src) for src in args.source or ["table"] for n in args.routes or [1, 10_000]]
     if not args.no_nginx:
-        runs.append(("nginx", 1))
+        runs.append(("nginx", 1, "table"))
     results = []
-    for contender, n in runs:
+    for contender, n, source in runs:
         r = run(contender, n, args.requests, max(args.warmup, n), args.keep, args.cache_sim,
-                args.scenario, args.weir)
+                args.scenario, args.weir, source)
         results.append(r)
         print(json.dumps(r), flush=True)
     ngx = next((r for r in results if r["contender"] == "nginx"), None)
@@ -178,7 +248,8 @@ def main() -> None:
         for r in results:
             if r["contender"] == "weir":
                 ratio = r["instructions_per_request"] / ngx["instructions_per_request"]
-                print(f"weir, {r['routes']} route(s): {ratio:.2f}x nginx's instructions per request")
+                print(f"weir ({r['source']}), {r['routes']} route(s): {ratio:.2f}x nginx's "
+                      "instructions per request")
 
 
 if __name__ == "__main__":

@@ -1391,3 +1391,80 @@ spec:
         }
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_host_belongs_to_its_most_specific_listener_only() {
+    let mut case = String::from(
+        "\
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: isolation, namespace: gateway-conformance-infra}
+spec:
+  gatewayClassName: weir
+  listeners:
+  - {name: empty-hostname, port: 80, protocol: HTTP, allowedRoutes: {namespaces: {from: All}}}
+  - {name: wildcard-example-com, port: 80, protocol: HTTP, hostname: '*.example.com', allowedRoutes: {namespaces: {from: All}}}
+  - {name: wildcard-foo-example-com, port: 80, protocol: HTTP, hostname: '*.foo.example.com', allowedRoutes: {namespaces: {from: All}}}
+  - {name: abc-foo-example-com, port: 80, protocol: HTTP, hostname: abc.foo.example.com, allowedRoutes: {namespaces: {from: All}}}
+",
+    );
+    for (i, listener) in [
+        "empty-hostname",
+        "wildcard-example-com",
+        "wildcard-foo-example-com",
+        "abc-foo-example-com",
+    ]
+    .iter()
+    .enumerate()
+    {
+        let backend = [
+            "infra-backend-v1",
+            "infra-backend-v2",
+            "infra-backend-v3",
+            "infra-backend-v1",
+        ][i];
+        case.push_str(&format!(
+            "---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {{name: attaches-to-{listener}, namespace: gateway-conformance-infra}}
+spec:
+  parentRefs: [{{name: isolation, sectionName: {listener}}}]
+  rules:
+  - matches: [{{path: {{type: PathPrefix, value: /{listener}}}}}]
+    backendRefs: [{{name: {backend}, port: 8080}}]
+"
+        ));
+    }
+    let bed = Bed::start(&case);
+    let c = client();
+    bed.route_status(
+        &c,
+        "gateway-conformance-infra/attaches-to-abc-foo-example-com",
+    )
+    .await;
+    let paths = [
+        "/empty-hostname",
+        "/wildcard-example-com",
+        "/wildcard-foo-example-com",
+        "/abc-foo-example-com",
+    ];
+    // (host, the one path served there); every other listener's path answers 404.
+    let cases = [
+        ("bar.com", "/empty-hostname"),
+        ("bar.example.com", "/wildcard-example-com"),
+        // `*.example.com` covers names several labels deep.
+        ("bar.baz.example.com", "/wildcard-example-com"),
+        ("bar.foo.example.com", "/wildcard-foo-example-com"),
+        ("x.y.foo.example.com", "/wildcard-foo-example-com"),
+        ("abc.foo.example.com", "/abc-foo-example-com"),
+        ("ABC.foo.example.com", "/abc-foo-example-com"),
+    ];
+    for (host, served) in cases {
+        for path in paths {
+            let r = bed.request(&c, host, path, &[]).await;
+            let want = if path == served { 200 } else { 404 };
+            assert_eq!(r.status, want, "{host}{path}");
+        }
+    }
+}

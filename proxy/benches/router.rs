@@ -43,6 +43,8 @@ fn routes(n: usize) -> Vec<Route> {
             header_matches: Vec::new(),
             query_matches: Vec::new(),
             backends: Vec::new(),
+            deep_wildcards: false,
+            excluded_hosts: Vec::new(),
         })
         .collect()
 }

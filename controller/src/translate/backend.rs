@@ -710,6 +710,8 @@ impl Translator<'_> {
                     header_matches: Vec::new(),
                     query_matches: Vec::new(),
                     backends: Vec::new(),
+                    deep_wildcards: false,
+                    excluded_hosts: Vec::new(),
                 })
             }
             Err((reason, m)) => {

@@ -184,6 +184,15 @@ pub struct Route {
     /// instead of `service`. An entry without a service answers its share with 500.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub backends: Vec<WeightedBackend>,
+    /// A `*.` host of this route also covers names several labels deep (`*.example.com`
+    /// matches `a.b.example.com`), as Gateway API host names do; otherwise one label, as an
+    /// Ingress's do.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub deep_wildcards: bool,
+    /// Hosts this route does not serve even where its own hosts cover them (exact names or
+    /// `*.` names, several labels deep): the names of more specific listeners of its Gateway.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub excluded_hosts: Vec<String>,
 }
 
 /// A condition on a named request value (a header or a query parameter).

@@ -437,6 +437,11 @@ impl Config {
                     errs.push("route", &r.id, format!("hosts[{i}]"), m);
                 }
             }
+            for (i, h) in r.excluded_hosts.iter().enumerate() {
+                if let Err(m) = check_host(h) {
+                    errs.push("route", &r.id, format!("excluded_hosts[{i}]"), m);
+                }
+            }
             for (i, p) in r.paths.iter().enumerate() {
                 if let Err(m) = check_path_rule(p) {
                     errs.push("route", &r.id, format!("paths[{i}].path"), m);

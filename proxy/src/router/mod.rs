@@ -96,19 +96,27 @@ impl Conditions {
             && self.values.iter().all(|c| c.holds(req))
     }
 
-    /// Each method list, header rule, header match and query match counts one.
+    /// Each method list, header rule, header match and query match counts one (excluded
+    /// hosts narrow where a route applies, not what it asks of a request).
     fn count(&self) -> usize {
-        usize::from(!self.methods.is_empty()) + self.headers.len() + self.values.len()
+        let values = self
+            .values
+            .iter()
+            .filter(|c| !matches!(c, ValueCondition::NotHost(_)))
+            .count();
+        usize::from(!self.methods.is_empty()) + self.headers.len() + values
     }
 }
 
-/// One `header_matches` or `query_matches` entry, compiled.
+/// One `header_matches` or `query_matches` entry, or the route's `excluded_hosts`, compiled.
 #[derive(Debug)]
 enum ValueCondition {
     /// A request header: any one of its field lines must pass.
     Header(HeaderName, ValueTest),
     /// A query parameter, by its percent-decoded name: its first occurrence must pass.
     Query(Box<[u8]>, ValueTest),
+    /// The request's host is none of these (lower case; a `*.` name covers any depth).
+    NotHost(Box<[Box<str>]>),
 }
 
 /// How a header or parameter value is compared.
@@ -155,7 +163,21 @@ impl ValueCondition {
                     },
                 }
             }
+            ValueCondition::NotHost(names) => !names.iter().any(|n| host_covers(n, req.host)),
         }
+    }
+}
+
+/// Whether host name `pattern` (lower case; `*.suffix` covers names of any depth under
+/// `suffix`) covers `host` (any case).
+fn host_covers(pattern: &str, host: &str) -> bool {
+    match pattern.strip_prefix('*') {
+        Some(dot_suffix) => {
+            host.len() > dot_suffix.len()
+                && host.is_char_boundary(host.len() - dot_suffix.len())
+                && host[host.len() - dot_suffix.len()..].eq_ignore_ascii_case(dot_suffix)
+        }
+        None => host.eq_ignore_ascii_case(pattern),
     }
 }
 
@@ -264,7 +286,15 @@ fn value_conditions(route: &Route) -> Result<Box<[ValueCondition]>, regex::Error
         .query_matches
         .iter()
         .map(|m| test(m).map(|t| ValueCondition::Query(m.name.as_bytes().into(), t)));
-    headers.chain(queries).collect()
+    let excluded = (!route.excluded_hosts.is_empty()).then(|| {
+        let names = route
+            .excluded_hosts
+            .iter()
+            .map(|h| h.to_ascii_lowercase().into())
+            .collect();
+        Ok(ValueCondition::NotHost(names))
+    });
+    headers.chain(queries).chain(excluded).collect()
 }
 
 /// A route at one place in a host table, ordered by priority, specificity, then declaration.
@@ -425,6 +455,8 @@ pub fn anchored_regex(pattern: &str) -> Result<Regex, regex::Error> {
 pub struct Router {
     exact_hosts: FnvMap<Box<str>, HostTable>,
     wildcard_hosts: FnvMap<Box<str>, HostTable>,
+    /// `*.` hosts of routes with `deep_wildcards`, by suffix.
+    deep_wildcard_hosts: FnvMap<Box<str>, HostTable>,
     any_host: HostTable,
     conditions: Vec<Conditions>,
     protocols: Vec<Vec<ClientProtocol>>,
@@ -490,15 +522,25 @@ impl Router {
                 for h in exact {
                     r.exact_hosts.entry(h).or_default();
                 }
+                let wildcards = if route.deep_wildcards {
+                    &mut r.deep_wildcard_hosts
+                } else {
+                    &mut r.wildcard_hosts
+                };
                 for h in wild {
-                    r.wildcard_hosts.entry(h).or_default();
+                    wildcards.entry(h).or_default();
                 }
                 for (h, t) in r.exact_hosts.iter_mut() {
                     if route.hosts.iter().any(|rh| rh.eq_ignore_ascii_case(h)) {
                         tables.push(t);
                     }
                 }
-                for (h, t) in r.wildcard_hosts.iter_mut() {
+                let wildcards = if route.deep_wildcards {
+                    &mut r.deep_wildcard_hosts
+                } else {
+                    &mut r.wildcard_hosts
+                };
+                for (h, t) in wildcards.iter_mut() {
                     if route.hosts.iter().any(|rh| {
                         rh.strip_prefix("*.")
                             .is_some_and(|s| s.eq_ignore_ascii_case(h))
@@ -552,13 +594,15 @@ impl Router {
             .exact_hosts
             .values_mut()
             .chain(r.wildcard_hosts.values_mut())
+            .chain(r.deep_wildcard_hosts.values_mut())
         {
             t.finish();
         }
         Ok(r)
     }
 
-    /// Finds the route for a request: exact host, then wildcard host, then host-less routes.
+    /// Finds the route for a request: exact host, then wildcard hosts from the longest suffix
+    /// (one label deep, then any depth, at each length), then host-less routes.
     pub fn lookup(&self, req: &RequestView<'_>) -> Lookup {
         let lower;
         let host = if req.host.bytes().any(|b| b.is_ascii_uppercase()) {
@@ -573,9 +617,24 @@ impl Router {
             .and_then(|t| t.lookup(req, &self.conditions))
             .or_else(|| {
                 let (_, suffix) = host.split_once('.')?;
-                self.wildcard_hosts
-                    .get(suffix)?
-                    .lookup(req, &self.conditions)
+                let one_label = self
+                    .wildcard_hosts
+                    .get(suffix)
+                    .and_then(|t| t.lookup(req, &self.conditions));
+                if one_label.is_some() || self.deep_wildcard_hosts.is_empty() {
+                    return one_label;
+                }
+                let mut rest = suffix;
+                loop {
+                    if let Some(m) = self
+                        .deep_wildcard_hosts
+                        .get(rest)
+                        .and_then(|t| t.lookup(req, &self.conditions))
+                    {
+                        return Some(m);
+                    }
+                    rest = rest.split_once('.')?.1;
+                }
             })
             .or_else(|| self.any_host.lookup(req, &self.conditions));
         match found {
@@ -669,6 +728,43 @@ mod tests {
             re.is_match("/b/c") && !re.is_match("/c/b"),
             "anchored as a whole"
         );
+    }
+
+    #[test]
+    fn deep_wildcards_cover_any_depth_and_the_longest_suffix_wins() {
+        let r = router(
+            "routes:
+- {id: ingress, hosts: ['*.example.com'], paths: [{path: /i}]}
+- {id: gw, hosts: ['*.example.com'], deep_wildcards: true}
+- {id: gw-foo, hosts: ['*.foo.example.com'], deep_wildcards: true}
+- {id: any}",
+        );
+        // One label: the Ingress's wildcard, then the Gateway's.
+        assert_eq!(id(&r, "a.example.com", "/i"), Some("ingress".into()));
+        assert_eq!(id(&r, "a.example.com", "/x"), Some("gw".into()));
+        // Several labels: only the deep ones; the longest suffix first.
+        assert_eq!(id(&r, "a.b.example.com", "/i"), Some("gw".into()));
+        assert_eq!(id(&r, "x.y.foo.example.com", "/"), Some("gw-foo".into()));
+        assert_eq!(id(&r, "A.Foo.Example.com", "/"), Some("gw-foo".into()));
+        assert_eq!(id(&r, "example.com", "/"), Some("any".into()));
+    }
+
+    #[test]
+    fn excluded_hosts_leave_a_request_to_other_routes() {
+        let r = router(
+            "routes:
+- {id: catch-all, excluded_hosts: ['*.example.com', abc.other.org]}
+- {id: wild, hosts: ['*.example.com'], deep_wildcards: true, excluded_hosts: [abc.foo.example.com]}",
+        );
+        assert_eq!(id(&r, "bar.org", "/"), Some("catch-all".into()));
+        assert_eq!(id(&r, "abc.other.org", "/"), None);
+        assert_eq!(id(&r, "ABC.other.org", "/"), None);
+        assert_eq!(id(&r, "x.example.com", "/"), Some("wild".into()));
+        assert_eq!(id(&r, "abc.foo.example.com", "/"), None, "neither serves it");
+        assert_eq!(id(&r, "xabc.foo.example.com", "/"), Some("wild".into()));
+        assert!(!host_covers("*.example.com", "example.com"));
+        assert!(!host_covers("*.example.com", "badexample.com"));
+        assert!(host_covers("*.example.com", "a.b.EXAMPLE.com"));
     }
 
     #[test]

@@ -139,6 +139,7 @@ impl Translator<'_> {
                 );
                 r.hosts = at.hosts.clone();
                 r.protocols = at.protocols.clone();
+                r.excluded_hosts = at.excluded.clone();
                 let mut entries = backends.entries.clone();
                 let filters = self.http_filters(
                     Kind::GRPCRoute,

@@ -46,6 +46,8 @@ pub(super) struct Attached<'r> {
     pub hosts: Vec<String>,
     /// The listener protocols it is served on.
     pub protocols: Vec<ClientProtocol>,
+    /// Host names its routes leave to more specific listeners of the same Gateways.
+    pub excluded: Vec<String>,
 }
 
 impl Attached<'_> {
@@ -96,7 +98,7 @@ impl Translator<'_> {
             return;
         };
         let resolved = if a.attached {
-            self.http_rules(key, route, &a.hosts, &a.protocols)
+            self.http_rules(key, route, &a.hosts, &a.protocols, &a.excluded)
         } else {
             Cond::yes("ResolvedRefs", "ResolvedRefs")
         };
@@ -120,6 +122,8 @@ impl Translator<'_> {
         let mut hosts: Option<BTreeSet<String>> = Some(BTreeSet::new());
         let mut any_host = false;
         let mut protocols: Vec<ClientProtocol> = Vec::new();
+        // (gateway, listener) pairs the route attached to.
+        let mut on: BTreeSet<(usize, usize)> = BTreeSet::new();
         for parent in parent_refs {
             let Some((accepted, at)) = self.attach(gateways, key, kind.as_str(), hostnames, parent)
             else {
@@ -127,6 +131,7 @@ impl Translator<'_> {
             };
             if let Some(at) = at {
                 for (i, names) in at.listeners {
+                    on.insert((at.gateway, i));
                     let l = &gateways[at.gateway].listeners[i];
                     if let Some(p) = l.served_as.filter(|p| !protocols.contains(p)) {
                         protocols.push(p);
@@ -151,6 +156,7 @@ impl Translator<'_> {
             parents,
             hosts: hosts.into_iter().flatten().collect(),
             protocols,
+            excluded: isolated_from(gateways, &on),
         })
     }
 
@@ -161,6 +167,7 @@ impl Translator<'_> {
         route: &HTTPRoute,
         hosts: &[String],
         protocols: &[ClientProtocol],
+        excluded: &[String],
     ) -> Cond {
         let mut resolved = Cond::yes("ResolvedRefs", "ResolvedRefs");
         let default_rule = Default::default();
@@ -191,6 +198,7 @@ impl Translator<'_> {
                 };
                 r.hosts = hosts.to_vec();
                 r.protocols = protocols.to_vec();
+                r.excluded_hosts = excluded.to_vec();
                 let mut entries = backends.entries.clone();
                 let mut edits = rule_edits.clone();
                 match self.http_filters(Kind::HTTPRoute, key, ri, &rule.filters, &r, m) {
@@ -747,6 +755,46 @@ pub(super) fn duration_ms(text: &str) -> Option<u64> {
     (1..=4).contains(&parts).then_some(total)
 }
 
+/// Listener isolation: the host names of listeners more specific than one a route attached
+/// to (same Gateway, same socket), which the route must not serve: a request for
+/// `a.example.com` belongs to a listener `a.example.com` alone, not also to `*.example.com` or
+/// to a listener without a host name. Names that cover a listener the route is itself on are
+/// left out, so a route on several listeners of one Gateway serves each one's names.
+fn isolated_from(gateways: &[GatewayEval], on: &BTreeSet<(usize, usize)>) -> Vec<String> {
+    use super::hostnames::covers;
+    let mut excluded: BTreeSet<String> = BTreeSet::new();
+    let narrower = |wide: Option<&str>, name: &str| match wide {
+        None => true,
+        Some(w) => covers(w, name),
+    };
+    for &(g, i) in on {
+        let listeners = &gateways[g].listeners;
+        let mine = &listeners[i];
+        for (j, other) in listeners.iter().enumerate() {
+            let Some(name) = other.hostname.as_deref() else {
+                continue;
+            };
+            if j != i
+                && !on.contains(&(g, j))
+                && other.usable()
+                && other.served_as == mine.served_as
+                && narrower(mine.hostname.as_deref(), name)
+            {
+                excluded.insert(name.to_string());
+            }
+        }
+    }
+    excluded.retain(|e| {
+        !on.iter().any(|&(g, i)| {
+            let l = &gateways[g].listeners[i];
+            l.hostname
+                .as_deref()
+                .is_some_and(|h| h == e || covers(e, h))
+        })
+    });
+    excluded.into_iter().collect()
+}
+
 /// A route of the table for one match of a Gateway API rule (without hosts, protocols and
 /// backends).
 pub(super) fn new_route(
@@ -782,6 +830,9 @@ pub(super) fn new_route(
         header_matches,
         query_matches,
         backends: Vec::new(),
+        // Gateway API host names: `*.` covers any depth.
+        deep_wildcards: true,
+        excluded_hosts: Vec::new(),
     }
 }
 

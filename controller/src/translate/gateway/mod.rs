@@ -31,11 +31,12 @@ use status::{ClassStatus, Cond, RouteParentStatus};
 
 /// The conformance features Weir supports, as `GatewayClass.status.supportedFeatures` lists
 /// them (sorted, as the spec asks).
-pub const SUPPORTED_FEATURES: [&str; 23] = [
+pub const SUPPORTED_FEATURES: [&str; 24] = [
     "GRPCRoute",
     "GRPCRouteNamedRouteRule",
     "GRPCRouteRequestHeaderModifier",
     "Gateway",
+    "GatewayHTTPListenerIsolation",
     "HTTPRoute",
     "HTTPRoute303RedirectStatusCode",
     "HTTPRoute307RedirectStatusCode",
