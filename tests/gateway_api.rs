@@ -1468,3 +1468,131 @@ spec:
         }
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mirrors_get_copies_whose_answers_are_thrown_away() {
+    use common::recorder::{response, Server};
+    // Two mirrors: one answers slowly with an error, the other records; neither shows.
+    let mirror = Server::start(|_| response(500, "", "mirror answer"));
+    let slow = Server::start(|_| {
+        std::thread::sleep(Duration::from_millis(1500));
+        response(503, "", "slow")
+    });
+    let case = format!(
+        "\
+apiVersion: v1
+kind: Service
+metadata: {{name: mirror, namespace: gateway-conformance-infra}}
+spec: {{ports: [{{name: http, port: 8080}}]}}
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata: {{name: mirror-1, namespace: gateway-conformance-infra, labels: {{kubernetes.io/service-name: mirror}}}}
+addressType: IPv4
+ports: [{{name: http, port: {mirror}}}]
+endpoints: [{{addresses: [127.0.0.1], conditions: {{ready: true}}}}]
+---
+apiVersion: v1
+kind: Service
+metadata: {{name: slow, namespace: gateway-conformance-infra}}
+spec: {{ports: [{{name: http, port: 8080}}]}}
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata: {{name: slow-1, namespace: gateway-conformance-infra, labels: {{kubernetes.io/service-name: slow}}}}
+addressType: IPv4
+ports: [{{name: http, port: {slow}}}]
+endpoints: [{{addresses: [127.0.0.1], conditions: {{ready: true}}}}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {{name: mirror, namespace: gateway-conformance-infra}}
+spec:
+  parentRefs: [{{name: same-namespace}}]
+  rules:
+  - matches: [{{path: {{type: PathPrefix, value: /mirror}}}}]
+    filters:
+    - {{type: RequestHeaderModifier, requestHeaderModifier: {{set: [{{name: x-edited, value: 'yes'}}]}}}}
+    - {{type: RequestMirror, requestMirror: {{backendRef: {{name: mirror, port: 8080}}}}}}
+    - {{type: RequestMirror, requestMirror: {{backendRef: {{name: slow, port: 8080}}}}}}
+    backendRefs: [{{name: infra-backend-v1, port: 8080}}]
+  - matches: [{{path: {{type: PathPrefix, value: /half}}}}]
+    filters:
+    - {{type: RequestMirror, requestMirror: {{backendRef: {{name: mirror, port: 8080}}, fraction: {{numerator: 1, denominator: 2}}}}}}
+    backendRefs: [{{name: infra-backend-v1, port: 8080}}]
+  - matches: [{{path: {{type: PathPrefix, value: /nowhere}}}}]
+    filters:
+    - {{type: RequestMirror, requestMirror: {{backendRef: {{name: missing, port: 8080}}}}}}
+    backendRefs: [{{name: infra-backend-v1, port: 8080}}]
+",
+        mirror = mirror.port,
+        slow = slow.port
+    );
+    let bed = Bed::start(&case);
+    let c = client();
+    let s = bed
+        .route_status(&c, "gateway-conformance-infra/mirror")
+        .await;
+    let p = parent(&s, "gateway-conformance-infra/mirror", "same-namespace");
+    // The missing mirror Service is reported; the rule is served without it.
+    assert_eq!(
+        cond_of(&p["conditions"], "ResolvedRefs"),
+        no("BackendNotFound")
+    );
+    let started = std::time::Instant::now();
+    let r = bed
+        .request(&c, "mirror.example", "/mirror/a?q=1", &[])
+        .await;
+    served_by(&r, "infra-backend-v1");
+    assert!(
+        started.elapsed() < Duration::from_millis(1200),
+        "the slow mirror does not hold the answer up: {:?}",
+        started.elapsed()
+    );
+    let seen = (0..100)
+        .find_map(|_| {
+            std::thread::sleep(Duration::from_millis(20));
+            mirror.seen().pop()
+        })
+        .expect("the mirror got its copy");
+    assert_eq!(seen.request_line(), "GET /mirror/a?q=1 HTTP/1.1");
+    assert_eq!(seen.header("host").as_deref(), Some("mirror.example"));
+    assert_eq!(
+        seen.header("x-edited").as_deref(),
+        Some("yes"),
+        "after the filters"
+    );
+    // A body the proxy holds whole is copied too.
+    let r = send(
+        &c,
+        "POST",
+        &bed.weir.url("/mirror/post"),
+        &[("host", "mirror.example")],
+        &b"payload"[..],
+    )
+    .await;
+    assert_eq!(r.status, 200);
+    let post = (0..100)
+        .find_map(|_| {
+            std::thread::sleep(Duration::from_millis(20));
+            mirror
+                .seen()
+                .into_iter()
+                .find(|s| s.request_line().starts_with("POST"))
+        })
+        .expect("the POST copy");
+    assert_eq!(post.body, b"payload");
+    // Half the requests: within the binomial's bounds for 400 tries (p < 1e-6 outside).
+    let before = mirror.count();
+    for i in 0..400 {
+        let r = bed
+            .request(&c, "mirror.example", &format!("/half/{i}"), &[])
+            .await;
+        assert_eq!(r.status, 200);
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    let copies = mirror.count() - before;
+    assert!((150..=250).contains(&copies), "{copies} of 400 mirrored");
+    let r = bed.request(&c, "mirror.example", "/nowhere", &[]).await;
+    served_by(&r, "infra-backend-v1");
+}

@@ -45,6 +45,7 @@ fn routes(n: usize) -> Vec<Route> {
             backends: Vec::new(),
             deep_wildcards: false,
             excluded_hosts: Vec::new(),
+            mirrors: Vec::new(),
         })
         .collect()
 }

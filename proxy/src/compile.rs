@@ -23,6 +23,7 @@ use crate::router::Router;
 use crate::server::backends::Backends;
 use crate::server::canary::CompiledCanary;
 use crate::server::fallback::CompiledFallback;
+use crate::server::mirror::CompiledMirror;
 use crate::tls::CertStore;
 use crate::upstream::{Alpn as TlsAlpn, PoolKey, TlsClient, TlsSettings};
 
@@ -85,6 +86,8 @@ pub struct CompiledRoute {
     pub backends: Option<Box<Backends>>,
     /// `X-Forwarded-Prefix` for the upstream (wins over the stripped prefix).
     pub forwarded_prefix: Option<Box<str>>,
+    /// Services that get a copy of the route's requests.
+    pub mirrors: Box<[CompiledMirror]>,
 }
 
 /// A service, ready for requests.
@@ -366,7 +369,19 @@ impl Runtime {
                             .expect("one weighted entry")
                     })))
                 };
+                let mirrors = r
+                    .mirrors
+                    .iter()
+                    .enumerate()
+                    .map(|(i, m)| {
+                        Ok::<_, Vec<ConfigError>>(CompiledMirror {
+                            service: index(&format!("mirrors[{i}].service"), &m.service)?,
+                            per_million: (m.percent * 10_000.0).round() as u32,
+                        })
+                    })
+                    .collect::<Result<Box<[_]>, _>>()?;
                 Ok(CompiledRoute {
+                    mirrors,
                     id: r.id.as_str().into(),
                     strip_path: r.strip_path,
                     preserve_host: r.preserve_host,

@@ -609,6 +609,7 @@ impl Translator<'_> {
             backends: Vec::new(),
             deep_wildcards: false,
             excluded_hosts: Vec::new(),
+            mirrors: Vec::new(),
         });
     }
 }

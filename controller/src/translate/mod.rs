@@ -328,12 +328,14 @@ impl Translator<'_> {
                 let canary = r.canary.as_ref().map(|x| x.service.clone());
                 let fallback = r.fallback.as_ref().map(|x| x.service.clone());
                 let weighted = r.backends.iter().filter_map(|b| b.service.clone());
+                let mirrors = r.mirrors.iter().map(|m| m.service.clone());
                 r.service
                     .clone()
                     .into_iter()
                     .chain(canary)
                     .chain(fallback)
                     .chain(weighted)
+                    .chain(mirrors)
             })
             .chain(c.plugins.iter().filter_map(|p| p.service.clone()))
             .collect();

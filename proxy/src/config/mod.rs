@@ -193,6 +193,24 @@ pub struct Route {
     /// `*.` names, several labels deep): the names of more specific listeners of its Gateway.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub excluded_hosts: Vec<String>,
+    /// Services that get a copy of the route's requests, whose answers are thrown away.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub mirrors: Vec<RouteMirror>,
+}
+
+/// A service that gets a copy of a share of a route's requests.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RouteMirror {
+    /// The service's id.
+    pub service: String,
+    /// The share of requests copied, 0 to 100.
+    #[serde(default = "hundred")]
+    pub percent: f64,
+}
+
+fn hundred() -> f64 {
+    100.0
 }
 
 /// A condition on a named request value (a header or a query parameter).

@@ -556,6 +556,24 @@ impl Config {
                     }
                 }
             }
+            for (i, m) in r.mirrors.iter().enumerate() {
+                if !service_ids.contains(m.service.as_str()) {
+                    errs.push(
+                        "route",
+                        &r.id,
+                        format!("mirrors[{i}].service"),
+                        format!("no service with id {:?}", m.service),
+                    );
+                }
+                if !(0.0..=100.0).contains(&m.percent) {
+                    errs.push(
+                        "route",
+                        &r.id,
+                        format!("mirrors[{i}].percent"),
+                        format!("{} is not between 0 and 100", m.percent),
+                    );
+                }
+            }
             if !matches!(r.https_redirect_status_code, 301 | 302 | 307 | 308 | 426) {
                 errs.push(
                     "route",

@@ -760,7 +760,11 @@ mod tests {
         assert_eq!(id(&r, "abc.other.org", "/"), None);
         assert_eq!(id(&r, "ABC.other.org", "/"), None);
         assert_eq!(id(&r, "x.example.com", "/"), Some("wild".into()));
-        assert_eq!(id(&r, "abc.foo.example.com", "/"), None, "neither serves it");
+        assert_eq!(
+            id(&r, "abc.foo.example.com", "/"),
+            None,
+            "neither serves it"
+        );
         assert_eq!(id(&r, "xabc.foo.example.com", "/"), Some("wild".into()));
         assert!(!host_covers("*.example.com", "example.com"));
         assert!(!host_covers("*.example.com", "badexample.com"));

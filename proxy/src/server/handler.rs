@@ -448,8 +448,11 @@ pub async fn handle(
         && asked_upgrade.is_none()
         && headers::is_idempotent(&head.method);
     let keep_limit = p.shared.opts.max_retry_body;
+    // A mirrored route's requests are copied with their bodies: a small one is read first,
+    // as for retries (a large upload streams, and is not copied).
+    let mirrored_route = !route.mirrors.is_empty() && asked_upgrade.is_none();
     let mut body = body;
-    if replayable
+    if (replayable || mirrored_route)
         && body.as_ref().is_some_and(|b| !b.is_end_stream())
         && content_length(&head).is_some_and(|n| n <= keep_limit.min(buffered_limit(max_body, &p)))
         && !pipeline::reads_request_body(&p.s.ctx)
@@ -467,6 +470,8 @@ pub async fn handle(
     }
     let early = early.or_else(|| p.s.ctx.request_body.take());
     let mut kept: Option<bytes::Bytes> = None;
+    // The body as a mirror copy carries it, when it is whole in memory (see `mirror`).
+    let mut mirrored: Option<bytes::Bytes> = None;
     let body = match body {
         // request_body: the plugins that read bodies see it (also an empty one: a plugin that
         // requires a body must see it missing) before anything goes upstream.
@@ -501,6 +506,7 @@ pub async fn handle(
                     if replayable && read.bytes.len() as u64 <= keep_limit {
                         kept = Some(read.bytes.clone());
                     }
+                    mirrored = Some(read.bytes.clone());
                     UpstreamBody::full(read.bytes).with_trailers(trailers)
                 }
                 Err(stop) => return body_stopped(p, stop, limit),
@@ -513,6 +519,7 @@ pub async fn handle(
             if replayable && bytes.len() as u64 <= keep_limit {
                 kept = Some(bytes.clone());
             }
+            mirrored = Some(bytes.clone());
             UpstreamBody::full(bytes).with_trailers(p.s.request_trailers.take().map(|t| *t))
         }
         Some(body) if !body.is_end_stream() => {
@@ -524,6 +531,7 @@ pub async fn handle(
             if replayable {
                 kept = Some(bytes::Bytes::new());
             }
+            mirrored = Some(bytes::Bytes::new());
             UpstreamBody::empty()
         }
     };
@@ -546,6 +554,9 @@ pub async fn handle(
     if let Some(page) = error_page.as_mut() {
         page.method = head.method.clone();
         page.headers = head.headers.clone();
+    }
+    if let (true, Some(copy)) = (mirrored_route, &mirrored) {
+        super::mirror::spawn(&rt, route, &head, &added, copy);
     }
     let mut request = Request::from_parts(head, body);
 
@@ -1300,7 +1311,7 @@ fn millis_value(ms: u64) -> HeaderValue {
     }
 }
 
-fn set_absolute_uri(req: &mut Request<UpstreamBody>, target: &str, tls: bool) {
+pub(super) fn set_absolute_uri(req: &mut Request<UpstreamBody>, target: &str, tls: bool) {
     let pq = req
         .uri()
         .path_and_query()
@@ -1442,6 +1453,7 @@ mod tests {
 
     fn route(strip: bool) -> CompiledRoute {
         CompiledRoute {
+            mirrors: Box::new([]),
             id: "r".into(),
             strip_path: strip,
             preserve_host: false,

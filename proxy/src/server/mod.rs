@@ -11,6 +11,7 @@ pub mod grpc;
 pub(crate) mod h1;
 mod handler;
 pub mod headers;
+pub mod mirror;
 mod tunnel;
 
 use std::convert::Infallible;

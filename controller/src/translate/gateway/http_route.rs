@@ -16,8 +16,8 @@ use weir_crds::gateway::{
     ParentReference, PathModifier,
 };
 use weir_proxy::config::{
-    check_path_rule, ClientProtocol, PathKind, PathRule, PluginConfig, Route, ValueMatch,
-    ValueMatchKind, WeightedBackend,
+    check_path_rule, ClientProtocol, PathKind, PathRule, PluginConfig, Route, RouteMirror,
+    ValueMatch, ValueMatchKind, WeightedBackend,
 };
 
 use super::status::{Cond, RouteStatus};
@@ -34,6 +34,11 @@ pub(in crate::translate) const ID_PREFIX: &str = "httproute:";
 pub(super) struct Rewrites {
     host: Option<String>,
     path: Option<PathModifier>,
+    /// `RequestMirror` filters whose backend could be used.
+    mirrors: Vec<RouteMirror>,
+    /// Why a mirror's backend cannot be used (`ResolvedRefs: False`; the rule is served
+    /// without that mirror).
+    pub unresolved: Option<Cond>,
 }
 
 /// Where a route attached: its parents that are Weir's, and what its routes serve.
@@ -202,7 +207,12 @@ impl Translator<'_> {
                 let mut entries = backends.entries.clone();
                 let mut edits = rule_edits.clone();
                 match self.http_filters(Kind::HTTPRoute, key, ri, &rule.filters, &r, m) {
-                    Ok((plugins, rewrites)) => {
+                    Ok((plugins, mut rewrites)) => {
+                        if let Some(c) = rewrites.unresolved.take() {
+                            if resolved.holds() {
+                                resolved = c;
+                            }
+                        }
                         self.apply_rewrites(&mut r, &mut edits, rewrites);
                         self.config.plugins.extend(plugins);
                     }
@@ -453,6 +463,14 @@ impl Translator<'_> {
                     rewrites.host = u.hostname.clone();
                     rewrites.path = u.path.clone();
                 }),
+                "RequestMirror" => f.request_mirror.as_ref().map(|m| {
+                    match self.mirror(route_kind, key, &field, m) {
+                        Ok(mirror) => rewrites.mirrors.push(mirror),
+                        Err(cond) => {
+                            rewrites.unresolved.get_or_insert(cond);
+                        }
+                    }
+                }),
                 "ExtensionRef" => match f.extension_ref.as_ref() {
                     Some(x) if x.group == weir_crds::GROUP && x.kind == "Plugin" => {
                         let pref = super::super::plugins::PluginRef::Namespaced(Key::new(
@@ -541,6 +559,55 @@ impl Translator<'_> {
         Ok((plugins, rewrites))
     }
 
+    /// A `RequestMirror` filter's mirror, or the `ResolvedRefs` condition saying why its
+    /// backend cannot be used (reported; the rule is served without it).
+    fn mirror(
+        &mut self,
+        route_kind: Kind,
+        key: &Key,
+        field: &str,
+        m: &serde_json::Value,
+    ) -> Result<RouteMirror, Cond> {
+        let me = obj(route_kind, key);
+        let backend: HTTPBackendRef =
+            serde_json::from_value(m["backendRef"].clone()).unwrap_or_default();
+        let percent = match (m["percent"].as_f64(), m.get("fraction")) {
+            (Some(p), _) => p,
+            (None, Some(f)) => {
+                let n = f["numerator"].as_f64().unwrap_or(0.0);
+                let d = f["denominator"].as_f64().unwrap_or(100.0);
+                if d > 0.0 {
+                    n / d * 100.0
+                } else {
+                    0.0
+                }
+            }
+            (None, None) => 100.0,
+        };
+        if !(0.0..=100.0).contains(&percent) {
+            let m = format!("the share mirrored, {percent}%, is not between 0 and 100");
+            self.problem(
+                me,
+                Reason::Unsupported,
+                field.to_string(),
+                format!("{m}; not mirrored"),
+            );
+            return Err(Cond::no("ResolvedRefs", "UnsupportedValue", m));
+        }
+        match self.http_backend(route_kind, key, &backend) {
+            Ok(service) => Ok(RouteMirror { service, percent }),
+            Err((cond, reason, m)) => {
+                self.problem(
+                    me,
+                    reason,
+                    format!("{field}.requestMirror.backendRef"),
+                    format!("{m}; requests are not mirrored there"),
+                );
+                Err(cond)
+            }
+        }
+    }
+
     /// What a rule's `timeouts` and `retry` change about its backends' services; a value Weir
     /// cannot read is reported and left out.
     fn rule_edits(&mut self, key: &Key, ri: usize, rule: &HTTPRouteRule) -> ServiceEdits {
@@ -590,6 +657,7 @@ impl Translator<'_> {
 
     /// Applies a URLRewrite to a route, and to its backends through `edits`.
     fn apply_rewrites(&mut self, r: &mut Route, edits: &mut ServiceEdits, w: Rewrites) {
+        r.mirrors = w.mirrors;
         if let Some(h) = w.host {
             r.host_header = Some(h);
         }
@@ -833,6 +901,7 @@ pub(super) fn new_route(
         // Gateway API host names: `*.` covers any depth.
         deep_wildcards: true,
         excluded_hosts: Vec::new(),
+        mirrors: Vec::new(),
     }
 }
 

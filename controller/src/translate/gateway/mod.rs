@@ -31,7 +31,7 @@ use status::{ClassStatus, Cond, RouteParentStatus};
 
 /// The conformance features Weir supports, as `GatewayClass.status.supportedFeatures` lists
 /// them (sorted, as the spec asks).
-pub const SUPPORTED_FEATURES: [&str; 24] = [
+pub const SUPPORTED_FEATURES: [&str; 27] = [
     "GRPCRoute",
     "GRPCRouteNamedRouteRule",
     "GRPCRouteRequestHeaderModifier",
@@ -52,6 +52,9 @@ pub const SUPPORTED_FEATURES: [&str; 24] = [
     "HTTPRoutePathRewrite",
     "HTTPRoutePortRedirect",
     "HTTPRouteQueryParamMatching",
+    "HTTPRouteRequestMirror",
+    "HTTPRouteRequestMultipleMirrors",
+    "HTTPRouteRequestPercentageMirror",
     "HTTPRouteResponseHeaderModification",
     "HTTPRouteRetry",
     "HTTPRouteSchemeRedirect",

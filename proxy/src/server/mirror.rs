@@ -1,0 +1,123 @@
+//! Request mirroring: a copy of a route's request goes to each of its mirror services (all of
+//! them, or a share of requests each), and the copy's answer is read and thrown away.
+//!
+//! The copy runs on its own task once the request is ready to go upstream, so it never delays
+//! the client's request or its answer, and its failures are only counted and logged (debug).
+//! It is the request as the upstream gets it (after the plugins' edits), with its body: a
+//! declared body of at most `--max-retry-body` is read before the request goes upstream (as
+//! for retries), so that it can be copied. A larger or chunked body streams through and the
+//! request is not copied, rather than held back or buffered for the mirror; nor is a
+//! protocol upgrade (a WebSocket).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{header, Request};
+use http_body_util::BodyExt;
+
+use crate::compile::{CompiledRoute, Runtime};
+use crate::upstream::{self, Added, UpstreamBody};
+
+/// Longest a copy may take, connection to last byte of the answer, whatever the service's
+/// own timeouts: a slow mirror must not pile up copies.
+const MIRROR_DEADLINE: Duration = Duration::from_secs(30);
+
+/// One mirror of a compiled route.
+#[derive(Debug, Clone, Copy)]
+pub struct CompiledMirror {
+    /// The mirror service's index.
+    pub service: usize,
+    /// The share of requests copied, in millionths (1,000,000: every request).
+    pub per_million: u32,
+}
+
+/// Sends the copies `route` asks for of a request with this head and body, each on its own
+/// task. `added` are the proxy's own request headers (`X-Forwarded-*`, …).
+pub fn spawn(
+    rt: &Arc<Runtime>,
+    route: &CompiledRoute,
+    head: &http::request::Parts,
+    added: &Added,
+    body: &Bytes,
+) {
+    for m in route.mirrors.iter() {
+        if m.per_million < 1_000_000 && fastrand::u32(0..1_000_000) >= m.per_million {
+            continue;
+        }
+        let mut headers = head.headers.clone();
+        for (name, value) in added.iter() {
+            headers.append(name.clone(), value.clone());
+        }
+        let copy = Copy {
+            method: head.method.clone(),
+            uri: head.uri.clone(),
+            headers,
+            body: body.clone(),
+            host_header: route.host_header.clone(),
+            preserve_host: route.preserve_host,
+        };
+        let rt = rt.clone();
+        let service = m.service;
+        tokio::spawn(async move {
+            let id = rt.services[service].id.clone();
+            match tokio::time::timeout(MIRROR_DEADLINE, copy.send(&rt, service)).await {
+                Ok(Ok(status)) => tracing::debug!(service = %id, status, "mirrored"),
+                Ok(Err(e)) => tracing::debug!(service = %id, error = %e, "mirror copy failed"),
+                Err(_) => tracing::debug!(service = %id, "mirror copy timed out"),
+            }
+        });
+    }
+}
+
+/// A request copy, owned by its task.
+struct Copy {
+    method: http::Method,
+    uri: http::Uri,
+    headers: http::HeaderMap,
+    body: Bytes,
+    host_header: Option<http::HeaderValue>,
+    preserve_host: bool,
+}
+
+impl Copy {
+    /// Sends the copy to one target of the service (one try) and reads its answer through;
+    /// returns the answer's status.
+    async fn send(self, rt: &Runtime, service: usize) -> Result<u16, String> {
+        let service = &rt.services[service];
+        let checks = service.checks.as_deref();
+        let healthy = |i: usize| checks.is_none_or(|c| c.is_healthy(&service.health[i]));
+        let i = service
+            .balancer
+            .pick(None, healthy)
+            .ok_or("no healthy target")?;
+        let key = &service.keys[i];
+        let mut request = Request::new(UpstreamBody::full(self.body));
+        *request.method_mut() = self.method;
+        *request.uri_mut() = self.uri;
+        *request.headers_mut() = self.headers;
+        if let Some(h) = self.host_header {
+            request.headers_mut().insert(header::HOST, h);
+        } else if !self.preserve_host {
+            let host = service.balancer.target(i).host_header.clone();
+            request.headers_mut().insert(header::HOST, host);
+        }
+        if service.h2 {
+            super::handler::set_absolute_uri(&mut request, &key.target, key.tls.is_some());
+        }
+        let conn = upstream::checkout(key, service.connect_timeout)
+            .await
+            .map_err(|e| e.to_string())?;
+        let resp = conn
+            .send(request, &Added::default(), service.write_timeout)
+            .await
+            .map_err(|e| e.error.to_string())?;
+        let status = resp.status().as_u16();
+        // Read through, so the connection can be reused; the contents go nowhere.
+        let mut body = resp.into_body();
+        while let Some(frame) = body.frame().await {
+            frame.map_err(|e| e.to_string())?;
+        }
+        Ok(status)
+    }
+}
