@@ -1596,3 +1596,126 @@ spec:
     let r = bed.request(&c, "mirror.example", "/nowhere", &[]).await;
     served_by(&r, "infra-backend-v1");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cors_filters_answer_preflights_and_mark_responses() {
+    let case = "\
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: cors, namespace: gateway-conformance-infra}
+spec:
+  parentRefs: [{name: same-namespace}]
+  rules:
+  - matches: [{path: {type: PathPrefix, value: /cors-1}}]
+    filters:
+    - type: CORS
+      cors:
+        allowOrigins: ['https://www.foo.com', 'https://*.bar.com']
+        allowMethods: [GET, OPTIONS]
+        allowHeaders: [x-header-1, x-header-2]
+        exposeHeaders: [x-header-3, x-header-4]
+        allowCredentials: true
+        maxAge: 3600
+    backendRefs: [{name: infra-backend-v1, port: 8080}]
+  - matches: [{path: {type: PathPrefix, value: /cors-2}}]
+    filters:
+    - {type: CORS, cors: {allowOrigins: ['https://www.foo.com'], allowMethods: ['*']}}
+    backendRefs: [{name: infra-backend-v1, port: 8080}]
+  - matches: [{path: {type: PathPrefix, value: /cors-wildcard-origin}}]
+    filters:
+    - {type: CORS, cors: {allowOrigins: ['*'], allowMethods: [PUT], allowCredentials: false}}
+    backendRefs: [{name: infra-backend-v1, port: 8080}]
+";
+    let bed = Bed::start(case);
+    let c = client();
+    bed.route_status(&c, "gateway-conformance-infra/cors").await;
+    let preflight = |path: &'static str, origin: &'static str, method: &'static str| {
+        let c = c.clone();
+        let url = bed.weir.url(path);
+        async move {
+            send(
+                &c,
+                "OPTIONS",
+                &url,
+                &[
+                    ("host", "cors.example"),
+                    ("origin", origin),
+                    ("access-control-request-method", method),
+                    ("access-control-request-headers", "x-header-1, x-header-2"),
+                ],
+                &b""[..],
+            )
+            .await
+        }
+    };
+    let words = |v: Option<&str>| -> BTreeMap<String, ()> {
+        v.unwrap_or_default()
+            .split(',')
+            .map(|s| (s.trim().to_string(), ()))
+            .collect()
+    };
+    for origin in [
+        "https://www.foo.com",
+        "https://api.bar.com",
+        "https://a.b.bar.com",
+    ] {
+        let r = preflight("/cors-1", origin, "GET").await;
+        assert!(matches!(r.status, 200 | 204), "{origin}: {}", r.status);
+        assert_eq!(r.header("access-control-allow-origin"), Some(origin));
+        assert_eq!(
+            words(r.header("access-control-allow-methods")),
+            words(Some("GET, OPTIONS"))
+        );
+        assert_eq!(
+            words(r.header("access-control-allow-headers")),
+            words(Some("x-header-1, x-header-2"))
+        );
+        assert_eq!(r.header("access-control-max-age"), Some("3600"));
+        assert_eq!(r.header("access-control-allow-credentials"), Some("true"));
+        assert_eq!(
+            r.echo_name(),
+            None,
+            "a preflight is answered by the gateway"
+        );
+    }
+    // Not an allowed origin: no CORS headers.
+    for origin in [
+        "https://foobar.com",
+        "https://bar.com",
+        "https://x.bar.com.evil.org",
+    ] {
+        let r = preflight("/cors-1", origin, "GET").await;
+        assert_eq!(r.header("access-control-allow-origin"), None, "{origin}");
+        assert_eq!(
+            r.header("access-control-allow-credentials"),
+            None,
+            "{origin}"
+        );
+    }
+    // A simple request: served, marked for the browser.
+    let r = bed
+        .request(
+            &c,
+            "cors.example",
+            "/cors-1",
+            &[("origin", "https://www.foo.com")],
+        )
+        .await;
+    served_by(&r, "infra-backend-v1");
+    assert_eq!(
+        r.header("access-control-allow-origin"),
+        Some("https://www.foo.com")
+    );
+    assert_eq!(
+        words(r.header("access-control-expose-headers")),
+        words(Some("x-header-3, x-header-4"))
+    );
+    // `*` methods: the asked one comes back; no credentials.
+    let r = preflight("/cors-2", "https://www.foo.com", "POST").await;
+    assert_eq!(r.header("access-control-allow-methods"), Some("POST"));
+    assert_eq!(r.header("access-control-allow-credentials"), None);
+    // Any origin without credentials: `*`.
+    let r = preflight("/cors-wildcard-origin", "https://foobar.com:12345", "PUT").await;
+    assert_eq!(r.header("access-control-allow-origin"), Some("*"));
+    assert_eq!(r.header("access-control-allow-methods"), Some("PUT"));
+}

@@ -79,6 +79,8 @@ enum Origins {
 struct Cors {
     origins: Origins,
     credentials: bool,
+    /// `methods: ["*"]`: the preflight's requested method is allowed back.
+    any_method: bool,
     /// Whether the CORS headers depend on the request's origin (then caches must key on it):
     /// any configuration but "every origin, without credentials".
     varies: bool,
@@ -104,8 +106,12 @@ struct Allowed(HeaderValue);
 fn build(config: &serde_json::Value) -> Result<Arc<dyn Plugin>, String> {
     let conf: Conf = parse_config(config)?;
     let origins = parse_origins(conf.origins.as_deref().unwrap_or_default())?;
+    // `["*"]` (Weir's, for the Gateway API's CORS filter): any method, answered with the one
+    // the preflight asks for (a literal `*` means nothing to a browser with credentials).
+    let any_method = conf.methods.as_deref() == Some(&["*".to_string()][..]);
     let methods = match conf.methods.as_deref() {
         None | Some([]) => METHODS.join(","),
+        Some(_) if any_method => String::new(),
         Some(list) => {
             for (i, m) in list.iter().enumerate() {
                 if !METHODS.contains(&m.as_str()) {
@@ -123,10 +129,12 @@ fn build(config: &serde_json::Value) -> Result<Arc<dyn Plugin>, String> {
 
     let varies = !matches!(origins, Origins::Any) || conf.credentials;
     let mut preflight_base = HeaderMap::new();
-    preflight_base.insert(
-        ACCESS_CONTROL_ALLOW_METHODS,
-        HeaderValue::from_str(&methods).expect("methods are tokens"),
-    );
+    if !any_method {
+        preflight_base.insert(
+            ACCESS_CONTROL_ALLOW_METHODS,
+            HeaderValue::from_str(&methods).expect("methods are tokens"),
+        );
+    }
     if let Some(h) = &allow_headers {
         preflight_base.insert(ACCESS_CONTROL_ALLOW_HEADERS, h.clone());
     }
@@ -144,6 +152,7 @@ fn build(config: &serde_json::Value) -> Result<Arc<dyn Plugin>, String> {
     Ok(Arc::new(Cors {
         origins,
         credentials: conf.credentials,
+        any_method,
         varies,
         preflight_continue: conf.preflight_continue,
         private_network: conf.private_network,
@@ -311,6 +320,11 @@ impl Cors {
         };
         let mut headers = self.preflight_base.clone();
         headers.insert(ACCESS_CONTROL_ALLOW_ORIGIN, allow);
+        if self.any_method {
+            if let Some(asked) = req.headers.get(ACCESS_CONTROL_REQUEST_METHOD) {
+                headers.insert(ACCESS_CONTROL_ALLOW_METHODS, asked.clone());
+            }
+        }
         if self.allow_headers.is_none() {
             if let Some(asked) = req.headers.get(ACCESS_CONTROL_REQUEST_HEADERS) {
                 headers.insert(ACCESS_CONTROL_ALLOW_HEADERS, asked.clone());
@@ -718,5 +732,26 @@ mod tests {
         assert!(!answered, "passed on to the upstream");
         assert_eq!(get(&h, "access-control-allow-origin"), None);
         assert_eq!(get(&h, "allow"), Some("GET"));
+    }
+
+    #[test]
+    fn any_method_answers_the_method_the_preflight_asks_for() {
+        let p =
+            cors(json!({"origins": ["https://a.example"], "methods": ["*"], "credentials": true}));
+        let (answered, h) = run(
+            &p,
+            "OPTIONS",
+            &[
+                ("origin", "https://a.example"),
+                ("access-control-request-method", "PATCH"),
+            ],
+            &[],
+        );
+        assert!(answered);
+        assert_eq!(h[ACCESS_CONTROL_ALLOW_METHODS], "PATCH");
+        assert_eq!(h[ACCESS_CONTROL_ALLOW_CREDENTIALS], "true");
+        // `*` only alone: in a list it is an unknown method.
+        let e = build(&json!({"methods": ["GET", "*"]})).err().unwrap();
+        assert!(e.starts_with("methods[1]:"), "{e}");
     }
 }

@@ -463,6 +463,9 @@ impl Translator<'_> {
                     rewrites.host = u.hostname.clone();
                     rewrites.path = u.path.clone();
                 }),
+                "CORS" => f.cors.as_ref().map(|c| {
+                    plugins.push(entry("cors", cors_config(c)));
+                }),
                 "RequestMirror" => f.request_mirror.as_ref().map(|m| {
                     match self.mirror(route_kind, key, &field, m) {
                         Ok(mirror) => rewrites.mirrors.push(mirror),
@@ -861,6 +864,65 @@ fn isolated_from(gateways: &[GatewayEval], on: &BTreeSet<(usize, usize)>) -> Vec
         })
     });
     excluded.into_iter().collect()
+}
+
+/// A `CORS` filter as the `cors` plugin's configuration. Origins with a `*` host label
+/// (`https://*.example.com`) become anchored regexes over one or more labels; `*` in
+/// `allowMethods` is the plugin's `["*"]` (the preflight's method is allowed back), in
+/// `allowHeaders` the plugin's default (the preflight's headers are allowed back); `maxAge`
+/// defaults to the spec's 5 seconds.
+fn cors_config(c: &serde_json::Value) -> serde_json::Value {
+    let list = |key: &str| -> Vec<String> {
+        c[key]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .filter_map(|v| v.as_str().map(str::to_string))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let origins: Vec<String> = list("allowOrigins")
+        .into_iter()
+        .map(|o| {
+            if o == "*" || !o.contains('*') {
+                return o;
+            }
+            let mut re = String::with_capacity(o.len() + 32);
+            for ch in o.chars() {
+                match ch {
+                    '*' => re.push_str("[A-Za-z0-9-]+(?:\\.[A-Za-z0-9-]+)*"),
+                    c if "\\.+?()|[]{}^$".contains(c) => {
+                        re.push('\\');
+                        re.push(c);
+                    }
+                    c => re.push(c),
+                }
+            }
+            re
+        })
+        .collect();
+    let mut out = serde_json::json!({
+        "origins": origins,
+        "credentials": c["allowCredentials"].as_bool().unwrap_or(false),
+        "max_age": c["maxAge"].as_u64().unwrap_or(5),
+    });
+    let methods = list("allowMethods");
+    if methods.iter().any(|m| m == "*") {
+        out["methods"] = serde_json::json!(["*"]);
+    } else if !methods.is_empty() {
+        out["methods"] = methods.into();
+    }
+    for (from, to) in [
+        ("allowHeaders", "headers"),
+        ("exposeHeaders", "exposed_headers"),
+    ] {
+        let names = list(from);
+        if !names.is_empty() && !names.iter().any(|h| h == "*") {
+            out[to] = names.into();
+        }
+    }
+    out
 }
 
 /// A route of the table for one match of a Gateway API rule (without hosts, protocols and

@@ -31,7 +31,7 @@ use status::{ClassStatus, Cond, RouteParentStatus};
 
 /// The conformance features Weir supports, as `GatewayClass.status.supportedFeatures` lists
 /// them (sorted, as the spec asks).
-pub const SUPPORTED_FEATURES: [&str; 27] = [
+pub const SUPPORTED_FEATURES: [&str; 28] = [
     "GRPCRoute",
     "GRPCRouteNamedRouteRule",
     "GRPCRouteRequestHeaderModifier",
@@ -44,6 +44,7 @@ pub const SUPPORTED_FEATURES: [&str; 27] = [
     "HTTPRouteBackendProtocolH2C",
     "HTTPRouteBackendProtocolWebSocket",
     "HTTPRouteBackendTimeout",
+    "HTTPRouteCORS",
     "HTTPRouteHostRewrite",
     "HTTPRouteMethodMatching",
     "HTTPRouteNamedRouteRule",
@@ -286,6 +287,14 @@ metadata: {name: b, namespace: shop}
 spec: {ports: [{port: 8080}]}
 ---
 ";
+
+    #[test]
+    fn supported_features_are_sorted_and_unique() {
+        let mut sorted = super::SUPPORTED_FEATURES.to_vec();
+        sorted.sort_unstable();
+        sorted.dedup();
+        assert_eq!(sorted, super::SUPPORTED_FEATURES);
+    }
 
     #[test]
     fn timeouts_and_retries_make_one_service_copy_per_distinct_setting() {
