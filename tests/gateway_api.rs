@@ -1719,3 +1719,70 @@ spec:
     assert_eq!(r.header("access-control-allow-origin"), Some("*"));
     assert_eq!(r.header("access-control-allow-methods"), Some("PUT"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backends_own_header_filters_apply_to_its_share_only() {
+    let case = "\
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: backend-filters, namespace: gateway-conformance-infra}
+spec:
+  parentRefs: [{name: same-namespace}]
+  rules:
+  - matches: [{path: {type: PathPrefix, value: /both}}]
+    filters:
+    - {type: RequestHeaderModifier, requestHeaderModifier: {set: [{name: x-rule, value: r}, {name: x-which, value: rule}]}}
+    backendRefs:
+    - name: infra-backend-v1
+      port: 8080
+      filters:
+      - {type: RequestHeaderModifier, requestHeaderModifier: {set: [{name: x-which, value: one}], add: [{name: x-rule, value: more}]}}
+      - {type: ResponseHeaderModifier, responseHeaderModifier: {set: [{name: x-answered-by, value: v1}]}}
+    - name: infra-backend-v2
+      port: 8080
+      filters:
+      - {type: RequestHeaderModifier, requestHeaderModifier: {set: [{name: x-which, value: two}]}}
+  - matches: [{path: {type: PathPrefix, value: /redirecting-backend}}]
+    backendRefs:
+    - name: infra-backend-v3
+      port: 8080
+      filters:
+      - {type: RequestRedirect, requestRedirect: {hostname: example.org}}
+";
+    let bed = Bed::start(case);
+    let c = client();
+    bed.route_status(&c, "gateway-conformance-infra/backend-filters")
+        .await;
+    let mut seen = BTreeMap::new();
+    for _ in 0..40 {
+        let r = bed.request(&c, "filters.example", "/both", &[]).await;
+        assert_eq!(r.status, 200);
+        let j = r.json();
+        let name = r.echo_name().unwrap();
+        let which = j["headers"]["x-which"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        let rule = j["headers"]["x-rule"].clone();
+        match name.as_str() {
+            "infra-backend-v1" => {
+                assert_eq!(which, "one");
+                assert_eq!(rule, serde_json::json!(["r", "more"]), "{j}");
+                assert_eq!(r.header("x-answered-by"), Some("v1"));
+            }
+            "infra-backend-v2" => {
+                assert_eq!(which, "two");
+                assert_eq!(rule, "r", "{j}");
+                assert_eq!(r.header("x-answered-by"), None);
+            }
+            other => panic!("{other}"),
+        }
+        seen.insert(name, ());
+    }
+    assert_eq!(seen.len(), 2, "both backends served");
+    // A filter served on rules only: that backend's share answers 500, and it is reported.
+    let r = bed
+        .request(&c, "filters.example", "/redirecting-backend", &[])
+        .await;
+    assert_eq!(r.status, 500);
+}

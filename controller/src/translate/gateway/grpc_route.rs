@@ -87,6 +87,19 @@ impl Translator<'_> {
                     resolved = c;
                 }
             }
+            for (ei, (bi, filters)) in backends.filters.iter().enumerate() {
+                if !filters.is_empty() {
+                    self.problem(
+                        me.clone(),
+                        Reason::Unsupported,
+                        format!("spec.rules[{ri}].backendRefs[{bi}].filters"),
+                        "filters on a GRPCRoute backendRef are not served by this version of \
+                         Weir; this backend's share answers 500"
+                            .to_string(),
+                    );
+                    backends.entries[ei].service = None;
+                }
+            }
             let default_match = Default::default();
             let matches = if rule.matches.is_empty() {
                 std::slice::from_ref(&default_match)

@@ -75,6 +75,8 @@ pub(super) struct Backends {
     pub entries: Vec<WeightedBackend>,
     /// The first reason a backendRef cannot be used (`ResolvedRefs: False`).
     pub unresolved: Option<Cond>,
+    /// Per entry: its backendRef's index and filters.
+    pub filters: Vec<(usize, Vec<HTTPRouteFilter>)>,
 }
 
 impl Translator<'_> {
@@ -206,6 +208,7 @@ impl Translator<'_> {
                 r.excluded_hosts = excluded.to_vec();
                 let mut entries = backends.entries.clone();
                 let mut edits = rule_edits.clone();
+                let mut rule_plugins = Vec::new();
                 match self.http_filters(Kind::HTTPRoute, key, ri, &rule.filters, &r, m) {
                     Ok((plugins, mut rewrites)) => {
                         if let Some(c) = rewrites.unresolved.take() {
@@ -214,15 +217,43 @@ impl Translator<'_> {
                             }
                         }
                         self.apply_rewrites(&mut r, &mut edits, rewrites);
-                        self.config.plugins.extend(plugins);
+                        rule_plugins = plugins;
                     }
                     Err(()) => entries = vec![unusable()],
                 }
-                for e in &mut entries {
-                    if let Some(s) = &e.service {
-                        e.service = Some(self.service_variant(s, &edits));
+
+                for (ei, e) in entries.iter_mut().enumerate() {
+                    let Some(s) = e.service.clone() else { continue };
+                    let filters = match backends.filters.get(ei) {
+                        Some((bi, f)) if !f.is_empty() => Some((*bi, f)),
+                        _ => None,
+                    };
+                    match filters {
+                        None => e.service = Some(self.service_variant(&s, &edits)),
+                        Some((bi, filters)) => {
+                            let mut tagged = edits.clone();
+                            tagged.tag = Some(format!("{key}/r{ri}/b{bi}"));
+                            let service = self.service_variant(&s, &tagged);
+                            let field = format!("spec.rules[{ri}].backendRefs[{bi}].filters");
+                            match self.backend_filters(
+                                key,
+                                &field,
+                                filters,
+                                &r,
+                                &service,
+                                &rule_plugins,
+                                bi,
+                            ) {
+                                Ok(plugins) => {
+                                    self.config.plugins.extend(plugins);
+                                    e.service = Some(service);
+                                }
+                                Err(()) => e.service = None,
+                            }
+                        }
                     }
                 }
+                self.config.plugins.extend(rule_plugins);
                 set_backends(&mut r, entries);
                 self.config.routes.push(r);
             }
@@ -305,6 +336,7 @@ impl Translator<'_> {
         let mut out = Backends {
             entries: Vec::new(),
             unresolved: None,
+            filters: Vec::new(),
         };
         for (bi, b) in refs.iter().enumerate() {
             let field = format!("spec.rules[{ri}].backendRefs[{bi}]");
@@ -324,6 +356,7 @@ impl Translator<'_> {
             };
             if weight > 0 {
                 out.entries.push(WeightedBackend { service, weight });
+                out.filters.push((bi, b.filters.clone()));
             }
         }
         out
@@ -562,6 +595,69 @@ impl Translator<'_> {
         Ok((plugins, rewrites))
     }
 
+    /// The plugin entries of a backendRef's filters, scoped to the route and the backend's own
+    /// service copy. A backend's header modifier comes after the rule's, so its entry is the
+    /// two merged (the more specific entry replaces the rule's for that backend). `Err` (its
+    /// share answers 500) for filter types served only on rules.
+    #[allow(clippy::too_many_arguments)]
+    fn backend_filters(
+        &mut self,
+        key: &Key,
+        field: &str,
+        filters: &[HTTPRouteFilter],
+        r: &Route,
+        service: &str,
+        rule_plugins: &[PluginConfig],
+        bi: usize,
+    ) -> Result<Vec<PluginConfig>, ()> {
+        let me = obj(Kind::HTTPRoute, key);
+        let mut edits: Vec<(&str, serde_json::Value)> = Vec::new();
+        for (fi, f) in filters.iter().enumerate() {
+            let (name, modifier) = match f.type_.as_str() {
+                "RequestHeaderModifier" => ("request-transformer", &f.request_header_modifier),
+                "ResponseHeaderModifier" => ("response-transformer", &f.response_header_modifier),
+                other => {
+                    self.problem(
+                        me,
+                        Reason::Unsupported,
+                        format!("{field}[{fi}].type"),
+                        format!(
+                            "filter {other:?} on a backendRef is not served by this version of \
+                             Weir (header modifiers are); this backend's share answers 500"
+                        ),
+                    );
+                    return Err(());
+                }
+            };
+            let Some(m) = modifier else { continue };
+            let config = header_edits(m);
+            match edits.iter_mut().find(|(n, _)| *n == name) {
+                Some((_, before)) => *before = merge_header_edits(before, &config),
+                None => edits.push((name, config)),
+            }
+        }
+        Ok(edits
+            .into_iter()
+            .map(|(name, config)| {
+                let config = match rule_plugins.iter().find(|p| p.name == name) {
+                    Some(rule) => merge_header_edits(&rule.config, &config),
+                    None => config,
+                };
+                PluginConfig {
+                    id: format!("{}/b{bi}/{name}", r.id),
+                    name: name.to_string(),
+                    config,
+                    route: Some(r.id.clone()),
+                    service: Some(service.to_string()),
+                    consumer: None,
+                    namespace: Some(key.namespace.clone()),
+                    enabled: true,
+                    priority: None,
+                }
+            })
+            .collect())
+    }
+
     /// A `RequestMirror` filter's mirror, or the `ResolvedRefs` condition saying why its
     /// backend cannot be used (reported; the rule is served without it).
     fn mirror(
@@ -730,6 +826,9 @@ pub(super) struct ServiceEdits {
     retry_timeouts: bool,
     /// The backend is spoken to in gRPC (a GRPCRoute's), over TLS when the service has TLS.
     grpc: bool,
+    /// A copy of its own for one backendRef (whose filters are scoped to it): changes only
+    /// the id.
+    tag: Option<String>,
 }
 
 impl ServiceEdits {
@@ -765,6 +864,9 @@ impl ServiceEdits {
         }
         if self.grpc {
             parts.push("grpc".into());
+        }
+        if let Some(t) = &self.tag {
+            parts.push(format!("for={t}"));
         }
         parts.join("~")
     }
@@ -1031,6 +1133,39 @@ pub(super) fn value_matches(
 
 /// A header modifier as a transformer configuration (Kong's keys): `set` removes then adds,
 /// `add` appends a value, `remove` removes.
+/// Two header modifiers' `request-transformer` (or `response-transformer`) configurations
+/// as one that does `first` then `then`: the plugin removes, then adds, then appends, so
+/// what `then` removes or sets drops `first`'s edits of that name, and `then`'s go last.
+fn merge_header_edits(first: &serde_json::Value, then: &serde_json::Value) -> serde_json::Value {
+    let list = |v: &serde_json::Value, k: &str| -> Vec<String> {
+        v[k]["headers"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .filter_map(|x| x.as_str().map(str::to_string))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let replaced: BTreeSet<String> = list(then, "remove")
+        .iter()
+        .map(|n| n.to_ascii_lowercase())
+        .collect();
+    let kept = |entry: &String| {
+        let name = entry.split(':').next().unwrap_or(entry);
+        !replaced.contains(&name.to_ascii_lowercase())
+    };
+    let mut c = serde_json::Map::new();
+    for k in ["remove", "add", "append"] {
+        let mut all: Vec<String> = list(first, k).into_iter().filter(|e| kept(e)).collect();
+        all.extend(list(then, k));
+        if !all.is_empty() {
+            c.insert(k.into(), serde_json::json!({ "headers": all }));
+        }
+    }
+    serde_json::Value::Object(c)
+}
+
 fn header_edits(h: &HeaderModifier) -> serde_json::Value {
     let pair = |v: &weir_crds::gateway::HeaderValue| format!("{}:{}", v.name, v.value);
     let mut remove: Vec<String> = h.remove.clone();
@@ -1052,7 +1187,32 @@ fn header_edits(h: &HeaderModifier) -> serde_json::Value {
 
 #[cfg(test)]
 mod tests {
-    use super::duration_ms;
+    use super::{duration_ms, merge_header_edits};
+    use serde_json::json;
+
+    #[test]
+    fn a_backends_header_edits_come_after_the_rules() {
+        let rule = json!({"remove": {"headers": ["a", "b"]}, "add": {"headers": ["b:1"]},
+            "append": {"headers": ["c:1", "d:1"]}});
+        // The backend sets `B` and `c`, removes `d`, appends `e`.
+        let backend = json!({"remove": {"headers": ["B", "c", "d"]}, "add": {"headers": ["B:2", "c:2"]},
+            "append": {"headers": ["e:2"]}});
+        assert_eq!(
+            merge_header_edits(&rule, &backend),
+            json!({"remove": {"headers": ["a", "B", "c", "d"]}, "add": {"headers": ["B:2", "c:2"]},
+                "append": {"headers": ["e:2"]}})
+        );
+        // Appends after the rule's set keep both.
+        let append = json!({"append": {"headers": ["b:2"]}});
+        assert_eq!(
+            merge_header_edits(&rule, &append)["append"],
+            json!({"headers": ["c:1", "d:1", "b:2"]})
+        );
+        assert_eq!(
+            merge_header_edits(&rule, &append)["add"],
+            json!({"headers": ["b:1"]})
+        );
+    }
 
     #[test]
     fn gateway_api_durations_read_as_the_spec_writes_them() {
