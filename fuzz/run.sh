@@ -15,7 +15,7 @@ shift
 cd "$(dirname "$0")"
 targets=("$@")
 if [ ${#targets[@]} -eq 0 ]; then
-  targets=(request_head chunked response_head path_routing resp_reply dns_response)
+  targets=(request_head chunked response_head path_routing resp_reply dns_response client_hello)
 fi
 # -a: debug assertions (overflow checks) on, in the build and in every run (the same flags, so
 # `run` does not rebuild).

@@ -278,6 +278,7 @@ fn access(kind: Kind) -> Access {
         Kind::Gateway => a("Gateway", GW, "gateways", false, true),
         Kind::HTTPRoute => a("HTTPRoute", GW, "httproutes", false, true),
         Kind::GRPCRoute => a("GRPCRoute", GW, "grpcroutes", false, true),
+        Kind::TLSRoute => a("TLSRoute", GW, "tlsroutes", false, true),
         Kind::ReferenceGrant => a("ReferenceGrant", GW, "referencegrants", false, false),
     }
 }

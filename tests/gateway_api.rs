@@ -1786,3 +1786,195 @@ spec:
         .await;
     assert_eq!(r.status, 500);
 }
+
+/// A TLS backend for passthrough: a certificate for `names` from `ca`, answering every
+/// connection's first request with `HTTP/1.1 200` and body `name`.
+fn tls_backend(ca: &common::ca::Ca, names: &[&str], name: &'static str) -> u16 {
+    let leaf = ca.leaf(names, rcgen::ExtendedKeyUsagePurpose::ServerAuth);
+    let acceptor = tokio_rustls::TlsAcceptor::from(std::sync::Arc::new(leaf.server_config(&[])));
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::from_std(listener).unwrap();
+        while let Ok((tcp, _)) = listener.accept().await {
+            let acceptor = acceptor.clone();
+            tokio::spawn(async move {
+                let Ok(mut tls) = acceptor.accept(tcp).await else {
+                    return;
+                };
+                let mut buf = [0u8; 4096];
+                let _ = tls.read(&mut buf).await;
+                let answer = format!(
+                    "HTTP/1.1 200 OK\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{name}",
+                    name.len()
+                );
+                let _ = tls.write_all(answer.as_bytes()).await;
+                let _ = tls.shutdown().await;
+            });
+        }
+    });
+    port
+}
+
+/// A TLS connection to Weir's TLS socket naming `sni`, trusting only `ca`: the backend's
+/// answer, or the handshake error.
+async fn tls_call(port: u16, ca: &common::ca::Ca, sni: &str) -> Result<String, String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut roots = rustls::RootCertStore::empty();
+    roots
+        .add(rustls::pki_types::CertificateDer::from(
+            ca.issuer.der().to_vec(),
+        ))
+        .unwrap();
+    let config = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    let connector = tokio_rustls::TlsConnector::from(std::sync::Arc::new(config));
+    let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .map_err(|e| e.to_string())?;
+    let name = rustls::pki_types::ServerName::try_from(sni.to_string()).unwrap();
+    let mut tls = tokio::time::timeout(Duration::from_secs(10), connector.connect(name, tcp))
+        .await
+        .map_err(|_| "handshake timed out".to_string())?
+        .map_err(|e| e.to_string())?;
+    tls.write_all(format!("GET / HTTP/1.1\r\nhost: {sni}\r\n\r\n").as_bytes())
+        .await
+        .map_err(|e| e.to_string())?;
+    let mut out = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(10), tls.read_to_end(&mut out)).await;
+    let text = String::from_utf8_lossy(&out).to_string();
+    Ok(text
+        .split("\r\n\r\n")
+        .nth(1)
+        .unwrap_or_default()
+        .to_string())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_routes_pass_connections_through_by_server_name() {
+    let ca = common::ca::Ca::new("passthrough test CA");
+    let one = tls_backend(&ca, &["abc.example.com"], "tls-backend-one");
+    let two = tls_backend(&ca, &["deep.x.wild.example.com"], "tls-backend-two");
+    let case = format!(
+        "\
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {{name: tls-passthrough, namespace: gateway-conformance-infra}}
+spec:
+  gatewayClassName: weir
+  listeners:
+  - {{name: tls, port: 443, protocol: TLS, tls: {{mode: Passthrough}}, allowedRoutes: {{namespaces: {{from: Same}}}}}}
+  - {{name: tls-terminate, port: 443, protocol: TLS, hostname: term.example.com}}
+  - name: https
+    port: 443
+    protocol: HTTPS
+    hostname: a.example.test
+    tls: {{certificateRefs: [{{name: a-cert}}]}}
+---
+apiVersion: v1
+kind: Secret
+metadata: {{name: a-cert, namespace: gateway-conformance-infra}}
+type: kubernetes.io/tls
+stringData:
+  tls.crt: |
+{crt}
+  tls.key: |
+{key}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {{name: terminated, namespace: gateway-conformance-infra}}
+spec:
+  parentRefs: [{{name: tls-passthrough, sectionName: https}}]
+  rules: [{{backendRefs: [{{name: infra-backend-v2, port: 8080}}]}}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: TLSRoute
+metadata: {{name: one, namespace: gateway-conformance-infra}}
+spec:
+  parentRefs: [{{name: tls-passthrough}}]
+  hostnames: [abc.example.com]
+  rules: [{{backendRefs: [{{name: tls-one, port: 8080}}]}}]
+---
+apiVersion: gateway.networking.k8s.io/v1alpha2
+kind: TLSRoute
+metadata: {{name: two, namespace: gateway-conformance-infra}}
+spec:
+  parentRefs: [{{name: tls-passthrough}}]
+  hostnames: ['*.wild.example.com']
+  rules: [{{backendRefs: [{{name: tls-two, port: 8080}}]}}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {{name: not-on-tls, namespace: gateway-conformance-infra}}
+spec:
+  parentRefs: [{{name: tls-passthrough, sectionName: tls}}]
+  rules: [{{backendRefs: [{{name: infra-backend-v1, port: 8080}}]}}]
+---
+{}---
+{}",
+        backend_service("gateway-conformance-infra", "tls-one", one),
+        backend_service("gateway-conformance-infra", "tls-two", two),
+        crt = indent(&common::tls::fixture("a.example.test.crt")),
+        key = indent(&common::tls::fixture("a.example.test.key")),
+    );
+    let bed = Bed::start_with(&case, &["--tls-listen", "x"]);
+    let c = client();
+    let s = bed
+        .status_when(&c, |s| {
+            s["tlsRoutes"]
+                .get("gateway-conformance-infra/two")
+                .is_some()
+        })
+        .await;
+    let p = &s["tlsRoutes"]["gateway-conformance-infra/one"]["parents"][0];
+    assert_eq!(
+        cond_of(&p["conditions"], "Accepted"),
+        yes("Accepted"),
+        "{s:#}"
+    );
+    let gw = &s["gateways"]["gateway-conformance-infra/tls-passthrough"];
+    assert_eq!(gw["listeners"][0]["supportedKinds"][0]["kind"], "TLSRoute");
+    assert_eq!(gw["listeners"][0]["attachedRoutes"], 2);
+    assert_eq!(
+        cond_of(&gw["listeners"][1]["conditions"], "Accepted"),
+        no("UnsupportedProtocol"),
+        "TLS termination for TLSRoutes"
+    );
+    let http = parent(
+        &s,
+        "gateway-conformance-infra/not-on-tls",
+        "tls-passthrough",
+    );
+    assert_eq!(
+        cond_of(&http["conditions"], "Accepted"),
+        no("NotAllowedByListeners")
+    );
+    wait_ready(&c, &bed.weir).await;
+    let port = bed.tls_port.unwrap();
+    // The backends' own certificates, verified by the client: Weir did not terminate.
+    assert_eq!(
+        tls_call(port, &ca, "abc.example.com").await.as_deref(),
+        Ok("tls-backend-one")
+    );
+    assert_eq!(
+        tls_call(port, &ca, "deep.x.wild.example.com")
+            .await
+            .as_deref(),
+        Ok("tls-backend-two")
+    );
+    // Other names are Weir's to terminate: an HTTPS listener's are served on the same socket,
+    // for names without a certificate the handshake fails.
+    let r = common::tls::get(port, "a.example.test", "/x", &[])
+        .await
+        .unwrap();
+    served_by(&r.resp, "infra-backend-v2");
+    assert!(tls_call(port, &ca, "other.example.com").await.is_err());
+}

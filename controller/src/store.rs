@@ -8,7 +8,7 @@ use k8s_openapi::api::core::v1::{Namespace, Secret, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::networking::v1::{Ingress, IngressClass};
 use kube::ResourceExt;
-use weir_crds::gateway::{GRPCRoute, Gateway, GatewayClass, HTTPRoute, ReferenceGrant};
+use weir_crds::gateway::{GRPCRoute, Gateway, GatewayClass, HTTPRoute, ReferenceGrant, TLSRoute};
 use weir_crds::{ClusterPlugin, Consumer, Plugin, Upstream};
 
 /// Namespace and name of a namespaced object.
@@ -75,6 +75,8 @@ pub enum Object {
     HTTPRoute(HTTPRoute),
     /// gateway.networking.k8s.io GRPCRoute.
     GRPCRoute(GRPCRoute),
+    /// gateway.networking.k8s.io TLSRoute (`v1`, or `v1alpha2` before Gateway API v1.5).
+    TLSRoute(TLSRoute),
     /// gateway.networking.k8s.io ReferenceGrant (`v1` or `v1beta1`).
     ReferenceGrant(ReferenceGrant),
 }
@@ -110,6 +112,8 @@ pub enum Kind {
     HTTPRoute,
     /// GRPCRoute.
     GRPCRoute,
+    /// TLSRoute.
+    TLSRoute,
     /// ReferenceGrant.
     ReferenceGrant,
 }
@@ -132,6 +136,7 @@ impl Kind {
             Kind::Gateway => "Gateway",
             Kind::HTTPRoute => "HTTPRoute",
             Kind::GRPCRoute => "GRPCRoute",
+            Kind::TLSRoute => "TLSRoute",
             Kind::ReferenceGrant => "ReferenceGrant",
         }
     }
@@ -168,6 +173,7 @@ impl Object {
             (GATEWAY_V1 | GATEWAY_V1BETA1, "Gateway") => Object::Gateway(de(v)?),
             (GATEWAY_V1 | GATEWAY_V1BETA1, "HTTPRoute") => Object::HTTPRoute(de(v)?),
             (GATEWAY_V1, "GRPCRoute") => Object::GRPCRoute(de(v)?),
+            (GATEWAY_V1 | GATEWAY_V1ALPHA2, "TLSRoute") => Object::TLSRoute(de(v)?),
             (GATEWAY_V1 | GATEWAY_V1BETA1, "ReferenceGrant") => Object::ReferenceGrant(de(v)?),
             ("", _) | (_, "") => return Err("missing apiVersion or kind".into()),
             _ => return Ok(None),
@@ -192,6 +198,7 @@ impl Object {
             Object::Gateway(_) => Kind::Gateway,
             Object::HTTPRoute(_) => Kind::HTTPRoute,
             Object::GRPCRoute(_) => Kind::GRPCRoute,
+            Object::TLSRoute(_) => Kind::TLSRoute,
             Object::ReferenceGrant(_) => Kind::ReferenceGrant,
         }
     }
@@ -200,6 +207,7 @@ impl Object {
 /// The Gateway API's served versions that Weir reads.
 const GATEWAY_V1: &str = "gateway.networking.k8s.io/v1";
 const GATEWAY_V1BETA1: &str = "gateway.networking.k8s.io/v1beta1";
+const GATEWAY_V1ALPHA2: &str = "gateway.networking.k8s.io/v1alpha2";
 
 /// Everything the translator reads.
 #[derive(Debug, Clone, Default)]
@@ -232,6 +240,8 @@ pub struct Store {
     pub http_routes: BTreeMap<Key, HTTPRoute>,
     /// GRPCRoutes.
     pub grpc_routes: BTreeMap<Key, GRPCRoute>,
+    /// TLSRoutes.
+    pub tls_routes: BTreeMap<Key, TLSRoute>,
     /// ReferenceGrants.
     pub reference_grants: BTreeMap<Key, ReferenceGrant>,
 }
@@ -282,6 +292,9 @@ impl Store {
             Object::GRPCRoute(o) => {
                 self.grpc_routes.insert(Key::of(&o), o);
             }
+            Object::TLSRoute(o) => {
+                self.tls_routes.insert(Key::of(&o), o);
+            }
             Object::ReferenceGrant(o) => {
                 self.reference_grants.insert(Key::of(&o), o);
             }
@@ -305,12 +318,13 @@ impl Store {
             Kind::Gateway => drop(self.gateways.remove(key)),
             Kind::HTTPRoute => drop(self.http_routes.remove(key)),
             Kind::GRPCRoute => drop(self.grpc_routes.remove(key)),
+            Kind::TLSRoute => drop(self.tls_routes.remove(key)),
             Kind::ReferenceGrant => drop(self.reference_grants.remove(key)),
         }
     }
 
     /// Number of objects per kind (for metrics and logs).
-    pub fn counts(&self) -> [(Kind, usize); 15] {
+    pub fn counts(&self) -> [(Kind, usize); 16] {
         [
             (Kind::Ingress, self.ingresses.len()),
             (Kind::IngressClass, self.ingress_classes.len()),
@@ -326,6 +340,7 @@ impl Store {
             (Kind::Gateway, self.gateways.len()),
             (Kind::HTTPRoute, self.http_routes.len()),
             (Kind::GRPCRoute, self.grpc_routes.len()),
+            (Kind::TLSRoute, self.tls_routes.len()),
             (Kind::ReferenceGrant, self.reference_grants.len()),
         ]
     }

@@ -1,5 +1,5 @@
 //! The Gateway API kinds Weir reads (`gateway.networking.k8s.io`, standard channel v1.6):
-//! GatewayClass, Gateway, HTTPRoute, GRPCRoute, ReferenceGrant.
+//! GatewayClass, Gateway, HTTPRoute, GRPCRoute, TLSRoute, ReferenceGrant.
 //!
 //! The CRDs are the upstream ones, installed by the user; these types only read them. They are
 //! written here rather than taken from the `gateway-api` crate because that crate (0.22) is
@@ -523,6 +523,42 @@ pub struct GRPCMethodMatch {
     /// The method.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub method: Option<String>,
+}
+
+/// TLS connections routed by server name, without Weir terminating them (a listener with
+/// protocol `TLS` and `tls.mode: Passthrough`).
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[kube(
+    group = "gateway.networking.k8s.io",
+    version = "v1",
+    kind = "TLSRoute",
+    namespaced,
+    status = "ObservedStatus",
+    schema = "disabled"
+)]
+#[serde(rename_all = "camelCase")]
+pub struct TLSRouteSpec {
+    /// Where the route attaches.
+    #[serde(default)]
+    pub parent_refs: Vec<ParentReference>,
+    /// Server names (exact or `*.` wildcard); empty, the listeners'.
+    #[serde(default)]
+    pub hostnames: Vec<String>,
+    /// The rules (their backends).
+    #[serde(default)]
+    pub rules: Vec<TLSRouteRule>,
+}
+
+/// One rule of a TLSRoute.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct TLSRouteRule {
+    /// The rule's name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// Where connections go, by weight.
+    #[serde(default)]
+    pub backend_refs: Vec<HTTPBackendRef>,
 }
 
 /// Permission for objects of other namespaces to refer to objects of this one.

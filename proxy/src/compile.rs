@@ -24,6 +24,7 @@ use crate::server::backends::Backends;
 use crate::server::canary::CompiledCanary;
 use crate::server::fallback::CompiledFallback;
 use crate::server::mirror::CompiledMirror;
+use crate::server::passthrough::Passthrough;
 use crate::tls::CertStore;
 use crate::upstream::{Alpn as TlsAlpn, PoolKey, TlsClient, TlsSettings};
 
@@ -50,6 +51,8 @@ pub struct Runtime {
     pub plugins: Arc<Staged>,
     /// Consumers and credentials, indexed for the authentication plugins.
     pub consumers: Arc<Directory>,
+    /// TLS passthrough routes by server name.
+    pub passthrough: Arc<Passthrough>,
 }
 
 /// A route, ready for requests.
@@ -166,6 +169,7 @@ impl Runtime {
             certs: Arc::default(),
             plugins: Arc::default(),
             consumers: Arc::default(),
+            passthrough: Arc::default(),
         }
     }
 
@@ -226,6 +230,7 @@ impl Runtime {
             certs: current.certs.clone(),
             plugins: current.plugins.clone(),
             consumers: current.consumers.clone(),
+            passthrough: current.passthrough.clone(),
         })
     }
 
@@ -271,6 +276,7 @@ impl Runtime {
                 .map_err(|(field, m)| internal("service", &s.id, &field, m))?;
             services.push(Arc::new(service));
         }
+        let passthrough = Arc::new(Passthrough::new(&config.tls_routes, &service_index));
 
         // Each consumer's own plugin entries: a route gets a list for a consumer only when one
         // of them applies to it (otherwise the consumer runs the route's list), so a table with
@@ -435,6 +441,7 @@ impl Runtime {
             certs: Arc::new(certs),
             plugins: Arc::new(staged),
             consumers,
+            passthrough,
         })
     }
 }

@@ -1229,3 +1229,26 @@ pub fn fuzz_dns_response(data: &[u8]) {
         }
     }
 }
+
+/// `client_hello`: arbitrary bytes as the start of a TLS connection. The oracle: no panic; a
+/// name found is a valid DNS name (letters, digits, `-`, `_`, `.`); an answer other than
+/// `Incomplete` does not change when more bytes follow (a connection decided on a prefix is
+/// decided as the whole would be).
+pub fn fuzz_client_hello(data: &[u8]) {
+    use crate::tls::client_hello::{server_name, Hello};
+    let got = server_name(data);
+    if let Hello::Sni(n) = got {
+        assert!(
+            !n.is_empty()
+                && n.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.')),
+            "name {n:?}: {}",
+            show(data)
+        );
+    }
+    if got != Hello::Incomplete {
+        let mut longer = data.to_vec();
+        longer.extend_from_slice(&[0x16, 0, 0, 0, 0, 0, 0, 0]);
+        assert_eq!(server_name(&longer), got, "{}", show(data));
+    }
+}

@@ -3,6 +3,8 @@
 //! Certificates belong to the routing table, so a config push changes them for the next
 //! handshake without a restart; connections already open keep the certificate they got.
 
+pub mod client_hello;
+
 use std::collections::HashMap;
 use std::sync::{Arc, OnceLock};
 

@@ -22,7 +22,7 @@ use kube::runtime::WatchStreamExt;
 use kube::{Api, Client, Resource};
 use serde::de::DeserializeOwned;
 use tokio::sync::Notify;
-use weir_crds::gateway::{GRPCRoute, Gateway, GatewayClass, HTTPRoute, ReferenceGrant};
+use weir_crds::gateway::{GRPCRoute, Gateway, GatewayClass, HTTPRoute, ReferenceGrant, TLSRoute};
 use weir_crds::{ClusterPlugin, Consumer, Plugin, Upstream};
 
 use crate::store::{Key, Kind, Object, Store};
@@ -318,6 +318,8 @@ struct GatewayApiServed {
     v1: BTreeSet<String>,
     /// The v1beta1 resources (plural names).
     v1beta1: BTreeSet<String>,
+    /// The v1alpha2 resources (plural names).
+    v1alpha2: BTreeSet<String>,
 }
 
 impl GatewayApiServed {
@@ -355,6 +357,7 @@ pub async fn gateway_api(client: Client, namespaces: Option<Vec<String>>, shared
             Ok::<_, kube::Error>(GatewayApiServed {
                 v1: served(&client, "v1").await?,
                 v1beta1: served(&client, "v1beta1").await?,
+                v1alpha2: served(&client, "v1alpha2").await?,
             })
         }
         .await;
@@ -382,13 +385,21 @@ pub async fn gateway_api(client: Client, namespaces: Option<Vec<String>>, shared
     } else {
         None
     };
+    let tls = if found.v1.contains("tlsroutes") {
+        Some("v1")
+    } else if found.v1alpha2.contains("tlsroutes") {
+        Some("v1alpha2")
+    } else {
+        None
+    };
     tracing::info!(
         group = GATEWAY_GROUP,
         grpc_routes = found.v1.contains("grpcroutes"),
         reference_grants = grants.unwrap_or("not served"),
+        tls_routes = tls.unwrap_or("not served"),
         "Gateway API is on"
     );
-    start_gateway_api(&client, &namespaces, &shared, &found, grants);
+    start_gateway_api(&client, &namespaces, &shared, &found, grants, tls);
     shared.changed.notify_one();
 }
 
@@ -400,6 +411,7 @@ fn start_gateway_api(
     shared: &Arc<Shared>,
     found: &GatewayApiServed,
     grants: Option<&str>,
+    tls: Option<&str>,
 ) {
     let all = watcher::Config::default();
     spawn_cluster::<Namespace>(
@@ -439,6 +451,18 @@ fn start_gateway_api(
             all.clone(),
             Kind::GRPCRoute,
             Object::GRPCRoute,
+            shared,
+        );
+    }
+    if let Some(version) = tls {
+        // v1 from Gateway API v1.5 on, v1alpha2 (experimental channel) before.
+        spawn_versioned::<TLSRoute>(
+            client,
+            namespaces,
+            version,
+            all.clone(),
+            Kind::TLSRoute,
+            Object::TLSRoute,
             shared,
         );
     }

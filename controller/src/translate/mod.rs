@@ -338,6 +338,11 @@ impl Translator<'_> {
                     .chain(mirrors)
             })
             .chain(c.plugins.iter().filter_map(|p| p.service.clone()))
+            .chain(
+                c.tls_routes
+                    .iter()
+                    .flat_map(|t| t.backends.iter().filter_map(|b| b.service.clone())),
+            )
             .collect();
         c.services.retain(|s| used.contains(&s.id));
         let used: BTreeSet<String> = c
@@ -483,11 +488,12 @@ fn source_of(entity: &str, id: &str) -> ObjectRef {
     for (prefix, kind) in [
         (gateway::HTTP_ROUTE_ID_PREFIX, Kind::HTTPRoute),
         (gateway::GRPC_ROUTE_ID_PREFIX, Kind::GRPCRoute),
+        (gateway::TLS_ROUTE_ID_PREFIX, Kind::TLSRoute),
     ] {
         let Some(rest) = id.strip_prefix(prefix) else {
             continue;
         };
-        if entity == "route" || (entity == "plugin" && !rest.contains('@')) {
+        if matches!(entity, "route" | "tls_route") || (entity == "plugin" && !rest.contains('@')) {
             let mut parts = rest.split('/');
             let ns = parts.next().unwrap_or_default().to_string();
             let name = parts.next().unwrap_or_default().to_string();

@@ -55,6 +55,9 @@ pub struct Config {
     /// TLS certificates for the proxy's listeners (served from a later release).
     #[serde(default)]
     pub certificates: Vec<Certificate>,
+    /// TLS connections handed on untouched by server name (passthrough), on the TLS listener.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tls_routes: Vec<TlsRoute>,
     /// Content hash of everything above; filled in by [`Config::with_hash`], ignored on input.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hash: Option<String>,
@@ -75,6 +78,7 @@ impl Default for Config {
             plugins: Vec::new(),
             consumers: Vec::new(),
             certificates: Vec::new(),
+            tls_routes: Vec::new(),
             hash: None,
         }
     }
@@ -196,6 +200,23 @@ pub struct Route {
     /// Services that get a copy of the route's requests, whose answers are thrown away.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub mirrors: Vec<RouteMirror>,
+}
+
+/// TLS passthrough: connections whose ClientHello names one of `hosts` go, as they are (Weir
+/// does not terminate them), to a target of one of `backends`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TlsRoute {
+    /// Unique id.
+    pub id: String,
+    /// Server names: exact, or `*.` covering names of any depth under it; empty, every
+    /// connection that names a server (after the routes with names).
+    #[serde(default)]
+    pub hosts: Vec<String>,
+    /// Services sharing the connections by weight; an entry without a service (or no entry)
+    /// closes its share.
+    #[serde(default)]
+    pub backends: Vec<WeightedBackend>,
 }
 
 /// A service that gets a copy of a share of a route's requests.
@@ -813,6 +834,7 @@ impl Config {
             && self.consumers == other.consumers
             && self.plugins == other.plugins
             && self.routes == other.routes
+            && self.tls_routes == other.tls_routes
     }
 }
 

@@ -431,6 +431,38 @@ impl Config {
             self.certificates.iter().map(|c| c.id.as_str()),
         );
 
+        let mut tls_ids: HashSet<&str> = HashSet::new();
+        for t in &self.tls_routes {
+            if !tls_ids.insert(t.id.as_str()) {
+                errs.push("tls_route", &t.id, "id", "duplicate id");
+            }
+            for (i, h) in t.hosts.iter().enumerate() {
+                if let Err(m) = check_host(h) {
+                    errs.push("tls_route", &t.id, format!("hosts[{i}]"), m);
+                }
+            }
+            for (i, b) in t.backends.iter().enumerate() {
+                if let Some(sid) = &b.service {
+                    if !service_ids.contains(sid.as_str()) {
+                        errs.push(
+                            "tls_route",
+                            &t.id,
+                            format!("backends[{i}].service"),
+                            format!("no service with id {sid:?}"),
+                        );
+                    }
+                }
+                if b.weight > MAX_BACKEND_WEIGHT {
+                    errs.push(
+                        "tls_route",
+                        &t.id,
+                        format!("backends[{i}].weight"),
+                        format!("{} is more than {MAX_BACKEND_WEIGHT}", b.weight),
+                    );
+                }
+            }
+        }
+
         for r in &self.routes {
             for (i, h) in r.hosts.iter().enumerate() {
                 if let Err(m) = check_host(h) {

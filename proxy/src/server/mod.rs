@@ -12,6 +12,7 @@ pub(crate) mod h1;
 mod handler;
 pub mod headers;
 pub mod mirror;
+pub mod passthrough;
 mod tunnel;
 
 use std::convert::Infallible;
@@ -647,11 +648,27 @@ fn worker(
                 match acceptor {
                     None => serve_connection(&shared, &builder, stream, conn, stop, true).await,
                     Some(acceptor) => {
-                        if let Some(stream) =
-                            handshake(&acceptor, stream, &shared, stop.clone()).await
-                        {
-                            let h2 = stream.get_ref().1.alpn_protocol() == Some(b"h2");
-                            serve_connection(&shared, &builder, stream, conn, stop, !h2).await
+                        let rt = shared.runtime.load_full();
+                        let decision = if rt.passthrough.is_empty() {
+                            passthrough::Decision::Terminate
+                        } else {
+                            let limit = shared.opts.header_read_timeout;
+                            passthrough::decide(&rt, &stream, limit).await
+                        };
+                        match decision {
+                            passthrough::Decision::Pass(route, service) => {
+                                passthrough::pass(rt, route, service, stream).await
+                            }
+                            passthrough::Decision::Terminate => {
+                                drop(rt);
+                                if let Some(stream) =
+                                    handshake(&acceptor, stream, &shared, stop.clone()).await
+                                {
+                                    let h2 = stream.get_ref().1.alpn_protocol() == Some(b"h2");
+                                    serve_connection(&shared, &builder, stream, conn, stop, !h2)
+                                        .await
+                                }
+                            }
                         }
                     }
                 }

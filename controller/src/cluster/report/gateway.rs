@@ -9,7 +9,7 @@ use k8s_openapi::jiff::Timestamp;
 use kube::api::{Patch, PatchParams};
 use kube::Api;
 use serde_json::{json, Value};
-use weir_crds::gateway::{GRPCRoute, Gateway, GatewayClass, HTTPRoute, CONTROLLER_NAME};
+use weir_crds::gateway::{GRPCRoute, Gateway, GatewayClass, HTTPRoute, TLSRoute, CONTROLLER_NAME};
 
 use super::Reporter;
 use crate::store::{Key, Store};
@@ -210,6 +210,18 @@ impl Reporter {
                     .patch_status(&key.name, &pp, &Patch::Merge(&patch))
                     .await;
                 log("GRPCRoute", &key.to_string(), r.map(drop));
+            }
+        }
+        for (key, route) in &store.tls_routes {
+            let current = route.status.clone().unwrap_or_default();
+            let want = desired.tls_routes.get(&key.to_string());
+            if let Some(parents) = route_parents(want, &current, &now) {
+                let api: Api<TLSRoute> = Api::namespaced(self.client.clone(), &key.namespace);
+                let patch = json!({ "status": { "parents": parents } });
+                let r = api
+                    .patch_status(&key.name, &pp, &Patch::Merge(&patch))
+                    .await;
+                log("TLSRoute", &key.to_string(), r.map(drop));
             }
         }
     }

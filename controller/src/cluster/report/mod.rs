@@ -56,6 +56,7 @@ fn api_version_kind(kind: Kind) -> (&'static str, &'static str) {
         Kind::Gateway => ("gateway.networking.k8s.io/v1", "Gateway"),
         Kind::HTTPRoute => ("gateway.networking.k8s.io/v1", "HTTPRoute"),
         Kind::GRPCRoute => ("gateway.networking.k8s.io/v1", "GRPCRoute"),
+        Kind::TLSRoute => ("gateway.networking.k8s.io/v1", "TLSRoute"),
         Kind::ReferenceGrant => ("gateway.networking.k8s.io/v1", "ReferenceGrant"),
     }
 }
@@ -78,6 +79,7 @@ fn uid(store: &Store, o: &ObjectRef) -> Option<String> {
         Kind::Gateway => store.gateways.get(&key).map(|x| x.meta()),
         Kind::HTTPRoute => store.http_routes.get(&key).map(|x| x.meta()),
         Kind::GRPCRoute => store.grpc_routes.get(&key).map(|x| x.meta()),
+        Kind::TLSRoute => store.tls_routes.get(&key).map(|x| x.meta()),
         Kind::ReferenceGrant => store.reference_grants.get(&key).map(|x| x.meta()),
     };
     meta.and_then(|m| m.uid.clone())

@@ -50,6 +50,7 @@ impl ListenerEval {
 fn kinds_for(protocol: &str) -> &'static [&'static str] {
     match protocol {
         "HTTP" | "HTTPS" => &["HTTPRoute", "GRPCRoute"],
+        "TLS" => &["TLSRoute"],
         _ => &[],
     }
 }
@@ -102,15 +103,24 @@ impl Translator<'_> {
             conflicted: Cond::no("Conflicted", "NoConflicts", ""),
             attached_routes: 0,
         };
-        let (socket, wanted) = match l.protocol.as_str() {
-            "HTTP" => (ClientProtocol::Http, self.opts.gateway_http_port),
-            "HTTPS" => (ClientProtocol::Https, self.opts.gateway_https_port),
-            other => {
-                eval.accepted = Cond::no(
-                    "Accepted",
-                    "UnsupportedProtocol",
-                    format!("protocol {other:?} is not served by Weir (HTTP and HTTPS are)"),
-                );
+        let mode = l.tls.as_ref().and_then(|t| t.mode.as_deref());
+        let (socket, wanted) = match (l.protocol.as_str(), mode) {
+            ("HTTP", _) => (ClientProtocol::Http, self.opts.gateway_http_port),
+            ("HTTPS", _) => (ClientProtocol::Https, self.opts.gateway_https_port),
+            // Passthrough shares the TLS socket: connections are told apart by server name.
+            ("TLS", Some("Passthrough")) => (ClientProtocol::Https, self.opts.gateway_https_port),
+            (other, _) => {
+                let m = if other == "TLS" {
+                    "protocol \"TLS\" is served with tls.mode Passthrough only \
+                     (terminating TLS for TLSRoutes is not served yet)"
+                        .to_string()
+                } else {
+                    format!(
+                        "protocol {other:?} is not served by Weir (HTTP, HTTPS, and TLS \
+                         passthrough are)"
+                    )
+                };
+                eval.accepted = Cond::no("Accepted", "UnsupportedProtocol", m);
                 eval.resolved = self.route_kinds(l, &mut eval.kinds);
                 return eval;
             }
@@ -142,7 +152,7 @@ impl Translator<'_> {
                 _ => From::Same,
             };
         }
-        if socket == ClientProtocol::Https {
+        if l.protocol == "HTTPS" {
             if let Err(cond) = self.listener_certificate(key, l, eval.accepted.holds()) {
                 // A certificate problem outweighs route kinds.
                 eval.resolved = cond;

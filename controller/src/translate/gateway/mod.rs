@@ -18,6 +18,7 @@ pub mod hostnames;
 mod http_route;
 mod listeners;
 pub mod status;
+mod tls_route;
 
 use std::collections::BTreeSet;
 
@@ -31,7 +32,7 @@ use status::{ClassStatus, Cond, RouteParentStatus};
 
 /// The conformance features Weir supports, as `GatewayClass.status.supportedFeatures` lists
 /// them (sorted, as the spec asks).
-pub const SUPPORTED_FEATURES: [&str; 29] = [
+pub const SUPPORTED_FEATURES: [&str; 31] = [
     "GRPCRoute",
     "GRPCRouteNamedRouteRule",
     "GRPCRouteRequestHeaderModifier",
@@ -61,6 +62,8 @@ pub const SUPPORTED_FEATURES: [&str; 29] = [
     "HTTPRouteRetry",
     "HTTPRouteSchemeRedirect",
     "ReferenceGrant",
+    "TLSRoute",
+    "TLSRouteModeMixed",
 ];
 
 /// A Gateway of Weir's with its listeners evaluated.
@@ -122,6 +125,7 @@ impl Translator<'_> {
         }
         self.http_routes(&mut gateways);
         self.grpc_routes(&mut gateways);
+        self.tls_routes(&mut gateways);
         for g in &gateways {
             let gw = &store.gateways[&g.key];
             let status = listeners::gateway_status(gw.metadata.generation, &g.listeners);
@@ -256,6 +260,8 @@ fn parent_status(parent: &ParentReference, conditions: Vec<Cond>) -> RouteParent
 
 /// The id prefix of routes made from HTTPRoutes.
 pub(super) const HTTP_ROUTE_ID_PREFIX: &str = http_route::ID_PREFIX;
+/// The id prefix of TLSRoutes' passthrough entries.
+pub(super) const TLS_ROUTE_ID_PREFIX: &str = tls_route::ID_PREFIX;
 /// The route id prefix of GRPCRoutes.
 pub(super) const GRPC_ROUTE_ID_PREFIX: &str = grpc_route::ID_PREFIX;
 
@@ -288,6 +294,43 @@ metadata: {name: b, namespace: shop}
 spec: {ports: [{port: 8080}]}
 ---
 ";
+
+    /// The TLSRoute example of docs/gateway-api.md, translated.
+    #[test]
+    fn the_documented_tls_route_passes_its_host_through() {
+        let doc = include_str!("../../../../docs/gateway-api.md");
+        let section = &doc[doc.find("## TLSRoutes").expect("the TLSRoutes section")..];
+        let start = section.find("```yaml\n").expect("its example") + "```yaml\n".len();
+        let yaml = &section[start..start + section[start..].find("```").unwrap()];
+        let yaml = format!(
+            "{yaml}---
+apiVersion: gateway.networking.k8s.io/v1
+kind: GatewayClass
+metadata: {{name: weir}}
+spec: {{controllerName: weir.dev/gateway-controller}}
+---
+apiVersion: v1
+kind: Service
+metadata: {{name: console, namespace: demo}}
+spec: {{ports: [{{port: 8443}}]}}
+"
+        );
+        let t = translate(
+            &Store::from_manifests(&yaml),
+            &Options::default(),
+            &weir_proxy::Registry::builtin(),
+        );
+        assert!(t.problems.is_empty(), "{:?}", t.problems);
+        let routes = &t.config.tls_routes;
+        assert_eq!(routes.len(), 1);
+        assert_eq!(routes[0].hosts, ["console.example.com"]);
+        assert_eq!(
+            routes[0].backends[0].service.as_deref(),
+            Some("demo/console:8443")
+        );
+        let status = &t.gateway_api.tls_routes["demo/db-console"].parents[0];
+        assert!(status.conditions.iter().all(|c| c.holds()), "{status:?}");
+    }
 
     #[test]
     fn supported_features_are_sorted_and_unique() {

@@ -130,6 +130,9 @@ pub struct Status {
     /// GRPCRoutes with a parent that is Weir's.
     #[serde(rename = "grpcRoutes")]
     pub grpc_routes: BTreeMap<String, RouteStatus>,
+    /// TLSRoutes with a parent that is Weir's.
+    #[serde(rename = "tlsRoutes")]
+    pub tls_routes: BTreeMap<String, RouteStatus>,
 }
 
 impl Status {
@@ -139,5 +142,6 @@ impl Status {
             && self.gateways.is_empty()
             && self.http_routes.is_empty()
             && self.grpc_routes.is_empty()
+            && self.tls_routes.is_empty()
     }
 }
