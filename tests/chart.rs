@@ -279,6 +279,8 @@ fn access(kind: Kind) -> Access {
         Kind::HTTPRoute => a("HTTPRoute", GW, "httproutes", false, true),
         Kind::GRPCRoute => a("GRPCRoute", GW, "grpcroutes", false, true),
         Kind::TLSRoute => a("TLSRoute", GW, "tlsroutes", false, true),
+        Kind::BackendTLSPolicy => a("BackendTLSPolicy", GW, "backendtlspolicies", false, true),
+        Kind::ConfigMap => a("ConfigMap", "", "configmaps", false, false),
         Kind::ReferenceGrant => a("ReferenceGrant", GW, "referencegrants", false, false),
     }
 }

@@ -1978,3 +1978,98 @@ spec:
     served_by(&r.resp, "infra-backend-v2");
     assert!(tls_call(port, &ca, "other.example.com").await.is_err());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn backend_tls_policies_make_weir_speak_verified_tls_to_backends() {
+    let ca = common::ca::Ca::new("backend TLS test CA");
+    let good = tls_backend(&ca, &["backend.example"], "verified-backend");
+    let case = format!(
+        "\
+apiVersion: v1
+kind: ConfigMap
+metadata: {{name: backend-ca, namespace: gateway-conformance-infra}}
+data:
+  ca.crt: |
+{ca}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: BackendTLSPolicy
+metadata: {{name: tls-b, namespace: gateway-conformance-infra}}
+spec:
+  targetRefs: [{{group: '', kind: Service, name: tls-b}}]
+  validation: {{caCertificateRefs: [{{group: '', kind: ConfigMap, name: backend-ca}}], hostname: backend.example}}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: BackendTLSPolicy
+metadata: {{name: wrong-name, namespace: gateway-conformance-infra}}
+spec:
+  targetRefs: [{{group: '', kind: Service, name: tls-mismatch}}]
+  validation: {{caCertificateRefs: [{{group: '', kind: ConfigMap, name: backend-ca}}], hostname: other.example}}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: BackendTLSPolicy
+metadata: {{name: no-ca, namespace: gateway-conformance-infra}}
+spec:
+  targetRefs: [{{group: '', kind: Service, name: tls-no-ca}}]
+  validation: {{caCertificateRefs: [{{group: '', kind: ConfigMap, name: missing}}], hostname: backend.example}}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {{name: backend-tls, namespace: gateway-conformance-infra}}
+spec:
+  parentRefs: [{{name: same-namespace}}]
+  rules:
+  - matches: [{{path: {{type: Exact, value: /backendtlspolicy}}}}]
+    backendRefs: [{{name: tls-b, port: 8080}}]
+  - matches: [{{path: {{type: Exact, value: /host-mismatch}}}}]
+    backendRefs: [{{name: tls-mismatch, port: 8080}}]
+  - matches: [{{path: {{type: Exact, value: /no-ca}}}}]
+    backendRefs: [{{name: tls-no-ca, port: 8080}}]
+  - matches: [{{path: {{type: Exact, value: /plain}}}}]
+    backendRefs: [{{name: tls-plain, port: 8080}}]
+---
+{}---
+{}---
+{}---
+{}",
+        backend_service("gateway-conformance-infra", "tls-b", good),
+        backend_service("gateway-conformance-infra", "tls-mismatch", good),
+        backend_service("gateway-conformance-infra", "tls-no-ca", good),
+        backend_service("gateway-conformance-infra", "tls-plain", good),
+        ca = indent(&ca.pem()),
+    );
+    let bed = Bed::start(&case);
+    let c = client();
+    let s = bed
+        .route_status(&c, "gateway-conformance-infra/backend-tls")
+        .await;
+    let r = bed
+        .request(&c, "tls.example", "/backendtlspolicy", &[])
+        .await;
+    assert_eq!(r.status, 200);
+    assert_eq!(&r.body[..], b"verified-backend");
+    // The certificate does not name the policy's host name: Weir refuses the backend.
+    let r = bed.request(&c, "tls.example", "/host-mismatch", &[]).await;
+    assert_eq!(r.status, 502);
+    // Without a policy the backend is spoken to in plain HTTP, which it does not understand.
+    let r = bed.request(&c, "tls.example", "/plain", &[]).await;
+    assert_ne!(r.status, 200);
+    // A policy that cannot be applied: 500, never plain text; the policy says why.
+    let r = bed.request(&c, "tls.example", "/no-ca", &[]).await;
+    assert_eq!(r.status, 500);
+    let policies = &s["backendTLSPolicies"];
+    let ok = &policies["gateway-conformance-infra/tls-b"]["ancestors"][0];
+    assert_eq!(ok["ancestorRef"]["name"], "same-namespace", "{policies:#}");
+    assert_eq!(cond_of(&ok["conditions"], "Accepted"), yes("Accepted"));
+    let bad = &policies["gateway-conformance-infra/no-ca"]["ancestors"][0];
+    assert_eq!(
+        cond_of(&bad["conditions"], "ResolvedRefs"),
+        no("InvalidCACertificateRef")
+    );
+    let route = parent(
+        &s,
+        "gateway-conformance-infra/backend-tls",
+        "same-namespace",
+    );
+    assert_eq!(cond_of(&route["conditions"], "ResolvedRefs").0, "False");
+}

@@ -10,6 +10,8 @@ use crate::store::Kind;
 pub enum Reason {
     /// A backend Service does not exist.
     ServiceNotFound,
+    /// A BackendTLSPolicy cannot be applied (its CA or host name).
+    InvalidBackendTls,
     /// A backend names a port the Service does not have.
     PortNotFound,
     /// A backend is not a Service (resource backends are not supported).
@@ -53,6 +55,7 @@ impl Reason {
             Reason::ServiceNotFound => "ServiceNotFound",
             Reason::PortNotFound => "PortNotFound",
             Reason::UnsupportedBackend => "UnsupportedBackend",
+            Reason::InvalidBackendTls => "InvalidBackendTLSPolicy",
             Reason::InvalidAnnotation => "InvalidAnnotation",
             Reason::UnknownAnnotation => "UnknownAnnotation",
             Reason::PluginNotFound => "PluginNotFound",

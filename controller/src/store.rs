@@ -4,11 +4,13 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
-use k8s_openapi::api::core::v1::{Namespace, Secret, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::networking::v1::{Ingress, IngressClass};
 use kube::ResourceExt;
-use weir_crds::gateway::{GRPCRoute, Gateway, GatewayClass, HTTPRoute, ReferenceGrant, TLSRoute};
+use weir_crds::gateway::{
+    BackendTLSPolicy, GRPCRoute, Gateway, GatewayClass, HTTPRoute, ReferenceGrant, TLSRoute,
+};
 use weir_crds::{ClusterPlugin, Consumer, Plugin, Upstream};
 
 /// Namespace and name of a namespaced object.
@@ -77,6 +79,10 @@ pub enum Object {
     GRPCRoute(GRPCRoute),
     /// gateway.networking.k8s.io TLSRoute (`v1`, or `v1alpha2` before Gateway API v1.5).
     TLSRoute(TLSRoute),
+    /// gateway.networking.k8s.io BackendTLSPolicy (`v1`, or `v1alpha3` before v1.4).
+    BackendTLSPolicy(BackendTLSPolicy),
+    /// v1 ConfigMap (CA certificates of BackendTLSPolicies).
+    ConfigMap(ConfigMap),
     /// gateway.networking.k8s.io ReferenceGrant (`v1` or `v1beta1`).
     ReferenceGrant(ReferenceGrant),
 }
@@ -114,6 +120,10 @@ pub enum Kind {
     GRPCRoute,
     /// TLSRoute.
     TLSRoute,
+    /// BackendTLSPolicy.
+    BackendTLSPolicy,
+    /// ConfigMap.
+    ConfigMap,
     /// ReferenceGrant.
     ReferenceGrant,
 }
@@ -137,6 +147,8 @@ impl Kind {
             Kind::HTTPRoute => "HTTPRoute",
             Kind::GRPCRoute => "GRPCRoute",
             Kind::TLSRoute => "TLSRoute",
+            Kind::BackendTLSPolicy => "BackendTLSPolicy",
+            Kind::ConfigMap => "ConfigMap",
             Kind::ReferenceGrant => "ReferenceGrant",
         }
     }
@@ -174,6 +186,8 @@ impl Object {
             (GATEWAY_V1 | GATEWAY_V1BETA1, "HTTPRoute") => Object::HTTPRoute(de(v)?),
             (GATEWAY_V1, "GRPCRoute") => Object::GRPCRoute(de(v)?),
             (GATEWAY_V1 | GATEWAY_V1ALPHA2, "TLSRoute") => Object::TLSRoute(de(v)?),
+            (GATEWAY_V1 | GATEWAY_V1ALPHA3, "BackendTLSPolicy") => Object::BackendTLSPolicy(de(v)?),
+            ("v1", "ConfigMap") => Object::ConfigMap(de(v)?),
             (GATEWAY_V1 | GATEWAY_V1BETA1, "ReferenceGrant") => Object::ReferenceGrant(de(v)?),
             ("", _) | (_, "") => return Err("missing apiVersion or kind".into()),
             _ => return Ok(None),
@@ -199,6 +213,8 @@ impl Object {
             Object::HTTPRoute(_) => Kind::HTTPRoute,
             Object::GRPCRoute(_) => Kind::GRPCRoute,
             Object::TLSRoute(_) => Kind::TLSRoute,
+            Object::BackendTLSPolicy(_) => Kind::BackendTLSPolicy,
+            Object::ConfigMap(_) => Kind::ConfigMap,
             Object::ReferenceGrant(_) => Kind::ReferenceGrant,
         }
     }
@@ -208,6 +224,7 @@ impl Object {
 const GATEWAY_V1: &str = "gateway.networking.k8s.io/v1";
 const GATEWAY_V1BETA1: &str = "gateway.networking.k8s.io/v1beta1";
 const GATEWAY_V1ALPHA2: &str = "gateway.networking.k8s.io/v1alpha2";
+const GATEWAY_V1ALPHA3: &str = "gateway.networking.k8s.io/v1alpha3";
 
 /// Everything the translator reads.
 #[derive(Debug, Clone, Default)]
@@ -242,6 +259,10 @@ pub struct Store {
     pub grpc_routes: BTreeMap<Key, GRPCRoute>,
     /// TLSRoutes.
     pub tls_routes: BTreeMap<Key, TLSRoute>,
+    /// BackendTLSPolicies.
+    pub backend_tls_policies: BTreeMap<Key, BackendTLSPolicy>,
+    /// ConfigMaps.
+    pub config_maps: BTreeMap<Key, ConfigMap>,
     /// ReferenceGrants.
     pub reference_grants: BTreeMap<Key, ReferenceGrant>,
 }
@@ -295,6 +316,12 @@ impl Store {
             Object::TLSRoute(o) => {
                 self.tls_routes.insert(Key::of(&o), o);
             }
+            Object::BackendTLSPolicy(o) => {
+                self.backend_tls_policies.insert(Key::of(&o), o);
+            }
+            Object::ConfigMap(o) => {
+                self.config_maps.insert(Key::of(&o), o);
+            }
             Object::ReferenceGrant(o) => {
                 self.reference_grants.insert(Key::of(&o), o);
             }
@@ -319,12 +346,14 @@ impl Store {
             Kind::HTTPRoute => drop(self.http_routes.remove(key)),
             Kind::GRPCRoute => drop(self.grpc_routes.remove(key)),
             Kind::TLSRoute => drop(self.tls_routes.remove(key)),
+            Kind::BackendTLSPolicy => drop(self.backend_tls_policies.remove(key)),
+            Kind::ConfigMap => drop(self.config_maps.remove(key)),
             Kind::ReferenceGrant => drop(self.reference_grants.remove(key)),
         }
     }
 
     /// Number of objects per kind (for metrics and logs).
-    pub fn counts(&self) -> [(Kind, usize); 16] {
+    pub fn counts(&self) -> [(Kind, usize); 18] {
         [
             (Kind::Ingress, self.ingresses.len()),
             (Kind::IngressClass, self.ingress_classes.len()),
@@ -341,6 +370,8 @@ impl Store {
             (Kind::HTTPRoute, self.http_routes.len()),
             (Kind::GRPCRoute, self.grpc_routes.len()),
             (Kind::TLSRoute, self.tls_routes.len()),
+            (Kind::BackendTLSPolicy, self.backend_tls_policies.len()),
+            (Kind::ConfigMap, self.config_maps.len()),
             (Kind::ReferenceGrant, self.reference_grants.len()),
         ]
     }

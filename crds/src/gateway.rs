@@ -1,5 +1,5 @@
 //! The Gateway API kinds Weir reads (`gateway.networking.k8s.io`, standard channel v1.6):
-//! GatewayClass, Gateway, HTTPRoute, GRPCRoute, TLSRoute, ReferenceGrant.
+//! GatewayClass, Gateway, HTTPRoute, GRPCRoute, TLSRoute, ReferenceGrant, BackendTLSPolicy.
 //!
 //! The CRDs are the upstream ones, installed by the user; these types only read them. They are
 //! written here rather than taken from the `gateway-api` crate because that crate (0.22) is
@@ -559,6 +559,77 @@ pub struct TLSRouteRule {
     /// Where connections go, by weight.
     #[serde(default)]
     pub backend_refs: Vec<HTTPBackendRef>,
+}
+
+/// How Weir speaks TLS to the Services it targets: the CA to trust and the name to verify.
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[kube(
+    group = "gateway.networking.k8s.io",
+    version = "v1",
+    kind = "BackendTLSPolicy",
+    namespaced,
+    status = "ObservedStatus",
+    schema = "disabled"
+)]
+#[serde(rename_all = "camelCase")]
+pub struct BackendTLSPolicySpec {
+    /// The Services (and optionally their ports, by `sectionName`) the policy applies to.
+    #[serde(default)]
+    pub target_refs: Vec<PolicyTargetReference>,
+    /// How the backend's certificate is verified.
+    #[serde(default)]
+    pub validation: BackendTLSValidation,
+}
+
+/// A policy's target, in the policy's namespace.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct PolicyTargetReference {
+    /// API group (`""` for a Service).
+    #[serde(default)]
+    pub group: String,
+    /// Kind (`Service`).
+    #[serde(default)]
+    pub kind: String,
+    /// Name.
+    #[serde(default)]
+    pub name: String,
+    /// A port name of the Service; unset, every port.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub section_name: Option<String>,
+}
+
+/// A BackendTLSPolicy's `validation`.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct BackendTLSValidation {
+    /// ConfigMaps (key `ca.crt`) holding the CA certificates to trust.
+    #[serde(default)]
+    pub ca_certificate_refs: Vec<LocalObjectReference>,
+    /// `System`: the well-known public CAs instead.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub well_known_ca_certificates: Option<String>,
+    /// The server name sent (SNI) and, without `subjectAltNames`, verified.
+    #[serde(default)]
+    pub hostname: String,
+    /// Names the certificate may carry instead of `hostname`.
+    #[serde(default)]
+    pub subject_alt_names: Vec<SubjectAltName>,
+}
+
+/// One accepted subject alternative name.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct SubjectAltName {
+    /// `Hostname` or `URI`.
+    #[serde(default, rename = "type")]
+    pub type_: String,
+    /// The DNS name, for `Hostname`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hostname: Option<String>,
+    /// The URI, for `URI`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uri: Option<String>,
 }
 
 /// Permission for objects of other namespaces to refer to objects of this one.

@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{Namespace, Secret, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::networking::v1::{Ingress, IngressClass};
 use kube::api::{ApiResource, DynamicObject};
@@ -22,7 +22,9 @@ use kube::runtime::WatchStreamExt;
 use kube::{Api, Client, Resource};
 use serde::de::DeserializeOwned;
 use tokio::sync::Notify;
-use weir_crds::gateway::{GRPCRoute, Gateway, GatewayClass, HTTPRoute, ReferenceGrant, TLSRoute};
+use weir_crds::gateway::{
+    BackendTLSPolicy, GRPCRoute, Gateway, GatewayClass, HTTPRoute, ReferenceGrant, TLSRoute,
+};
 use weir_crds::{ClusterPlugin, Consumer, Plugin, Upstream};
 
 use crate::store::{Key, Kind, Object, Store};
@@ -320,6 +322,8 @@ struct GatewayApiServed {
     v1beta1: BTreeSet<String>,
     /// The v1alpha2 resources (plural names).
     v1alpha2: BTreeSet<String>,
+    /// The v1alpha3 resources (plural names).
+    v1alpha3: BTreeSet<String>,
 }
 
 impl GatewayApiServed {
@@ -358,6 +362,7 @@ pub async fn gateway_api(client: Client, namespaces: Option<Vec<String>>, shared
                 v1: served(&client, "v1").await?,
                 v1beta1: served(&client, "v1beta1").await?,
                 v1alpha2: served(&client, "v1alpha2").await?,
+                v1alpha3: served(&client, "v1alpha3").await?,
             })
         }
         .await;
@@ -451,6 +456,34 @@ fn start_gateway_api(
             all.clone(),
             Kind::GRPCRoute,
             Object::GRPCRoute,
+            shared,
+        );
+    }
+    let policies = if found.v1.contains("backendtlspolicies") {
+        Some("v1")
+    } else if found.v1alpha3.contains("backendtlspolicies") {
+        Some("v1alpha3")
+    } else {
+        None
+    };
+    if let Some(version) = policies {
+        // v1 from Gateway API v1.4 on, v1alpha3 (experimental channel) before. Their CA
+        // certificates are in ConfigMaps, which only they make Weir read.
+        spawn_versioned::<BackendTLSPolicy>(
+            client,
+            namespaces,
+            version,
+            all.clone(),
+            Kind::BackendTLSPolicy,
+            Object::BackendTLSPolicy,
+            shared,
+        );
+        spawn::<ConfigMap>(
+            client,
+            namespaces,
+            all.clone(),
+            Kind::ConfigMap,
+            Object::ConfigMap,
             shared,
         );
     }

@@ -158,6 +158,11 @@ struct Translator<'a> {
     /// only appended while Gateway API routes are translated, so the index is extended, never
     /// rebuilt).
     service_index: HashMap<String, usize>,
+    /// The Gateways the Gateway API route being translated attached to (the ancestors of the
+    /// BackendTLSPolicies its backends meet).
+    route_gateways: Vec<Key>,
+    /// BackendTLSPolicies already reported.
+    checked_policies: BTreeSet<Key>,
 }
 
 impl<'a> Translator<'a> {
@@ -199,6 +204,8 @@ impl<'a> Translator<'a> {
             global_broken: None,
             gateway_status: Default::default(),
             service_index: HashMap::new(),
+            route_gateways: Vec::new(),
+            checked_policies: BTreeSet::new(),
         }
     }
 

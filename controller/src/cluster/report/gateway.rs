@@ -9,11 +9,13 @@ use k8s_openapi::jiff::Timestamp;
 use kube::api::{Patch, PatchParams};
 use kube::Api;
 use serde_json::{json, Value};
-use weir_crds::gateway::{GRPCRoute, Gateway, GatewayClass, HTTPRoute, TLSRoute, CONTROLLER_NAME};
+use weir_crds::gateway::{
+    BackendTLSPolicy, GRPCRoute, Gateway, GatewayClass, HTTPRoute, TLSRoute, CONTROLLER_NAME,
+};
 
 use super::Reporter;
 use crate::store::{Key, Store};
-use crate::translate::gateway::status::{Cond, GatewayStatus, RouteStatus};
+use crate::translate::gateway::status::{Cond, GatewayStatus, PolicyStatus, RouteStatus};
 use crate::translate::Translation;
 
 /// Conditions as the API server keeps them: with `observedGeneration`, and a
@@ -110,34 +112,71 @@ pub(super) fn route_parents(
     current: &Value,
     now: &str,
 ) -> Option<Value> {
-    let old: &[Value] = current["parents"]
-        .as_array()
-        .map(Vec::as_slice)
-        .unwrap_or_default();
-    let mut parents: Vec<Value> = old
+    let ours: Vec<(Value, &[Cond])> = desired
+        .map(|d| d.parents.as_slice())
+        .unwrap_or_default()
+        .iter()
+        .map(|p| {
+            let r = serde_json::to_value(&p.parent_ref).unwrap_or_default();
+            (r, p.conditions.as_slice())
+        })
+        .collect();
+    let generation = desired.and_then(|d| d.observed_generation);
+    merged_entries(&ours, generation, &current["parents"], "parentRef", now)
+}
+
+/// A BackendTLSPolicy's `status.ancestors`, as [`route_parents`] does a route's parents.
+pub(super) fn policy_ancestors(
+    desired: Option<&PolicyStatus>,
+    current: &Value,
+    now: &str,
+) -> Option<Value> {
+    let ours: Vec<(Value, &[Cond])> = desired
+        .map(|d| d.ancestors.as_slice())
+        .unwrap_or_default()
+        .iter()
+        .map(|a| {
+            let r = serde_json::to_value(&a.ancestor_ref).unwrap_or_default();
+            (r, a.conditions.as_slice())
+        })
+        .collect();
+    let generation = desired.and_then(|d| d.observed_generation);
+    merged_entries(&ours, generation, &current["ancestors"], "ancestorRef", now)
+}
+
+/// A status list of per-parent entries (`ref_key` naming the parent): other controllers'
+/// entries kept as they are, then Weir's `ours`; `None` when `old` already says it.
+fn merged_entries(
+    ours: &[(Value, &[Cond])],
+    generation: Option<i64>,
+    old_list: &Value,
+    ref_key: &str,
+    now: &str,
+) -> Option<Value> {
+    let old: &[Value] = old_list.as_array().map(Vec::as_slice).unwrap_or_default();
+    let mut entries: Vec<Value> = old
         .iter()
         .filter(|p| p["controllerName"] != CONTROLLER_NAME)
         .cloned()
         .collect();
-    let others = parents.len();
-    for p in desired.map(|d| d.parents.as_slice()).unwrap_or_default() {
-        let parent_ref = serde_json::to_value(&p.parent_ref).unwrap_or_default();
+    let others = entries.len();
+    for (parent_ref, conds) in ours {
         let previous = old
             .iter()
-            .find(|o| o["controllerName"] == CONTROLLER_NAME && o["parentRef"] == parent_ref)
+            .find(|o| o["controllerName"] == CONTROLLER_NAME && o[ref_key] == *parent_ref)
             .map(|o| &o["conditions"])
             .unwrap_or(&Value::Null);
-        parents.push(json!({
-            "parentRef": parent_ref,
-            "controllerName": p.controller_name,
-            "conditions": conditions(&p.conditions, previous, desired.and_then(|d| d.observed_generation), now),
+        entries.push(json!({
+            ref_key: parent_ref,
+            "controllerName": CONTROLLER_NAME,
+            "conditions": conditions(conds, previous, generation, now),
         }));
     }
-    if parents.len() == others && old.len() == others {
+    if entries.len() == others && old.len() == others {
         return None;
     }
-    let doc = Value::Array(parents);
-    (!same(&current["parents"], &doc)).then_some(doc)
+    let doc = Value::Array(entries);
+    (!same(old_list, &doc)).then_some(doc)
 }
 
 /// The addresses a Gateway is reached at, in its status's form.
@@ -222,6 +261,19 @@ impl Reporter {
                     .patch_status(&key.name, &pp, &Patch::Merge(&patch))
                     .await;
                 log("TLSRoute", &key.to_string(), r.map(drop));
+            }
+        }
+        for (key, policy) in &store.backend_tls_policies {
+            let current = policy.status.clone().unwrap_or_default();
+            let want = desired.backend_tls_policies.get(&key.to_string());
+            if let Some(ancestors) = policy_ancestors(want, &current, &now) {
+                let api: Api<BackendTLSPolicy> =
+                    Api::namespaced(self.client.clone(), &key.namespace);
+                let patch = json!({ "status": { "ancestors": ancestors } });
+                let r = api
+                    .patch_status(&key.name, &pp, &Patch::Merge(&patch))
+                    .await;
+                log("BackendTLSPolicy", &key.to_string(), r.map(drop));
             }
         }
     }

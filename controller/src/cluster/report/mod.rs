@@ -57,6 +57,8 @@ fn api_version_kind(kind: Kind) -> (&'static str, &'static str) {
         Kind::HTTPRoute => ("gateway.networking.k8s.io/v1", "HTTPRoute"),
         Kind::GRPCRoute => ("gateway.networking.k8s.io/v1", "GRPCRoute"),
         Kind::TLSRoute => ("gateway.networking.k8s.io/v1", "TLSRoute"),
+        Kind::BackendTLSPolicy => ("gateway.networking.k8s.io/v1", "BackendTLSPolicy"),
+        Kind::ConfigMap => ("v1", "ConfigMap"),
         Kind::ReferenceGrant => ("gateway.networking.k8s.io/v1", "ReferenceGrant"),
     }
 }
@@ -80,6 +82,8 @@ fn uid(store: &Store, o: &ObjectRef) -> Option<String> {
         Kind::HTTPRoute => store.http_routes.get(&key).map(|x| x.meta()),
         Kind::GRPCRoute => store.grpc_routes.get(&key).map(|x| x.meta()),
         Kind::TLSRoute => store.tls_routes.get(&key).map(|x| x.meta()),
+        Kind::BackendTLSPolicy => store.backend_tls_policies.get(&key).map(|x| x.meta()),
+        Kind::ConfigMap => store.config_maps.get(&key).map(|x| &x.metadata),
         Kind::ReferenceGrant => store.reference_grants.get(&key).map(|x| x.meta()),
     };
     meta.and_then(|m| m.uid.clone())

@@ -53,6 +53,7 @@ impl Translator<'_> {
         else {
             return;
         };
+        self.route_gateways = a.gateways.clone();
         let resolved = if a.attached {
             self.grpc_rules(key, route, &a)
         } else {

@@ -53,6 +53,8 @@ pub(super) struct Attached<'r> {
     pub protocols: Vec<ClientProtocol>,
     /// Host names its routes leave to more specific listeners of the same Gateways.
     pub excluded: Vec<String>,
+    /// The Gateways it attached to.
+    pub gateways: Vec<Key>,
 }
 
 impl Attached<'_> {
@@ -104,6 +106,7 @@ impl Translator<'_> {
         else {
             return;
         };
+        self.route_gateways = a.gateways.clone();
         let resolved = if a.attached {
             self.http_rules(key, route, &a.hosts, &a.protocols, &a.excluded)
         } else {
@@ -164,6 +167,12 @@ impl Translator<'_> {
             hosts: hosts.into_iter().flatten().collect(),
             protocols,
             excluded: isolated_from(gateways, &on),
+            gateways: on
+                .iter()
+                .map(|&(g, _)| gateways[g].key.clone())
+                .collect::<BTreeSet<_>>()
+                .into_iter()
+                .collect(),
         })
     }
 
@@ -408,13 +417,52 @@ impl Translator<'_> {
             name: None,
             number: Some(port),
         };
-        self.backend(ns, &b.name, &port).map_err(|(reason, m)| {
+        let id = self.backend(ns, &b.name, &port).map_err(|(reason, m)| {
             (
                 Cond::no("ResolvedRefs", "BackendNotFound", m.clone()),
                 reason,
                 m,
             )
-        })
+        })?;
+        // TLSRoutes pass TLS through: a BackendTLSPolicy is for routes Weir terminates.
+        if route_kind == Kind::TLSRoute {
+            return Ok(id);
+        }
+        let port_name = self
+            .store
+            .services
+            .get(&Key::new(ns, b.name.as_str()))
+            .and_then(|s| {
+                s.spec
+                    .as_ref()?
+                    .ports
+                    .as_ref()?
+                    .iter()
+                    .find(|p| p.port == port.number.unwrap_or_default())?
+                    .name
+                    .clone()
+            });
+        match self.backend_tls(ns, &b.name, port_name.as_deref()) {
+            None => Ok(id),
+            Some(Ok((policy, tls))) => {
+                let edits = ServiceEdits {
+                    tls: Some((policy.to_string(), Box::new(tls))),
+                    ..Default::default()
+                };
+                Ok(self.service_variant(&id, &edits))
+            }
+            Some(Err(policy)) => {
+                let m = format!(
+                    "BackendTLSPolicy {policy} for Service {ns}/{} cannot be applied",
+                    b.name
+                );
+                Err((
+                    Cond::no("ResolvedRefs", "BackendNotFound", m.clone()),
+                    Reason::InvalidBackendTls,
+                    m,
+                ))
+            }
+        }
     }
 
     /// A rule's filters as plugin entries of route `r`, and the rewrites they ask for.
@@ -829,6 +877,8 @@ pub(super) struct ServiceEdits {
     /// A copy of its own for one backendRef (whose filters are scoped to it): changes only
     /// the id.
     tag: Option<String>,
+    /// TLS towards the backend, from the BackendTLSPolicy named (`namespace/name`).
+    tls: Option<(String, Box<weir_proxy::config::ServiceTls>)>,
 }
 
 impl ServiceEdits {
@@ -862,6 +912,9 @@ impl ServiceEdits {
                 codes.join(",")
             ));
         }
+        if let Some((policy, _)) = &self.tls {
+            parts.push(format!("tls={policy}"));
+        }
         if self.grpc {
             parts.push("grpc".into());
         }
@@ -886,6 +939,19 @@ impl ServiceEdits {
         }
         if self.retry_timeouts {
             s.retry_on.timeouts = true;
+        }
+        if let Some((_, tls)) = &self.tls {
+            use weir_proxy::config::{Alpn, UpstreamProtocol as P};
+            let mut tls = (**tls).clone();
+            s.protocol = match s.protocol {
+                P::Http | P::Https => P::Https,
+                P::H2c => {
+                    tls.alpn = Some(Alpn::H2);
+                    P::Https
+                }
+                P::Grpc | P::Grpcs => P::Grpcs,
+            };
+            s.tls = Some(Box::new(tls));
         }
         if self.grpc {
             use weir_proxy::config::UpstreamProtocol as P;

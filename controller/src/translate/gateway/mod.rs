@@ -13,6 +13,7 @@
 //! - [`status`]: the conditions, computed here, written by the leader or shown by the admin
 //!   API.
 
+mod backend_tls;
 mod grpc_route;
 pub mod hostnames;
 mod http_route;
@@ -32,7 +33,8 @@ use status::{ClassStatus, Cond, RouteParentStatus};
 
 /// The conformance features Weir supports, as `GatewayClass.status.supportedFeatures` lists
 /// them (sorted, as the spec asks).
-pub const SUPPORTED_FEATURES: [&str; 31] = [
+pub const SUPPORTED_FEATURES: [&str; 32] = [
+    "BackendTLSPolicy",
     "GRPCRoute",
     "GRPCRouteNamedRouteRule",
     "GRPCRouteRequestHeaderModifier",

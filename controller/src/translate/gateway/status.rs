@@ -133,6 +133,31 @@ pub struct Status {
     /// TLSRoutes with a parent that is Weir's.
     #[serde(rename = "tlsRoutes")]
     pub tls_routes: BTreeMap<String, RouteStatus>,
+    /// BackendTLSPolicies that routes of Weir's Gateways met.
+    #[serde(rename = "backendTLSPolicies")]
+    pub backend_tls_policies: BTreeMap<String, PolicyStatus>,
+}
+
+/// A policy's status: one entry per Gateway of Weir's whose routes it applies to.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PolicyStatus {
+    /// `metadata.generation` the conditions describe.
+    pub observed_generation: Option<i64>,
+    /// Per Gateway.
+    pub ancestors: Vec<PolicyAncestorStatus>,
+}
+
+/// A policy's status for one Gateway.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PolicyAncestorStatus {
+    /// The Gateway.
+    pub ancestor_ref: ParentReference,
+    /// Always Weir's gateway controller name.
+    pub controller_name: &'static str,
+    /// `Accepted`, `ResolvedRefs`.
+    pub conditions: Vec<Cond>,
 }
 
 impl Status {

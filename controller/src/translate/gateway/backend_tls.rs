@@ -1,0 +1,201 @@
+//! BackendTLSPolicy: how Weir speaks TLS to the Services Gateway API routes send to. A policy
+//! targeting a Service (or one of its ports, by `sectionName`) turns the backends of routes to
+//! it into TLS ones: the CA certificates of its ConfigMaps (key `ca.crt`), or the well-known
+//! public CAs (`System`), and `hostname` as the server name sent and verified.
+//!
+//! A policy that cannot be applied (a missing ConfigMap, no CA at all) is reported on the
+//! policy, and the routes' shares to that Service answer 500 rather than go out in plain text.
+
+use std::collections::BTreeSet;
+
+use weir_crds::gateway::{BackendTLSPolicy, ParentReference};
+use weir_proxy::config::ServiceTls;
+
+use super::status::{Cond, PolicyAncestorStatus, PolicyStatus};
+use super::CONTROLLER_NAME;
+use crate::problem::Reason;
+use crate::store::{Key, Kind};
+use crate::translate::{obj, Translator};
+
+/// A policy's TLS settings for one Service port, or why it cannot be applied.
+pub(super) type Applied = Result<(Key, ServiceTls), Key>;
+
+impl Translator<'_> {
+    /// The BackendTLSPolicy for port `port` (named `port_name`) of Service `namespace/name`:
+    /// one naming that port before one naming the whole Service, then the oldest. Records the
+    /// Gateways of the route being translated as the policy's ancestors.
+    pub(super) fn backend_tls(
+        &mut self,
+        namespace: &str,
+        name: &str,
+        port_name: Option<&str>,
+    ) -> Option<Applied> {
+        let store = self.store;
+        let mut candidates: Vec<(&Key, &BackendTLSPolicy)> = store
+            .backend_tls_policies
+            .iter()
+            .filter(|(k, p)| {
+                k.namespace == namespace
+                    && p.spec.target_refs.iter().any(|t| {
+                        t.group.is_empty()
+                            && t.kind == "Service"
+                            && t.name == name
+                            && t.section_name
+                                .as_deref()
+                                .is_none_or(|s| Some(s) == port_name)
+                    })
+            })
+            .collect();
+        let specific = |p: &BackendTLSPolicy| {
+            p.spec
+                .target_refs
+                .iter()
+                .any(|t| t.name == name && t.section_name.is_some())
+        };
+        candidates.sort_by(|a, b| {
+            let ts = |p: &BackendTLSPolicy| p.metadata.creation_timestamp.as_ref().map(|t| t.0);
+            specific(b.1)
+                .cmp(&specific(a.1))
+                .then(ts(a.1).cmp(&ts(b.1)))
+                .then(a.0.cmp(b.0))
+        });
+        let (key, policy) = candidates.first().copied()?;
+        let key = key.clone();
+        let gateways = self.route_gateways.clone();
+        let result = self.policy_tls(&key, policy);
+        let status = self
+            .gateway_status
+            .backend_tls_policies
+            .entry(key.to_string())
+            .or_insert_with(|| PolicyStatus {
+                observed_generation: policy.metadata.generation,
+                ancestors: Vec::new(),
+            });
+        let conditions = match &result {
+            Ok(_) => vec![
+                Cond::yes("Accepted", "Accepted"),
+                Cond::yes("ResolvedRefs", "ResolvedRefs"),
+            ],
+            Err((reason, m)) => vec![
+                Cond::no("Accepted", "NoValidCACertificate", m.clone()),
+                Cond::no("ResolvedRefs", reason, m.clone()),
+            ],
+        };
+        let known: BTreeSet<Key> = status
+            .ancestors
+            .iter()
+            .map(|a| {
+                Key::new(
+                    a.ancestor_ref.namespace.clone().unwrap_or_default(),
+                    a.ancestor_ref.name.clone(),
+                )
+            })
+            .collect();
+        for g in gateways {
+            if !known.contains(&g) {
+                status.ancestors.push(PolicyAncestorStatus {
+                    ancestor_ref: ParentReference {
+                        group: Some(weir_crds::gateway::GROUP.into()),
+                        kind: Some("Gateway".into()),
+                        namespace: Some(g.namespace.clone()),
+                        name: g.name.clone(),
+                        section_name: None,
+                        port: None,
+                    },
+                    controller_name: CONTROLLER_NAME,
+                    conditions: conditions.clone(),
+                });
+            }
+        }
+        Some(match result {
+            Ok(tls) => Ok((key, tls)),
+            Err(_) => Err(key),
+        })
+    }
+
+    /// The TLS settings a policy asks for, or (reason, message) when it cannot be applied
+    /// (reported on the policy once).
+    fn policy_tls(
+        &mut self,
+        key: &Key,
+        policy: &BackendTLSPolicy,
+    ) -> Result<ServiceTls, (&'static str, String)> {
+        let v = &policy.spec.validation;
+        let me = obj(Kind::BackendTLSPolicy, key);
+        let fail = |this: &mut Self, field: &str, reason: &'static str, m: String| {
+            if this.checked_policies.insert(key.clone()) {
+                this.problem(
+                    me.clone(),
+                    Reason::InvalidBackendTls,
+                    field.to_string(),
+                    format!("{m}; routes to its Services answer 500"),
+                );
+            }
+            Err((reason, m))
+        };
+        if let Err(m) = weir_proxy::config::check_host(&v.hostname) {
+            return fail(self, "spec.validation.hostname", "InvalidKind", m);
+        }
+        if !v.subject_alt_names.is_empty() {
+            let m = "subjectAltNames are not served by this version of Weir".to_string();
+            return fail(self, "spec.validation.subjectAltNames", "InvalidKind", m);
+        }
+        let ca = match (
+            v.well_known_ca_certificates.as_deref(),
+            v.ca_certificate_refs.as_slice(),
+        ) {
+            (Some("System"), []) => None,
+            (Some(other), []) => {
+                let m = format!("wellKnownCACertificates {other:?} is not System");
+                return fail(
+                    self,
+                    "spec.validation.wellKnownCACertificates",
+                    "InvalidKind",
+                    m,
+                );
+            }
+            (None, []) => {
+                let m = "neither caCertificateRefs nor wellKnownCACertificates".to_string();
+                return fail(self, "spec.validation", "InvalidCACertificateRef", m);
+            }
+            (Some(_), _) => {
+                let m = "caCertificateRefs and wellKnownCACertificates both set".to_string();
+                return fail(self, "spec.validation", "InvalidKind", m);
+            }
+            (None, refs) => {
+                let mut pem = String::new();
+                for (i, r) in refs.iter().enumerate() {
+                    let field = format!("spec.validation.caCertificateRefs[{i}]");
+                    if !r.group.is_empty() || r.kind != "ConfigMap" {
+                        let m = format!("{}/{} is not a ConfigMap", r.group, r.kind);
+                        return fail(self, &field, "InvalidKind", m);
+                    }
+                    let cm = Key::new(key.namespace.as_str(), r.name.as_str());
+                    let found = self
+                        .store
+                        .config_maps
+                        .get(&cm)
+                        .and_then(|c| c.data.as_ref())
+                        .and_then(|d| d.get("ca.crt"))
+                        .filter(|p| p.contains("-----BEGIN CERTIFICATE-----"));
+                    match found {
+                        Some(p) => {
+                            pem.push_str(p);
+                            pem.push('\n');
+                        }
+                        None => {
+                            let m = format!("ConfigMap {cm} has no PEM certificate at key ca.crt");
+                            return fail(self, &field, "InvalidCACertificateRef", m);
+                        }
+                    }
+                }
+                Some(pem)
+            }
+        };
+        Ok(ServiceTls {
+            ca_certificates: ca,
+            sni: Some(v.hostname.clone()),
+            ..Default::default()
+        })
+    }
+}
