@@ -22,9 +22,10 @@ use crate::translate::{obj, Translator};
 pub(in crate::translate) const ID_PREFIX: &str = "grpcroute:";
 
 /// The filter types a GRPCRoute may carry (the rest are HTTPRoute-only).
-const FILTERS: [&str; 3] = [
+const FILTERS: [&str; 4] = [
     "RequestHeaderModifier",
     "ResponseHeaderModifier",
+    "RequestMirror",
     "ExtensionRef",
 ];
 
@@ -164,7 +165,22 @@ impl Translator<'_> {
                     &HTTPRouteMatch::default(),
                 );
                 match filters {
-                    Ok((plugins, _)) if foreign.is_none() => self.config.plugins.extend(plugins),
+                    Ok((plugins, mut rewrites)) if foreign.is_none() => {
+                        if let Some(c) = rewrites.unresolved.take() {
+                            if resolved.holds() {
+                                resolved = c;
+                            }
+                        }
+                        // Copies are gRPC calls too.
+                        r.mirrors = Self::take_mirrors(&mut rewrites)
+                            .into_iter()
+                            .map(|mut m| {
+                                m.service = self.service_variant(&m.service, &edits);
+                                m
+                            })
+                            .collect();
+                        self.config.plugins.extend(plugins);
+                    }
                     _ => entries = vec![unusable()],
                 }
                 for e in &mut entries {

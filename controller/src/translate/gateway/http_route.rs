@@ -802,6 +802,11 @@ impl Translator<'_> {
         edits
     }
 
+    /// The mirrors of a rule's `RequestMirror` filters.
+    pub(super) fn take_mirrors(rewrites: &mut Rewrites) -> Vec<RouteMirror> {
+        std::mem::take(&mut rewrites.mirrors)
+    }
+
     /// Applies a URLRewrite to a route, and to its backends through `edits`.
     fn apply_rewrites(&mut self, r: &mut Route, edits: &mut ServiceEdits, w: Rewrites) {
         r.mirrors = w.mirrors;

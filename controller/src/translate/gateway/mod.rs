@@ -335,6 +335,39 @@ spec: {{ports: [{{port: 8443}}]}}
     }
 
     #[test]
+    fn grpc_mirrors_are_grpc_calls_too() {
+        let yaml = format!(
+            "{BASE}apiVersion: gateway.networking.k8s.io/v1
+kind: GRPCRoute
+metadata: {{name: calls, namespace: shop}}
+spec:
+  parentRefs: [{{name: gw}}]
+  rules:
+  - filters: [{{type: RequestMirror, requestMirror: {{backendRef: {{name: b, port: 8080}}, percent: 10}}}}]
+    backendRefs: [{{name: a, port: 8080}}]
+"
+        );
+        let t = translate(
+            &Store::from_manifests(&yaml),
+            &Options::default(),
+            &weir_proxy::Registry::builtin(),
+        );
+        assert!(t.problems.is_empty(), "{:?}", t.problems);
+        let r = &t.config.routes[0];
+        assert_eq!(r.service.as_deref(), Some("shop/a:8080~grpc"));
+        assert_eq!(r.mirrors.len(), 1);
+        assert_eq!(r.mirrors[0].percent, 10.0);
+        let mirror = t
+            .config
+            .services
+            .iter()
+            .find(|s| s.id == r.mirrors[0].service)
+            .expect("the mirror's service");
+        assert_eq!(mirror.id, "shop/b:8080~grpc");
+        assert_eq!(mirror.protocol, weir_proxy::config::UpstreamProtocol::Grpc);
+    }
+
+    #[test]
     fn supported_features_are_sorted_and_unique() {
         let mut sorted = super::SUPPORTED_FEATURES.to_vec();
         sorted.sort_unstable();
