@@ -2008,6 +2008,16 @@ spec:
 ---
 apiVersion: gateway.networking.k8s.io/v1
 kind: BackendTLSPolicy
+metadata: {{name: by-san, namespace: gateway-conformance-infra}}
+spec:
+  targetRefs: [{{group: '', kind: Service, name: tls-san}}]
+  validation:
+    caCertificateRefs: [{{group: '', kind: ConfigMap, name: backend-ca}}]
+    hostname: sni-only.example
+    subjectAltNames: [{{type: Hostname, hostname: nope.example}}, {{type: Hostname, hostname: backend.example}}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: BackendTLSPolicy
 metadata: {{name: no-ca, namespace: gateway-conformance-infra}}
 spec:
   targetRefs: [{{group: '', kind: Service, name: tls-no-ca}}]
@@ -2027,7 +2037,10 @@ spec:
     backendRefs: [{{name: tls-no-ca, port: 8080}}]
   - matches: [{{path: {{type: Exact, value: /plain}}}}]
     backendRefs: [{{name: tls-plain, port: 8080}}]
+  - matches: [{{path: {{type: Exact, value: /san}}}}]
+    backendRefs: [{{name: tls-san, port: 8080}}]
 ---
+{}---
 {}---
 {}---
 {}---
@@ -2036,6 +2049,7 @@ spec:
         backend_service("gateway-conformance-infra", "tls-mismatch", good),
         backend_service("gateway-conformance-infra", "tls-no-ca", good),
         backend_service("gateway-conformance-infra", "tls-plain", good),
+        backend_service("gateway-conformance-infra", "tls-san", good),
         ca = indent(&ca.pem()),
     );
     let bed = Bed::start(&case);
@@ -2046,6 +2060,10 @@ spec:
     let r = bed
         .request(&c, "tls.example", "/backendtlspolicy", &[])
         .await;
+    assert_eq!(r.status, 200);
+    assert_eq!(&r.body[..], b"verified-backend");
+    // A certificate naming one of the subjectAltNames (not the SNI) is accepted.
+    let r = bed.request(&c, "tls.example", "/san", &[]).await;
     assert_eq!(r.status, 200);
     assert_eq!(&r.body[..], b"verified-backend");
     // The certificate does not name the policy's host name: Weir refuses the backend.

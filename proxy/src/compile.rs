@@ -479,6 +479,11 @@ pub fn tls_settings(s: &Service, h2: bool) -> TlsSettings {
             .client_certificate
             .map(|c| (Arc::from(c.cert), Arc::from(c.key))),
         alpn: if h2 { TlsAlpn::H2 } else { TlsAlpn::Http11 },
+        names: t
+            .subject_alt_names
+            .iter()
+            .map(|n| Arc::from(n.as_str()))
+            .collect(),
     }
 }
 

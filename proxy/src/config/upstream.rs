@@ -297,6 +297,10 @@ pub struct ServiceTls {
     /// Application protocol offered: `http/1.1` (default for `https`) or `h2` (for `grpcs`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub alpn: Option<Alpn>,
+    /// Names the target's certificate may carry instead of the server name: any one will do
+    /// (DNS names or IP addresses); empty, the server name.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub subject_alt_names: Vec<String>,
 }
 
 impl Default for ServiceTls {
@@ -308,6 +312,7 @@ impl Default for ServiceTls {
             sni: None,
             client_certificate: None,
             alpn: None,
+            subject_alt_names: Vec::new(),
         }
     }
 }

@@ -725,6 +725,7 @@ mod tests {
             ca_pem: None,
             client_cert: None,
             alpn: super::super::Alpn::Http11,
+            names: Vec::new(),
         })
         .unwrap();
         let key = PoolKey {

@@ -55,6 +55,9 @@ pub struct TlsSettings {
     pub client_cert: Option<(Arc<str>, Arc<str>)>,
     /// The protocol offered; must agree with the pool key's `h2`.
     pub alpn: Alpn,
+    /// Names the certificate may carry instead of the server name (any one will do); empty,
+    /// the server name itself.
+    pub names: Vec<Arc<str>>,
 }
 
 /// Without the PEMs: debug output ends up in logs, and the client key is a secret.
@@ -67,6 +70,7 @@ impl fmt::Debug for TlsSettings {
             .field("ca_pem", &self.ca_pem.is_some())
             .field("client_cert", &self.client_cert.is_some())
             .field("alpn", &self.alpn)
+            .field("names", &self.names)
             .finish()
     }
 }
@@ -104,16 +108,34 @@ impl TlsClient {
             let webpki = WebPkiServerVerifier::builder_with_provider(roots.clone(), provider())
                 .build()
                 .map_err(|e| format!("ca_certificates: {e}"))?;
-            match settings.verify_depth {
-                None => builder.with_webpki_verifier(webpki),
-                Some(max) => builder
-                    .dangerous()
-                    .with_custom_certificate_verifier(Arc::new(DepthLimited {
-                        inner: webpki,
-                        roots,
-                        max,
-                    })),
-            }
+            let verifier: Arc<dyn ServerCertVerifier> = match settings.verify_depth {
+                None => webpki,
+                Some(max) => Arc::new(DepthLimited {
+                    inner: webpki,
+                    roots,
+                    max,
+                }),
+            };
+            let verifier = if settings.names.is_empty() {
+                verifier
+            } else {
+                let names = settings
+                    .names
+                    .iter()
+                    .map(|n| {
+                        ServerName::try_from(n.to_string()).map_err(|_| {
+                            format!("subject_alt_names: {n:?} is not a DNS name or an IP address")
+                        })
+                    })
+                    .collect::<Result<Vec<_>, _>>()?;
+                Arc::new(AnyName {
+                    inner: verifier,
+                    names,
+                })
+            };
+            builder
+                .dangerous()
+                .with_custom_certificate_verifier(verifier)
         } else {
             builder
                 .dangerous()
@@ -221,6 +243,10 @@ fn digest(s: &TlsSettings) -> [u8; 32] {
     text(&mut h, s.ca_pem.as_deref());
     text(&mut h, s.client_cert.as_ref().map(|c| &*c.0));
     text(&mut h, s.client_cert.as_ref().map(|c| &*c.1));
+    h.update((s.names.len() as u64).to_le_bytes());
+    for n in &s.names {
+        text(&mut h, Some(n));
+    }
     h.finalize().into()
 }
 
@@ -303,6 +329,65 @@ impl ResolvesClientCert for ClientCert {
 
     fn has_certs(&self) -> bool {
         true
+    }
+}
+
+/// Verification against a list of accepted names instead of the server name sent (a
+/// BackendTLSPolicy's `subjectAltNames`): the chain as always, and any one name.
+#[derive(Debug)]
+struct AnyName {
+    inner: Arc<dyn ServerCertVerifier>,
+    names: Vec<ServerName<'static>>,
+}
+
+impl ServerCertVerifier for AnyName {
+    fn verify_server_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        _server_name: &ServerName<'_>,
+        ocsp_response: &[u8],
+        now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        let mut last = None;
+        for name in &self.names {
+            match self
+                .inner
+                .verify_server_cert(end_entity, intermediates, name, ocsp_response, now)
+            {
+                Ok(v) => return Ok(v),
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(last.unwrap_or(rustls::Error::InvalidCertificate(
+            CertificateError::NotValidForName,
+        )))
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.inner.verify_tls12_signature(message, cert, dss)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.inner.verify_tls13_signature(message, cert, dss)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.inner.supported_verify_schemes()
+    }
+
+    fn root_hint_subjects(&self) -> Option<&[rustls::DistinguishedName]> {
+        self.inner.root_hint_subjects()
     }
 }
 

@@ -289,6 +289,7 @@ fn settings(ca: Option<&Ca>) -> TlsSettings {
         ca_pem: ca.map(Ca::pem),
         client_cert: None,
         alpn: Alpn::Http11,
+        names: Vec::new(),
     }
 }
 

@@ -1,7 +1,8 @@
 //! BackendTLSPolicy: how Weir speaks TLS to the Services Gateway API routes send to. A policy
 //! targeting a Service (or one of its ports, by `sectionName`) turns the backends of routes to
 //! it into TLS ones: the CA certificates of its ConfigMaps (key `ca.crt`), or the well-known
-//! public CAs (`System`), and `hostname` as the server name sent and verified.
+//! public CAs (`System`), `hostname` as the server name sent and verified, or, with
+//! `subjectAltNames` (`Hostname` ones), any one of those names verified instead.
 //!
 //! A policy that cannot be applied (a missing ConfigMap, no CA at all) is reported on the
 //! policy, and the routes' shares to that Service answer 500 rather than go out in plain text.
@@ -136,9 +137,25 @@ impl Translator<'_> {
         if let Err(m) = weir_proxy::config::check_host(&v.hostname) {
             return fail(self, "spec.validation.hostname", "InvalidKind", m);
         }
-        if !v.subject_alt_names.is_empty() {
-            let m = "subjectAltNames are not served by this version of Weir".to_string();
-            return fail(self, "spec.validation.subjectAltNames", "InvalidKind", m);
+        let mut names = Vec::new();
+        for (i, san) in v.subject_alt_names.iter().enumerate() {
+            let field = format!("spec.validation.subjectAltNames[{i}]");
+            match (san.type_.as_str(), san.hostname.as_deref()) {
+                ("Hostname", Some(h)) if weir_proxy::config::check_host(h).is_ok() => {
+                    names.push(h.to_string())
+                }
+                ("Hostname", h) => {
+                    let m = format!("hostname {:?} is not a DNS name", h.unwrap_or_default());
+                    return fail(self, &field, "InvalidKind", m);
+                }
+                (other, _) => {
+                    let m = format!(
+                        "subject alternative names of type {other:?} are not served by this \
+                         version of Weir (Hostname is)"
+                    );
+                    return fail(self, &field, "InvalidKind", m);
+                }
+            }
         }
         let ca = match (
             v.well_known_ca_certificates.as_deref(),
@@ -195,6 +212,7 @@ impl Translator<'_> {
         Ok(ServiceTls {
             ca_certificates: ca,
             sni: Some(v.hostname.clone()),
+            subject_alt_names: names,
             ..Default::default()
         })
     }

@@ -33,8 +33,9 @@ use status::{ClassStatus, Cond, RouteParentStatus};
 
 /// The conformance features Weir supports, as `GatewayClass.status.supportedFeatures` lists
 /// them (sorted, as the spec asks).
-pub const SUPPORTED_FEATURES: [&str; 32] = [
+pub const SUPPORTED_FEATURES: [&str; 33] = [
     "BackendTLSPolicy",
+    "BackendTLSPolicySANValidation",
     "GRPCRoute",
     "GRPCRouteNamedRouteRule",
     "GRPCRouteRequestHeaderModifier",

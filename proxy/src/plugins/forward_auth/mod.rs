@@ -57,6 +57,7 @@ fn build(config: &serde_json::Value) -> Result<Arc<dyn Plugin>, String> {
             ca_pem: None,
             client_cert: None,
             alpn: Alpn::Http11,
+            names: Vec::new(),
         })
         .map_err(|e| format!("url: {e}"))?;
         Some(Arc::new(client))
