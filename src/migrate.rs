@@ -5,7 +5,9 @@
 //! as applied, applied with a difference, unsupported or invalid. `--emit DIR` writes the
 //! Weir-native objects (the Ingress with `weir.dev/*` annotations, generated Plugins, Upstream
 //! and configuration Secret, extra redirect Ingresses); the exit code is 1 when something
-//! would not carry over, so a pipeline can gate on it.
+//! would not carry over, so a pipeline can gate on it. `--to gateway-api` converts further, to
+//! the Gateway API: a Gateway per namespace and HTTPRoutes, with Weir Plugins attached by
+//! `ExtensionRef` (see `weir_controller::to_gateway_api`).
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -37,6 +39,19 @@ pub struct MigrateArgs {
     /// Ingress the conversion applies to.
     #[arg(long, value_delimiter = ',')]
     ingress_class: Vec<String>,
+    /// What to convert to: Weir-native Ingresses, or the Gateway API (a Gateway per
+    /// namespace, HTTPRoutes, and the Weir Plugins they attach by ExtensionRef).
+    #[arg(long, value_enum, default_value = "weir")]
+    to: Target,
+}
+
+/// Conversion targets.
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Target {
+    /// Ingresses with `weir.dev/*` annotations.
+    Weir,
+    /// Gateway API objects.
+    GatewayApi,
 }
 
 /// Report formats.
@@ -79,6 +94,9 @@ fn migrate(args: &MigrateArgs) -> anyhow::Result<bool> {
             results.push((report, converted));
         }
     }
+    if args.to == Target::GatewayApi {
+        return gateway_api(args, &store, &results);
+    }
     if let Some(dir) = &args.emit {
         emit(dir, &results)?;
     }
@@ -92,6 +110,118 @@ fn migrate(args: &MigrateArgs) -> anyhow::Result<bool> {
     };
     print!("{text}");
     Ok(all_carry_over)
+}
+
+/// `--to gateway-api`: the report of both steps, and with `--emit` a `gateway.yaml` (the
+/// GatewayClass and a Gateway per namespace) and one file per Ingress (its HTTPRoutes and the
+/// Weir objects they use).
+fn gateway_api(
+    args: &MigrateArgs,
+    store: &Store,
+    results: &[(Report, Converted)],
+) -> anyhow::Result<bool> {
+    use weir_controller::to_gateway_api as gw;
+    let mut all = true;
+    let mut tls: std::collections::BTreeMap<String, Vec<(String, String)>> = Default::default();
+    let mut out = String::new();
+    let mut docs: Vec<serde_json::Value> = Vec::new();
+    for (report, converted) in results {
+        let Some(native) = converted.ingresses.first() else {
+            continue;
+        };
+        let mut g = gw::convert(&report.ingress, native, store);
+        for extra in converted.ingresses.iter().skip(1) {
+            g.outcomes.push(gw::Outcome {
+                what: format!("Ingress {}", extra.metadata.name.as_deref().unwrap_or("")),
+                carried: false,
+                note: "a generated redirect Ingress; it stays an Ingress".into(),
+            });
+        }
+        all &= report.carries_over() && g.carries_over();
+        tls.entry(report.ingress.namespace.clone())
+            .or_default()
+            .extend(g.tls.iter().cloned());
+        let _ = writeln!(out, "Ingress {}", report.ingress);
+        for o in &report.outcomes {
+            let note = if o.note.is_empty() {
+                o.value.trim()
+            } else {
+                o.note.as_str()
+            };
+            let _ = writeln!(
+                out,
+                "  nginx {:<12} {}: {note}",
+                o.status.as_str(),
+                o.annotation
+            );
+        }
+        for o in &g.outcomes {
+            let status = if o.carried { "carried" } else { "not carried" };
+            let _ = writeln!(out, "  gateway-api {status:<12} {}: {}", o.what, o.note);
+        }
+        for r in &g.routes {
+            let _ = writeln!(
+                out,
+                "  gateway-api: HTTPRoute {}",
+                r["metadata"]["name"].as_str().unwrap_or("")
+            );
+        }
+        out.push('\n');
+        docs.push(serde_json::json!({
+            "ingress": report.ingress.to_string(),
+            "carries_over": report.carries_over() && g.carries_over(),
+            "outcomes": g.outcomes,
+            "routes": g.routes.iter().map(|r| r["metadata"]["name"].clone()).collect::<Vec<_>>(),
+        }));
+        if let Some(dir) = &args.emit {
+            std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+            let Key { namespace, name } = &report.ingress;
+            let mut text = format!(
+                "# Gateway API objects for Ingress {}, written by weir migrate --to gateway-api.\n",
+                report.ingress
+            );
+            let weir_objects = converted
+                .manifests()
+                .into_iter()
+                .filter(|m| m["kind"] != "Ingress");
+            for m in g.routes.iter().cloned().chain(weir_objects) {
+                text.push_str("---\n");
+                text.push_str(&serde_yaml::to_string(&m)?);
+            }
+            let path = dir.join(format!("{namespace}-{name}.yaml"));
+            std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
+        }
+    }
+    if let Some(dir) = &args.emit {
+        let mut text = String::from(
+            "# The GatewayClass and Gateways, written by weir migrate --to gateway-api.\n",
+        );
+        let class = gw::gateway_class();
+        let gateways = tls.iter().map(|(ns, t)| gw::gateway(ns, t));
+        for m in std::iter::once(class).chain(gateways) {
+            text.push_str("---\n");
+            text.push_str(&serde_yaml::to_string(&m)?);
+        }
+        let path = dir.join("gateway.yaml");
+        std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
+    }
+    match args.output {
+        Output::Text => {
+            let carry = docs.iter().filter(|d| d["carries_over"] == true).count();
+            let _ = writeln!(
+                out,
+                "{} Ingresses: {carry} carry over to the Gateway API, {} do not",
+                docs.len(),
+                docs.len() - carry
+            );
+            print!("{out}");
+        }
+        Output::Json => {
+            let doc = serde_json::json!({"ingresses": docs, "carries_over": all});
+            print!("{}", serde_json::to_string_pretty(&doc)? + "\n");
+        }
+    }
+    Ok(all)
 }
 
 fn read_dir(dir: &Path) -> anyhow::Result<Store> {

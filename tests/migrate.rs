@@ -195,6 +195,88 @@ fn emitted_objects_translate_to_the_same_table() {
     }
 }
 
+/// `--to gateway-api`: what it emits, with the rest of the cluster, is a Gateway the
+/// translator accepts, whose HTTPRoutes all attach and serve every host and path the Ingress
+/// served; the exit code says whether everything carried over.
+#[test]
+fn gateway_api_emission_is_served_for_every_ingress_path() {
+    let mut carried = 0;
+    for (name, dir) in corpus() {
+        let emit = dir.parent().unwrap().join("emitted-gateway-api");
+        let mut args = flags(&dir);
+        args.extend([
+            "--to".into(),
+            "gateway-api".into(),
+            "--emit".into(),
+            emit.to_string_lossy().to_string(),
+        ]);
+        let out = migrate(&dir, &args);
+        let text = String::from_utf8_lossy(&out.stdout).to_string();
+        let code = out.status.code().unwrap();
+        assert!(code < 2, "{name}: {out:?}");
+        assert_eq!(
+            code == 0,
+            text.contains(" 0 do not"),
+            "{name}: the exit code follows the report:\n{text}"
+        );
+        carried += usize::from(code == 0);
+
+        let opts = options(&dir);
+        let input = std::fs::read_to_string(dir.join("input.yaml")).unwrap();
+        let mut original = Store::default();
+        for o in Store::parse_manifests(&input).unwrap() {
+            original.insert(o);
+        }
+        let mut switched = original.clone();
+        let converted: Vec<_> = original
+            .ingresses
+            .iter()
+            .filter(|(_, ing)| weir_controller::nginx::applies(ing, &original, &opts.nginx))
+            .map(|(k, ing)| (k.clone(), ing.clone()))
+            .collect();
+        for (key, _) in &converted {
+            switched.ingresses.remove(key);
+        }
+        for file in std::fs::read_dir(&emit).unwrap() {
+            let text = std::fs::read_to_string(file.unwrap().path()).unwrap();
+            for o in Store::parse_manifests(&text).unwrap() {
+                switched.insert(o);
+            }
+        }
+        let registry = Registry::builtin();
+        let mut native = opts.clone();
+        native.nginx.prefix = String::new();
+        let t = translate(&switched, &native, &registry);
+        for (key, status) in &t.gateway_api.http_routes {
+            for p in &status.parents {
+                let accepted = p.conditions.iter().find(|c| c.type_ == "Accepted").unwrap();
+                assert!(accepted.holds(), "{name}: HTTPRoute {key}: {accepted:?}");
+            }
+        }
+        // Every host and path of the converted Ingresses has a route of an HTTPRoute.
+        for (key, ing) in &converted {
+            for rule in ing.spec.iter().flat_map(|s| s.rules.iter().flatten()) {
+                for p in rule.http.iter().flat_map(|h| h.paths.iter()) {
+                    let path = p.path.clone().unwrap_or_else(|| "/".into());
+                    // A regex path is served as a RegularExpression match holding it.
+                    let pattern = path.trim_start_matches("/~");
+                    let served = t.config.routes.iter().any(|r| {
+                        r.id.starts_with("httproute:")
+                            && r.paths.iter().any(|rule| {
+                                rule.path == path
+                                    || (rule.kind == weir_proxy::config::PathKind::Regex
+                                        && rule.path.contains(pattern))
+                            })
+                            && rule.host.as_ref().is_none_or(|h| r.hosts.contains(h))
+                    });
+                    assert!(served, "{name}: Ingress {key} path {path} has no HTTPRoute");
+                }
+            }
+        }
+    }
+    assert!(carried > 0, "no fixture carried over whole");
+}
+
 #[test]
 fn unreadable_input_is_exit_code_2() {
     let out = Command::new(WEIR)

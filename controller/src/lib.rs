@@ -7,6 +7,7 @@ pub mod nginx;
 pub mod problem;
 pub mod standalone;
 pub mod store;
+pub mod to_gateway_api;
 pub mod translate;
 
 pub use problem::{ObjectRef, Problem, Reason};
