@@ -3,8 +3,8 @@
 //! Every request is answered with JSON describing what arrived (method, path, raw query, host,
 //! headers, body length, protocol, the server's name and listen address). Query parameters:
 //! `status=N` sets the status, `fail=N&key=K` answers the first N requests of key K with that
-//! status and the ones after with 200 (a backend that recovers, for retries), `delay_ms=N`
-//! waits before answering, `bytes=N` streams N bytes
+//! status (and `delay_ms`) and the ones after with 200 at once (a backend that recovers, for
+//! retries), `delay_ms=N` waits before answering, `bytes=N` streams N bytes
 //! of body instead of JSON, `sse=N` answers `text/event-stream` with N server-sent events
 //! `interval_ms=M` apart (default 1000; the first at once, each flushed on its own, each
 //! carrying its number and the Unix time in milliseconds it was sent:
@@ -141,6 +141,8 @@ impl Echo {
             .or_else(|| query_param::<u16>(q, "status"))
             .and_then(|s| StatusCode::from_u16(s).ok())
             .unwrap_or(StatusCode::OK);
+        // A recovered request of `fail=N&key=K` answers at once.
+        let mut recovered = false;
         if let (Some(n), Some(key)) = (
             query_param::<u64>(q, "fail"),
             query_param::<String>(q, "key"),
@@ -153,6 +155,7 @@ impl Echo {
             *count += 1;
             if *count > n {
                 status = StatusCode::OK;
+                recovered = true;
             }
         }
         let (parts, mut body) = req.into_parts();
@@ -174,8 +177,12 @@ impl Echo {
                 Err(_) => break,
             }
         }
-        let delay = self.behaviour.delay
-            + Duration::from_millis(query_param::<u64>(q, "delay_ms").unwrap_or(0));
+        let asked = if recovered {
+            0
+        } else {
+            query_param::<u64>(q, "delay_ms").unwrap_or(0)
+        };
+        let delay = self.behaviour.delay + Duration::from_millis(asked);
         if !delay.is_zero() {
             tokio::time::sleep(delay).await;
         }

@@ -2091,3 +2091,40 @@ spec:
     );
     assert_eq!(cond_of(&route["conditions"], "ResolvedRefs").0, "False");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retries_stop_at_the_rules_request_timeout() {
+    let case = "\
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: retries-with-timeouts, namespace: gateway-conformance-infra}
+spec:
+  parentRefs: [{name: same-namespace}]
+  rules:
+  - matches: [{path: {type: PathPrefix, value: /retry/backend-request-timeout-200ms}}]
+    retry: {attempts: 2}
+    timeouts: {backendRequest: 200ms}
+    backendRefs: [{name: infra-backend-v3, port: 8080}]
+  - matches: [{path: {type: PathPrefix, value: /retry/request-timeout-200ms}}]
+    retry: {codes: [500], attempts: 5}
+    timeouts: {backendRequest: 200ms, request: 400ms}
+    backendRefs: [{name: infra-backend-v3, port: 8080}]
+";
+    let bed = Bed::start(case);
+    let c = client();
+    bed.route_status(&c, "gateway-conformance-infra/retries-with-timeouts")
+        .await;
+    // (path, the backend's failing answers: status, how many, delay; what the client gets)
+    let cases = [
+        ("/retry/backend-request-timeout-200ms", 200, 2, 300, 200),
+        ("/retry/backend-request-timeout-200ms", 200, 3, 300, 504),
+        ("/retry/request-timeout-200ms", 500, 1, 100, 200),
+        ("/retry/request-timeout-200ms", 500, 4, 100, 504),
+    ];
+    for (i, (path, code, fail, delay, want)) in cases.into_iter().enumerate() {
+        let uri = format!("{path}?status={code}&fail={fail}&delay_ms={delay}&key=t{i}");
+        let started = std::time::Instant::now();
+        let r = bed.request(&c, "retry.example", &uri, &[]).await;
+        assert_eq!(r.status, want, "{uri} after {:?}", started.elapsed());
+    }
+}

@@ -46,6 +46,7 @@ fn routes(n: usize) -> Vec<Route> {
             deep_wildcards: false,
             excluded_hosts: Vec::new(),
             mirrors: Vec::new(),
+            timeout: None,
         })
         .collect()
 }

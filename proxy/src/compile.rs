@@ -91,6 +91,8 @@ pub struct CompiledRoute {
     pub forwarded_prefix: Option<Box<str>>,
     /// Services that get a copy of the route's requests.
     pub mirrors: Box<[CompiledMirror]>,
+    /// The budget for the answer's head, over every try.
+    pub timeout: Option<Duration>,
 }
 
 /// A service, ready for requests.
@@ -388,6 +390,7 @@ impl Runtime {
                     .collect::<Result<Box<[_]>, _>>()?;
                 Ok(CompiledRoute {
                     mirrors,
+                    timeout: r.timeout.map(Duration::from_millis),
                     id: r.id.as_str().into(),
                     strip_path: r.strip_path,
                     preserve_host: r.preserve_host,

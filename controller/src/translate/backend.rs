@@ -713,6 +713,7 @@ impl Translator<'_> {
                     deep_wildcards: false,
                     excluded_hosts: Vec::new(),
                     mirrors: Vec::new(),
+                    timeout: None,
                 })
             }
             Err((reason, m)) => {

@@ -610,6 +610,7 @@ impl Translator<'_> {
             deep_wildcards: false,
             excluded_hosts: Vec::new(),
             mirrors: Vec::new(),
+            timeout: None,
         });
     }
 }

@@ -200,6 +200,10 @@ pub struct Route {
     /// Services that get a copy of the route's requests, whose answers are thrown away.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub mirrors: Vec<RouteMirror>,
+    /// Milliseconds from the request's arrival until the answer's head, over every try (a
+    /// budget retries share); past it, `504`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout: Option<u64>,
 }
 
 /// TLS passthrough: connections whose ClientHello names one of `hosts` go, as they are (Weir

@@ -588,6 +588,9 @@ impl Config {
                     }
                 }
             }
+            if r.timeout == Some(0) {
+                errs.push("route", &r.id, "timeout", "must be at least 1 millisecond");
+            }
             for (i, m) in r.mirrors.iter().enumerate() {
                 if !service_ids.contains(m.service.as_str()) {
                     errs.push(

@@ -279,6 +279,14 @@ pub async fn handle(
         }
     };
     let route = &rt.routes[m.route];
+    // The route's budget joins the gRPC client's deadline: the earlier bounds every try.
+    let deadline = match route.timeout {
+        Some(t) => {
+            let at = p.s.ctx.timings.start + t;
+            Some(deadline.map_or(at, |d| d.min(at)))
+        }
+        None => deadline,
+    };
     // The matched prefix, measured in the forwarded path (parameters included).
     let matched_len = match routing {
         std::borrow::Cow::Borrowed(_) => m.matched_len,
@@ -768,7 +776,7 @@ pub async fn handle(
                     "The upstream server is timing out",
                 );
                 // The gRPC client's own deadline passed (not only the service's timeout).
-                if client_deadline {
+                if p.s.grpc_deadline.is_some_and(|d| Instant::now() >= d) {
                     early.headers.insert(
                         grpc::GRPC_STATUS,
                         HeaderValue::from(grpc::code::DEADLINE_EXCEEDED),
@@ -1454,6 +1462,7 @@ mod tests {
     fn route(strip: bool) -> CompiledRoute {
         CompiledRoute {
             mirrors: Box::new([]),
+            timeout: None,
             id: "r".into(),
             strip_path: strip,
             preserve_host: false,

@@ -199,7 +199,7 @@ impl Translator<'_> {
                     resolved = c;
                 }
             }
-            let rule_edits = self.rule_edits(key, ri, rule);
+            let (rule_edits, request_timeout) = self.rule_edits(key, ri, rule);
             let default_match = HTTPRouteMatch::default();
             let matches = if rule.matches.is_empty() {
                 std::slice::from_ref(&default_match)
@@ -215,6 +215,7 @@ impl Translator<'_> {
                 r.hosts = hosts.to_vec();
                 r.protocols = protocols.to_vec();
                 r.excluded_hosts = excluded.to_vec();
+                r.timeout = request_timeout;
                 let mut entries = backends.entries.clone();
                 let mut edits = rule_edits.clone();
                 let mut rule_plugins = Vec::new();
@@ -757,23 +758,30 @@ impl Translator<'_> {
 
     /// What a rule's `timeouts` and `retry` change about its backends' services; a value Weir
     /// cannot read is reported and left out.
-    fn rule_edits(&mut self, key: &Key, ri: usize, rule: &HTTPRouteRule) -> ServiceEdits {
+    fn rule_edits(
+        &mut self,
+        key: &Key,
+        ri: usize,
+        rule: &HTTPRouteRule,
+    ) -> (ServiceEdits, Option<u64>) {
         let me = obj(Kind::HTTPRoute, key);
         let mut edits = ServiceEdits::default();
         let bad = |this: &mut Self, field: String, m: String| {
             this.problem(me.clone(), Reason::Unsupported, field, m);
         };
+        // `request` is the route's budget over every try; `backendRequest` each try's wait.
+        let mut request = None;
         if let Some(t) = &rule.timeouts {
-            let mut limit: Option<u64> = None;
             for (name, v) in [
                 ("request", &t.request),
                 ("backendRequest", &t.backend_request),
             ] {
                 let Some(text) = v else { continue };
                 match duration_ms(text) {
-                    // Zero turns the timeout off: the service's own (60 s) stays.
+                    // Zero turns the timeout off (the service's own 60 s stays per try).
                     Some(0) => {}
-                    Some(ms) => limit = Some(limit.map_or(ms, |l| l.min(ms))),
+                    Some(ms) if name == "request" => request = Some(ms),
+                    Some(ms) => edits.read_timeout = Some(ms),
                     None => bad(
                         self,
                         format!("spec.rules[{ri}].timeouts.{name}"),
@@ -781,7 +789,6 @@ impl Translator<'_> {
                     ),
                 }
             }
-            edits.read_timeout = limit;
         }
         if let Some(r) = &rule.retry {
             edits.retry_timeouts = true;
@@ -799,7 +806,7 @@ impl Translator<'_> {
             edits.retry_statuses.sort_unstable();
             edits.retry_statuses.dedup();
         }
-        edits
+        (edits, request)
     }
 
     /// The mirrors of a rule's `RequestMirror` filters.
@@ -1137,6 +1144,7 @@ pub(super) fn new_route(
         deep_wildcards: true,
         excluded_hosts: Vec::new(),
         mirrors: Vec::new(),
+        timeout: None,
     }
 }
 

@@ -33,7 +33,7 @@ use status::{ClassStatus, Cond, RouteParentStatus};
 
 /// The conformance features Weir supports, as `GatewayClass.status.supportedFeatures` lists
 /// them (sorted, as the spec asks).
-pub const SUPPORTED_FEATURES: [&str; 33] = [
+pub const SUPPORTED_FEATURES: [&str; 35] = [
     "BackendTLSPolicy",
     "BackendTLSPolicySANValidation",
     "GRPCRoute",
@@ -61,8 +61,10 @@ pub const SUPPORTED_FEATURES: [&str; 33] = [
     "HTTPRouteRequestMirror",
     "HTTPRouteRequestMultipleMirrors",
     "HTTPRouteRequestPercentageMirror",
+    "HTTPRouteRequestTimeout",
     "HTTPRouteResponseHeaderModification",
     "HTTPRouteRetry",
+    "HTTPRouteRetryBackendTimeout",
     "HTTPRouteSchemeRedirect",
     "ReferenceGrant",
     "TLSRoute",
