@@ -1944,9 +1944,9 @@ spec:
     assert_eq!(gw["listeners"][0]["supportedKinds"][0]["kind"], "TLSRoute");
     assert_eq!(gw["listeners"][0]["attachedRoutes"], 2);
     assert_eq!(
-        cond_of(&gw["listeners"][1]["conditions"], "Accepted"),
-        no("UnsupportedProtocol"),
-        "TLS termination for TLSRoutes"
+        cond_of(&gw["listeners"][1]["conditions"], "ResolvedRefs"),
+        no("InvalidCertificateRef"),
+        "a terminating TLS listener needs a certificate"
     );
     let http = parent(
         &s,
@@ -2127,4 +2127,71 @@ spec:
         let r = bed.request(&c, "retry.example", &uri, &[]).await;
         assert_eq!(r.status, want, "{uri} after {:?}", started.elapsed());
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_routes_of_terminating_listeners_get_the_decrypted_bytes() {
+    let case = format!(
+        "\
+apiVersion: v1
+kind: Secret
+metadata: {{name: a-cert, namespace: gateway-conformance-infra}}
+type: kubernetes.io/tls
+stringData:
+  tls.crt: |
+{crt}
+  tls.key: |
+{key}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {{name: tls-terminate, namespace: gateway-conformance-infra}}
+spec:
+  gatewayClassName: weir
+  listeners:
+  - name: tls
+    port: 443
+    protocol: TLS
+    hostname: a.example.test
+    tls: {{mode: Terminate, certificateRefs: [{{name: a-cert}}]}}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: TLSRoute
+metadata: {{name: terminated, namespace: gateway-conformance-infra}}
+spec:
+  parentRefs: [{{name: tls-terminate}}]
+  rules: [{{backendRefs: [{{name: infra-backend-v1, port: 8080}}]}}]
+",
+        crt = indent(&common::tls::fixture("a.example.test.crt")),
+        key = indent(&common::tls::fixture("a.example.test.key")),
+    );
+    let bed = Bed::start_with(&case, &["--tls-listen", "x"]);
+    let c = client();
+    let s = bed
+        .status_when(&c, |s| {
+            s["tlsRoutes"]
+                .get("gateway-conformance-infra/terminated")
+                .is_some()
+        })
+        .await;
+    let gw = &s["gateways"]["gateway-conformance-infra/tls-terminate"];
+    assert_eq!(
+        cond_of(&gw["listeners"][0]["conditions"], "Accepted"),
+        yes("Accepted"),
+        "{gw:#}"
+    );
+    wait_ready(&c, &bed.weir).await;
+    // Weir's certificate for the name, then the bytes inside reach the backend as they are:
+    // the HTTP request the client wrote is answered by the echo, not routed by Weir.
+    let r = common::tls::get(bed.tls_port.unwrap(), "a.example.test", "/inside", &[])
+        .await
+        .unwrap();
+    served_by(&r.resp, "infra-backend-v1");
+    assert_eq!(r.resp.json()["path"], "/inside");
+    assert_eq!(r.resp.header("x-echo-name"), Some("infra-backend-v1"));
+    assert_eq!(
+        r.resp.json()["headers"]["x-forwarded-for"],
+        Value::Null,
+        "nothing added"
+    );
 }

@@ -206,8 +206,8 @@ pub struct Route {
     pub timeout: Option<u64>,
 }
 
-/// TLS passthrough: connections whose ClientHello names one of `hosts` go, as they are (Weir
-/// does not terminate them), to a target of one of `backends`.
+/// TLS routing by server name: connections whose ClientHello names one of `hosts` go to a
+/// target of one of `backends`, as they are (passthrough) or, with `terminate`, decrypted.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TlsRoute {
@@ -221,6 +221,10 @@ pub struct TlsRoute {
     /// closes its share.
     #[serde(default)]
     pub backends: Vec<WeightedBackend>,
+    /// Weir ends TLS itself (with the table's certificate for the name) and the backend gets
+    /// the decrypted bytes, instead of the connection as it came.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub terminate: bool,
 }
 
 /// A service that gets a copy of a share of a route's requests.

@@ -664,9 +664,23 @@ fn worker(
                                 if let Some(stream) =
                                     handshake(&acceptor, stream, &shared, stop.clone()).await
                                 {
-                                    let h2 = stream.get_ref().1.alpn_protocol() == Some(b"h2");
-                                    serve_connection(&shared, &builder, stream, conn, stop, !h2)
-                                        .await
+                                    let rt = shared.runtime.load_full();
+                                    let name = stream.get_ref().1.server_name();
+                                    match name.and_then(|n| rt.passthrough.terminated(n)) {
+                                        // A TLSRoute of a terminating listener: the bytes.
+                                        Some((route, service)) => {
+                                            passthrough::pass(rt, route, service, stream).await
+                                        }
+                                        None => {
+                                            drop(rt);
+                                            let h2 =
+                                                stream.get_ref().1.alpn_protocol() == Some(b"h2");
+                                            serve_connection(
+                                                &shared, &builder, stream, conn, stop, !h2,
+                                            )
+                                            .await
+                                        }
+                                    }
                                 }
                             }
                         }

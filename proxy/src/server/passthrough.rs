@@ -23,8 +23,9 @@ pub struct Passthrough {
     wildcard: HashMap<Box<str>, usize>,
     /// The first route without names: any server name.
     any: Option<usize>,
-    /// Each route's id and its backends (`None`: every share closes).
-    routes: Vec<(Arc<str>, Option<Backends>)>,
+    /// Each route's id, its backends (`None`: every share closes), and whether Weir
+    /// terminates its connections.
+    routes: Vec<(Arc<str>, Option<Backends>, bool)>,
 }
 
 impl Passthrough {
@@ -55,7 +56,8 @@ impl Passthrough {
                     (service, Default::default(), b.weight)
                 })
                 .collect();
-            p.routes.push((r.id.as_str().into(), Backends::new(list)));
+            p.routes
+                .push((r.id.as_str().into(), Backends::new(list), r.terminate));
         }
         p
     }
@@ -79,6 +81,21 @@ impl Passthrough {
             rest = suffix;
         }
         self.any
+    }
+}
+
+impl Passthrough {
+    /// After Weir's handshake: the route (id and service chosen) that takes a connection
+    /// naming `name` decrypted, if a terminating route serves that name.
+    pub fn terminated(&self, name: &str) -> Option<(Arc<str>, Option<usize>)> {
+        let i = self.find(name)?;
+        let (id, backends, terminate) = &self.routes[i];
+        terminate.then(|| {
+            (
+                id.clone(),
+                backends.as_ref().and_then(|b| b.choose().service),
+            )
+        })
     }
 }
 
@@ -106,7 +123,10 @@ pub async fn decide(rt: &Runtime, stream: &tokio::net::TcpStream, limit: Duratio
                 let Some(i) = rt.passthrough.find(name) else {
                     return Decision::Terminate;
                 };
-                let (id, backends) = &rt.passthrough.routes[i];
+                let (id, backends, terminate) = &rt.passthrough.routes[i];
+                if *terminate {
+                    return Decision::Terminate;
+                }
                 let service = backends.as_ref().and_then(|b| b.choose().service);
                 return Decision::Pass(id.clone(), service);
             }
@@ -125,12 +145,10 @@ pub async fn decide(rt: &Runtime, stream: &tokio::net::TcpStream, limit: Duratio
 }
 
 /// Connects to a target of the service and copies bytes both ways until either side closes.
-pub async fn pass(
-    rt: Arc<Runtime>,
-    route: Arc<str>,
-    service: Option<usize>,
-    mut client: tokio::net::TcpStream,
-) {
+pub async fn pass<S>(rt: Arc<Runtime>, route: Arc<str>, service: Option<usize>, mut client: S)
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
     let Some(service) = service.map(|i| rt.services[i].clone()) else {
         tracing::debug!(route = %route, "TLS passthrough share without a usable backend: closed");
         return;
@@ -181,6 +199,10 @@ mod tests {
         .unwrap();
         let p = Passthrough::new(&routes, &HashMap::new());
         let id = |n: &str| p.find(n).map(|i| p.routes[i].0.to_string());
+        assert!(
+            p.terminated("x.example.com").is_none(),
+            "passthrough routes"
+        );
         assert_eq!(id("x.example.com").as_deref(), Some("a"));
         assert_eq!(id("x.y.example.com").as_deref(), Some("a"));
         assert_eq!(id("x.foo.example.com").as_deref(), Some("b"));

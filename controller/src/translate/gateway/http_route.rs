@@ -55,6 +55,9 @@ pub(super) struct Attached<'r> {
     pub excluded: Vec<String>,
     /// The Gateways it attached to.
     pub gateways: Vec<Key>,
+    /// Whether every listener it attached to terminates TLS (`TLS` listeners in `Terminate`
+    /// mode, for TLSRoutes).
+    pub terminated: bool,
 }
 
 impl Attached<'_> {
@@ -167,6 +170,10 @@ impl Translator<'_> {
             hosts: hosts.into_iter().flatten().collect(),
             protocols,
             excluded: isolated_from(gateways, &on),
+            terminated: !on.is_empty()
+                && on
+                    .iter()
+                    .all(|&(g, i)| gateways[g].listeners[i].terminates_tls),
             gateways: on
                 .iter()
                 .map(|&(g, _)| gateways[g].key.clone())

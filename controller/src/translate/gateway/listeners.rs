@@ -33,6 +33,8 @@ pub(super) struct ListenerEval {
     pub from: From,
     /// The proxy socket that serves it, when it is served.
     pub served_as: Option<ClientProtocol>,
+    /// A `TLS` listener that terminates (TLSRoutes get the decrypted bytes).
+    pub terminates_tls: bool,
     pub accepted: Cond,
     pub resolved: Cond,
     pub conflicted: Cond,
@@ -98,6 +100,7 @@ impl Translator<'_> {
             kinds: Vec::new(),
             from: From::Same,
             served_as: None,
+            terminates_tls: false,
             accepted: Cond::yes("Accepted", "Accepted"),
             resolved: Cond::yes("ResolvedRefs", "ResolvedRefs"),
             conflicted: Cond::no("Conflicted", "NoConflicts", ""),
@@ -107,19 +110,18 @@ impl Translator<'_> {
         let (socket, wanted) = match (l.protocol.as_str(), mode) {
             ("HTTP", _) => (ClientProtocol::Http, self.opts.gateway_http_port),
             ("HTTPS", _) => (ClientProtocol::Https, self.opts.gateway_https_port),
-            // Passthrough shares the TLS socket: connections are told apart by server name.
+            // TLS shares the TLS socket: connections are told apart by server name.
             ("TLS", Some("Passthrough")) => (ClientProtocol::Https, self.opts.gateway_https_port),
+            ("TLS", None | Some("Terminate")) => {
+                eval.terminates_tls = true;
+                (ClientProtocol::Https, self.opts.gateway_https_port)
+            }
             (other, _) => {
-                let m = if other == "TLS" {
-                    "protocol \"TLS\" is served with tls.mode Passthrough only \
-                     (terminating TLS for TLSRoutes is not served yet)"
-                        .to_string()
-                } else {
-                    format!(
-                        "protocol {other:?} is not served by Weir (HTTP, HTTPS, and TLS \
-                         passthrough are)"
-                    )
-                };
+                let m = format!(
+                    "protocol {other:?} (tls.mode {:?}) is not served by Weir (HTTP, HTTPS and \
+                     TLS are)",
+                    mode.unwrap_or_default()
+                );
                 eval.accepted = Cond::no("Accepted", "UnsupportedProtocol", m);
                 eval.resolved = self.route_kinds(l, &mut eval.kinds);
                 return eval;
@@ -152,7 +154,7 @@ impl Translator<'_> {
                 _ => From::Same,
             };
         }
-        if l.protocol == "HTTPS" {
+        if l.protocol == "HTTPS" || eval.terminates_tls {
             if let Err(cond) = self.listener_certificate(key, l, eval.accepted.holds()) {
                 // A certificate problem outweighs route kinds.
                 eval.resolved = cond;
@@ -215,11 +217,13 @@ impl Translator<'_> {
             .and_then(|t| t.mode.as_deref())
             .is_some_and(|m| m != "Terminate")
         {
-            return Err(bad("HTTPS listeners terminate TLS (mode Terminate)".into()));
+            return Err(bad("this listener terminates TLS (mode Terminate)".into()));
         }
         let refs: &[ObjectReference] = tls.map(|t| t.certificate_refs.as_slice()).unwrap_or(&[]);
         let Some(r) = refs.first() else {
-            return Err(bad("an HTTPS listener needs tls.certificateRefs".into()));
+            return Err(bad(
+                "a listener that terminates TLS needs tls.certificateRefs".into(),
+            ));
         };
         let group = r.group.as_deref().unwrap_or("");
         let kind = r.kind.as_deref().unwrap_or("Secret");

@@ -33,7 +33,7 @@ use status::{ClassStatus, Cond, RouteParentStatus};
 
 /// The conformance features Weir supports, as `GatewayClass.status.supportedFeatures` lists
 /// them (sorted, as the spec asks).
-pub const SUPPORTED_FEATURES: [&str; 35] = [
+pub const SUPPORTED_FEATURES: [&str; 36] = [
     "BackendTLSPolicy",
     "BackendTLSPolicySANValidation",
     "GRPCRoute",
@@ -69,6 +69,7 @@ pub const SUPPORTED_FEATURES: [&str; 35] = [
     "ReferenceGrant",
     "TLSRoute",
     "TLSRouteModeMixed",
+    "TLSRouteModeTerminate",
 ];
 
 /// A Gateway of Weir's with its listeners evaluated.

@@ -1,6 +1,8 @@
 //! TLSRoutes → the table's `tls_routes`: connections to the TLS socket whose ClientHello names
 //! one of the route's host names (intersected with its listeners') go, untouched, to its
-//! backends by weight. Served on listeners with protocol `TLS` and `tls.mode: Passthrough`.
+//! backends by weight. Served on listeners with protocol `TLS`: with `tls.mode: Passthrough`
+//! the bytes go as they are; in `Terminate` mode (the default) Weir ends TLS with the
+//! listener's certificate and the backend gets the decrypted bytes.
 
 use weir_crds::gateway::TLSRoute;
 use weir_proxy::config::TlsRoute;
@@ -60,6 +62,7 @@ impl Translator<'_> {
                 id: format!("{ID_PREFIX}{key}/r{ri}"),
                 hosts: at.hosts.clone(),
                 backends: backends.entries,
+                terminate: at.terminated,
             });
         }
         resolved
