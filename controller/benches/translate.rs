@@ -87,6 +87,34 @@ fn rss_mb() -> f64 {
     kb / 1024.0
 }
 
+/// Translates and compiles once, checks the result (10,000 routes, no problem) and prints
+/// the times and the peak RSS so far.
+fn timed_pass(
+    what: &str,
+    store: &Store,
+    opts: &Options,
+    registry: &Registry,
+) -> weir_controller::Translation {
+    let t0 = Instant::now();
+    let t = translate(store, opts, registry);
+    let translated = t0.elapsed();
+    let rt = Runtime::compile(t.config.clone(), registry).unwrap();
+    let total = t0.elapsed();
+    assert_eq!(rt.routes.len(), 10_000);
+    assert!(
+        t.problems.is_empty(),
+        "{:?}",
+        &t.problems[..3.min(t.problems.len())]
+    );
+    eprintln!(
+        "{what}: translate {:.0} ms, + compile = {:.0} ms, peak RSS {:.0} MB",
+        translated.as_secs_f64() * 1e3,
+        total.as_secs_f64() * 1e3,
+        rss_mb()
+    );
+    t
+}
+
 fn bench(c: &mut Criterion) {
     let mut store = Store::default();
     for o in Store::parse_manifests(&manifests(10_000)).unwrap() {
@@ -96,23 +124,7 @@ fn bench(c: &mut Criterion) {
     let opts = Options::default();
 
     // One timed pass, printed for the record (and the note).
-    let t0 = Instant::now();
-    let t = translate(&store, &opts, &registry);
-    let translated = t0.elapsed();
-    let rt = Runtime::compile(t.config.clone(), &registry).unwrap();
-    let total = t0.elapsed();
-    assert_eq!(rt.routes.len(), 10_000);
-    assert!(
-        t.problems.is_empty(),
-        "{:?}",
-        &t.problems[..3.min(t.problems.len())]
-    );
-    eprintln!(
-        "10k Ingresses: translate {:.0} ms, + compile = {:.0} ms, peak RSS {:.0} MB",
-        translated.as_secs_f64() * 1e3,
-        total.as_secs_f64() * 1e3,
-        rss_mb()
-    );
+    let t = timed_pass("10k Ingresses", &store, &opts, &registry);
 
     let mut g = c.benchmark_group("ingresses_10k");
     g.sample_size(10);
@@ -136,23 +148,7 @@ fn bench(c: &mut Criterion) {
     for o in Store::parse_manifests(&http_route_manifests(10_000)).unwrap() {
         store.insert(o);
     }
-    let t0 = Instant::now();
-    let t = translate(&store, &opts, &registry);
-    let translated = t0.elapsed();
-    let rt = Runtime::compile(t.config.clone(), &registry).unwrap();
-    let total = t0.elapsed();
-    assert_eq!(rt.routes.len(), 10_000);
-    assert!(
-        t.problems.is_empty(),
-        "{:?}",
-        &t.problems[..3.min(t.problems.len())]
-    );
-    eprintln!(
-        "10k HTTPRoutes: translate {:.0} ms, + compile = {:.0} ms, peak RSS {:.0} MB",
-        translated.as_secs_f64() * 1e3,
-        total.as_secs_f64() * 1e3,
-        rss_mb()
-    );
+    timed_pass("10k HTTPRoutes", &store, &opts, &registry);
     let mut g = c.benchmark_group("httproutes_10k");
     g.sample_size(10);
     g.bench_function("translate_and_compile", |b| {

@@ -33,15 +33,7 @@ impl Translator<'_> {
     /// Translates every GRPCRoute with a parent that is Weir's, oldest first.
     pub(super) fn grpc_routes(&mut self, gateways: &mut [GatewayEval]) {
         let store = self.store;
-        let mut routes: Vec<(&Key, &GRPCRoute)> = store
-            .grpc_routes
-            .iter()
-            .filter(|(k, _)| self.in_scope(&k.namespace))
-            .collect();
-        routes.sort_by(|a, b| {
-            let ts = |r: &GRPCRoute| r.metadata.creation_timestamp.as_ref().map(|t| t.0);
-            ts(a.1).cmp(&ts(b.1)).then(a.0.cmp(b.0))
-        });
+        let routes = super::oldest_first(self, &store.grpc_routes);
         for (key, route) in routes {
             self.grpc_route(gateways, key, route);
         }

@@ -88,15 +88,7 @@ impl Translator<'_> {
     /// Translates every HTTPRoute with a parent that is Weir's, oldest first.
     pub(super) fn http_routes(&mut self, gateways: &mut [GatewayEval]) {
         let store = self.store;
-        let mut routes: Vec<(&Key, &HTTPRoute)> = store
-            .http_routes
-            .iter()
-            .filter(|(k, _)| self.in_scope(&k.namespace))
-            .collect();
-        routes.sort_by(|a, b| {
-            let ts = |r: &HTTPRoute| r.metadata.creation_timestamp.as_ref().map(|t| t.0);
-            ts(a.1).cmp(&ts(b.1)).then(a.0.cmp(b.0))
-        });
+        let routes = super::oldest_first(self, &store.http_routes);
         for (key, route) in routes {
             self.http_route(gateways, key, route);
         }

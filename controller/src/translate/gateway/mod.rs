@@ -255,6 +255,23 @@ impl Translator<'_> {
     }
 }
 
+/// The objects of `map` in the namespaces served, oldest first (then by `namespace/name`):
+/// the order the spec gives routes that would otherwise tie.
+pub(super) fn oldest_first<'m, T: kube::Resource>(
+    t: &Translator<'_>,
+    map: &'m std::collections::BTreeMap<Key, T>,
+) -> Vec<(&'m Key, &'m T)> {
+    let mut list: Vec<(&Key, &T)> = map
+        .iter()
+        .filter(|(k, _)| t.in_scope(&k.namespace))
+        .collect();
+    list.sort_by(|a, b| {
+        let ts = |o: &T| o.meta().creation_timestamp.as_ref().map(|t| t.0);
+        ts(a.1).cmp(&ts(b.1)).then(a.0.cmp(b.0))
+    });
+    list
+}
+
 /// A parent's status entry.
 fn parent_status(parent: &ParentReference, conditions: Vec<Cond>) -> RouteParentStatus {
     RouteParentStatus {
@@ -275,6 +292,15 @@ pub(super) const GRPC_ROUTE_ID_PREFIX: &str = grpc_route::ID_PREFIX;
 mod tests {
     use crate::store::Store;
     use crate::translate::{translate, Options};
+
+    /// The translation of a manifest text, with the default options and plugins.
+    fn translated(yaml: &str) -> crate::translate::Translation {
+        translate(
+            &Store::from_manifests(yaml),
+            &Options::default(),
+            &weir_proxy::Registry::builtin(),
+        )
+    }
 
     const BASE: &str = "\
 apiVersion: gateway.networking.k8s.io/v1
@@ -321,11 +347,7 @@ metadata: {{name: console, namespace: demo}}
 spec: {{ports: [{{port: 8443}}]}}
 "
         );
-        let t = translate(
-            &Store::from_manifests(&yaml),
-            &Options::default(),
-            &weir_proxy::Registry::builtin(),
-        );
+        let t = translated(&yaml);
         assert!(t.problems.is_empty(), "{:?}", t.problems);
         let routes = &t.config.tls_routes;
         assert_eq!(routes.len(), 1);
@@ -351,11 +373,7 @@ spec:
     backendRefs: [{{name: a, port: 8080}}]
 "
         );
-        let t = translate(
-            &Store::from_manifests(&yaml),
-            &Options::default(),
-            &weir_proxy::Registry::builtin(),
-        );
+        let t = translated(&yaml);
         assert!(t.problems.is_empty(), "{:?}", t.problems);
         let r = &t.config.routes[0];
         assert_eq!(r.service.as_deref(), Some("shop/a:8080~grpc"));
@@ -401,11 +419,7 @@ spec:
     backendRefs: [{{name: a, port: 8080}}]
 "
         );
-        let t = translate(
-            &Store::from_manifests(&yaml),
-            &Options::default(),
-            &weir_proxy::Registry::builtin(),
-        );
+        let t = translated(&yaml);
         let service_of = |i: usize| t.config.routes[i].service.clone().unwrap();
         let id = "shop/a:8080~timeout=500ms~retry=2:502,503";
         assert_eq!(service_of(0), id);
@@ -450,11 +464,7 @@ spec:
   - backendRefs: [{{name: a, port: 8080}}]
 "
         );
-        let t = translate(
-            &Store::from_manifests(&yaml),
-            &Options::default(),
-            &weir_proxy::Registry::builtin(),
-        );
+        let t = translated(&yaml);
         let ids: Vec<&str> = t.config.routes.iter().map(|r| r.id.as_str()).collect();
         assert_eq!(
             ids,
