@@ -2195,3 +2195,75 @@ spec:
         "nothing added"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_for_another_certificates_host_is_misdirected() {
+    let case = format!(
+        "\
+apiVersion: v1
+kind: Secret
+metadata: {{name: a-cert, namespace: gateway-conformance-infra}}
+type: kubernetes.io/tls
+stringData:
+  tls.crt: |
+{a_crt}
+  tls.key: |
+{a_key}
+---
+apiVersion: v1
+kind: Secret
+metadata: {{name: wild-cert, namespace: gateway-conformance-infra}}
+type: kubernetes.io/tls
+stringData:
+  tls.crt: |
+{w_crt}
+  tls.key: |
+{w_key}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {{name: two-certs, namespace: gateway-conformance-infra}}
+spec:
+  gatewayClassName: weir
+  listeners:
+  - {{name: a, port: 443, protocol: HTTPS, hostname: a.example.test, tls: {{certificateRefs: [{{name: a-cert}}]}}}}
+  - {{name: wild, port: 443, protocol: HTTPS, hostname: '*.example.test', tls: {{certificateRefs: [{{name: wild-cert}}]}}}}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {{name: both, namespace: gateway-conformance-infra}}
+spec:
+  parentRefs: [{{name: two-certs}}]
+  rules: [{{backendRefs: [{{name: infra-backend-v1, port: 8080}}]}}]
+",
+        a_crt = indent(&common::tls::fixture("a.example.test.crt")),
+        a_key = indent(&common::tls::fixture("a.example.test.key")),
+        w_crt = indent(&common::tls::fixture("wild.example.test.crt")),
+        w_key = indent(&common::tls::fixture("wild.example.test.key")),
+    );
+    let bed = Bed::start_with(&case, &["--tls-listen", "x"]);
+    let c = client();
+    bed.route_status(&c, "gateway-conformance-infra/both").await;
+    let port = bed.tls_port.unwrap();
+    for alpn in [&["http/1.1"][..], &["h2"][..]] {
+        let same = common::tls::get(port, "a.example.test", "/", alpn)
+            .await
+            .unwrap();
+        served_by(&same.resp, "infra-backend-v1");
+        let other =
+            common::tls::get_with_host(port, "a.example.test", "x.example.test", "/", alpn)
+                .await
+                .unwrap();
+        assert_eq!(other.resp.status, 421, "{alpn:?}");
+        // Its own connection: served.
+        let own = common::tls::get(port, "x.example.test", "/", alpn)
+            .await
+            .unwrap();
+        served_by(&own.resp, "infra-backend-v1");
+        // A host without a certificate of its own is not refused.
+        let plain = common::tls::get_with_host(port, "a.example.test", "other.test", "/", alpn)
+            .await
+            .unwrap();
+        assert_ne!(plain.resp.status, 421, "{alpn:?}");
+    }
+}

@@ -129,6 +129,17 @@ impl CertStore {
 
     /// The certificate for a server name: exact match, then `*.` wildcard, then the default.
     pub fn find(&self, server_name: Option<&str>) -> Option<Arc<CertifiedKey>> {
+        self.find_named(server_name)
+            .or(self.default.as_ref())
+            .cloned()
+    }
+
+    /// The certificate of a name itself (exact, then wildcard), without the default.
+    pub fn find_own(&self, server_name: &str) -> Option<Arc<CertifiedKey>> {
+        self.find_named(Some(server_name)).cloned()
+    }
+
+    fn find_named(&self, server_name: Option<&str>) -> Option<&Arc<CertifiedKey>> {
         let found = server_name.and_then(|name| {
             let lower;
             let name = if name.bytes().any(|b| b.is_ascii_uppercase()) {
@@ -143,7 +154,7 @@ impl CertStore {
                 self.wildcard.get(suffix)
             })
         });
-        found.or(self.default.as_ref()).cloned()
+        found
     }
 }
 

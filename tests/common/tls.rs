@@ -52,6 +52,17 @@ pub async fn get(
     path: &str,
     alpn: &[&str],
 ) -> Result<TlsResp, String> {
+    get_with_host(port, server_name, server_name, path, alpn).await
+}
+
+/// [`get`] with another `Host` (`:authority`) than the server name of the handshake.
+pub async fn get_with_host(
+    port: u16,
+    server_name: &str,
+    host: &str,
+    path: &str,
+    alpn: &[&str],
+) -> Result<TlsResp, String> {
     let connector = connector(alpn);
     let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port))
         .await
@@ -67,7 +78,7 @@ pub async fn get(
         .into_owned();
     let alpn = session.alpn_protocol().map(<[u8]>::to_vec);
     let req = http::Request::get(path)
-        .header("host", server_name)
+        .header("host", host)
         .body(Empty::<Bytes>::new())
         .unwrap();
     let io = TokioIo::new(tls);
@@ -77,7 +88,7 @@ pub async fn get(
             .map_err(|e| e.to_string())?;
         tokio::spawn(conn);
         let mut req = req;
-        *req.uri_mut() = format!("https://{server_name}{path}").parse().unwrap();
+        *req.uri_mut() = format!("https://{host}{path}").parse().unwrap();
         send.send_request(req).await.map_err(|e| e.to_string())?
     } else {
         let (mut send, conn) = hyper::client::conn::http1::handshake(io)

@@ -47,6 +47,8 @@ pub struct ConnInfo {
     pub peer_value: HeaderValue,
     /// The local port as a header value (`X-Forwarded-Port`).
     pub port_value: HeaderValue,
+    /// The server name the TLS client asked for (SNI), which chose the certificate.
+    pub sni: Option<Box<str>>,
 }
 
 impl ConnInfo {
@@ -57,6 +59,7 @@ impl ConnInfo {
             tls,
             peer_value: headers::ip_value(peer.ip()),
             port_value: HeaderValue::from(local_port),
+            sni: None,
         }
     }
 }
@@ -200,6 +203,25 @@ pub async fn handle(
 
     if let Some(problem) = host_problem {
         return p.error(StatusCode::BAD_REQUEST, problem);
+    }
+    // A request for a host with a certificate of its own, other than the one the connection's
+    // server name got (HTTP/2 connection reuse across hosts): 421, so that the client opens a
+    // connection for that host. Hosts without their own certificate are not refused.
+    if let Some(sni) = conn.sni.as_deref() {
+        let host = crate::router::strip_port(&p.s.record.host);
+        let misdirected = !host.is_empty()
+            && !host.eq_ignore_ascii_case(sni)
+            && match (rt.certs.find_own(host), rt.certs.find(Some(sni))) {
+                (Some(asked), Some(got)) => !Arc::ptr_eq(&asked, &got),
+                (Some(_), None) => true,
+                (None, _) => false,
+            };
+        if misdirected {
+            return p.error(
+                StatusCode::MISDIRECTED_REQUEST,
+                "this connection's certificate is not the one for this host",
+            );
+        }
     }
     // A gRPC client's deadline bounds the wait for the upstream's answer.
     let deadline = p.s.grpc.as_ref().and_then(|_| {

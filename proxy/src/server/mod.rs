@@ -673,6 +673,8 @@ fn worker(
                                         }
                                         None => {
                                             drop(rt);
+                                            let mut conn = conn;
+                                            conn.sni = name.map(Box::from);
                                             let h2 =
                                                 stream.get_ref().1.alpn_protocol() == Some(b"h2");
                                             serve_connection(
