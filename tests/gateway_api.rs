@@ -2250,10 +2250,9 @@ spec:
             .await
             .unwrap();
         served_by(&same.resp, "infra-backend-v1");
-        let other =
-            common::tls::get_with_host(port, "a.example.test", "x.example.test", "/", alpn)
-                .await
-                .unwrap();
+        let other = common::tls::get_with_host(port, "a.example.test", "x.example.test", "/", alpn)
+            .await
+            .unwrap();
         assert_eq!(other.resp.status, 421, "{alpn:?}");
         // Its own connection: served.
         let own = common::tls::get(port, "x.example.test", "/", alpn)
@@ -2266,4 +2265,34 @@ spec:
             .unwrap();
         assert_ne!(plain.resp.status, 421, "{alpn:?}");
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retries_wait_their_backoff() {
+    let case = "\
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: backoff, namespace: gateway-conformance-infra}
+spec:
+  parentRefs: [{name: same-namespace}]
+  rules:
+  - matches: [{path: {type: PathPrefix, value: /backoff}}]
+    retry: {codes: [503], attempts: 3, backoff: 300ms}
+    backendRefs: [{name: infra-backend-v3, port: 8080}]
+";
+    let bed = Bed::start(case);
+    let c = client();
+    bed.route_status(&c, "gateway-conformance-infra/backoff")
+        .await;
+    let started = std::time::Instant::now();
+    let r = bed
+        .request(&c, "retry.example", "/backoff?status=503&fail=2&key=b", &[])
+        .await;
+    assert_eq!(r.status, 200, "the third try answers");
+    // Two retries, each after its backoff: a lower bound only (no upper bound in a test).
+    assert!(
+        started.elapsed() >= Duration::from_millis(600),
+        "{:?}",
+        started.elapsed()
+    );
 }

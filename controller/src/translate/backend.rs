@@ -922,6 +922,7 @@ fn balancing(spec: Option<&UpstreamSpec>, secure: bool) -> Balancing {
         .map(|r| config::RetryOn {
             timeouts: r.timeouts,
             statuses: r.statuses.clone(),
+            backoff: 0,
         })
         .unwrap_or_default();
     Balancing {

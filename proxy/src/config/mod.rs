@@ -406,7 +406,7 @@ pub struct Service {
     #[serde(default = "default_retries")]
     pub retries: u32,
     /// Failures retried besides connections that could not be made (idempotent requests only).
-    #[serde(default, skip_serializing_if = "RetryOn::is_off")]
+    #[serde(default, skip_serializing_if = "RetryOn::is_default")]
     pub retry_on: RetryOn,
     /// TLS towards the targets, for `https` and `grpcs` (boxed: most services have none).
     #[serde(default, skip_serializing_if = "Option::is_none")]

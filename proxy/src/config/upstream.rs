@@ -266,12 +266,24 @@ pub struct RetryOn {
     /// Retry when the upstream answered one of these statuses.
     #[serde(default)]
     pub statuses: Vec<u16>,
+    /// Milliseconds to wait before each retry (0: at once).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub backoff: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 impl RetryOn {
     /// Whether anything beyond connection failures is retried.
     pub fn is_off(&self) -> bool {
         !self.timeouts && self.statuses.is_empty()
+    }
+
+    /// Whether nothing is set (left out of a serialized table).
+    pub fn is_default(&self) -> bool {
+        self.is_off() && self.backoff == 0
     }
 }
 

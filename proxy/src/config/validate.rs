@@ -153,6 +153,14 @@ fn check_service_balancing(s: &super::Service, errs: &mut Errors) {
         &s.retry_on.statuses,
         400..=599,
     );
+    if s.retry_on.backoff > 600_000 {
+        errs.push(
+            "service",
+            &s.id,
+            "retry_on.backoff",
+            format!("{} ms is more than 10 minutes", s.retry_on.backoff),
+        );
+    }
     let Some(tls) = &s.tls else { return };
     if !matches!(
         s.protocol,

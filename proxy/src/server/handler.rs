@@ -611,6 +611,14 @@ pub async fn handle(
                 "An invalid response was received from the upstream server",
             );
         }
+        // A retry waits its backoff first, within the route's budget.
+        if tries > 0 && service.retry_on.backoff > 0 {
+            let mut wait = Duration::from_millis(service.retry_on.backoff);
+            if let Some(d) = deadline {
+                wait = wait.min(d.saturating_duration_since(Instant::now()));
+            }
+            tokio::time::sleep(wait).await;
+        }
         // The balanced target's key is borrowed from the service (no copy per request).
         let chosen_key: PoolKey;
         let (target, key, host_value) = match &p.s.ctx.upstream_target {

@@ -792,6 +792,16 @@ impl Translator<'_> {
         if let Some(r) = &rule.retry {
             edits.retry_timeouts = true;
             edits.retries = r.attempts.map(|a| a.clamp(0, 100) as u32);
+            if let Some(text) = &r.backoff {
+                match duration_ms(text) {
+                    Some(ms) => edits.retry_backoff = Some(ms).filter(|&ms| ms > 0),
+                    None => bad(
+                        self,
+                        format!("spec.rules[{ri}].retry.backoff"),
+                        format!("{text:?} is not a duration such as 100ms or 1s; ignored"),
+                    ),
+                }
+            }
             for (ci, code) in r.codes.iter().enumerate() {
                 match u16::try_from(*code) {
                     Ok(c) if (400..600).contains(&c) => edits.retry_statuses.push(c),
@@ -883,6 +893,8 @@ pub(super) struct ServiceEdits {
     retry_statuses: Vec<u16>,
     /// A try that timed out is retried (any `retry`: the spec retries backend timeouts).
     retry_timeouts: bool,
+    /// Milliseconds between tries (`retry.backoff`).
+    retry_backoff: Option<u64>,
     /// The backend is spoken to in gRPC (a GRPCRoute's), over TLS when the service has TLS.
     grpc: bool,
     /// A copy of its own for one backendRef (whose filters are scoped to it): changes only
@@ -922,6 +934,9 @@ impl ServiceEdits {
                 self.retries.map_or("default".into(), |r| r.to_string()),
                 codes.join(",")
             ));
+            if let Some(b) = self.retry_backoff {
+                parts.push(format!("backoff={b}ms"));
+            }
         }
         if let Some((policy, _)) = &self.tls {
             parts.push(format!("tls={policy}"));
@@ -950,6 +965,9 @@ impl ServiceEdits {
         }
         if self.retry_timeouts {
             s.retry_on.timeouts = true;
+        }
+        if let Some(b) = self.retry_backoff {
+            s.retry_on.backoff = b;
         }
         if let Some((_, tls)) = &self.tls {
             use weir_proxy::config::{Alpn, UpstreamProtocol as P};
