@@ -27,7 +27,9 @@ use kube::ResourceExt;
 use weir_crds::gateway::{ParentReference, CONTROLLER_NAME, GROUP};
 
 use super::Translator;
-use crate::store::Key;
+use crate::problem::Reason;
+use crate::store::{Key, Kind};
+use crate::translate::obj;
 use listeners::ListenerEval;
 use status::{ClassStatus, Cond, RouteParentStatus};
 
@@ -135,7 +137,29 @@ impl Translator<'_> {
         self.tls_routes(&mut gateways);
         for g in &gateways {
             let gw = &store.gateways[&g.key];
-            let status = listeners::gateway_status(gw.metadata.generation, &g.listeners);
+            let mut status = listeners::gateway_status(gw.metadata.generation, &g.listeners);
+            // Weir is reached at its Service's addresses; it cannot take others.
+            if !gw.spec.addresses.is_empty() {
+                if let Some(p) = status
+                    .conditions
+                    .iter_mut()
+                    .find(|c| c.type_ == "Programmed")
+                {
+                    *p = Cond::no(
+                        "Programmed",
+                        "AddressNotAssigned",
+                        "spec.addresses cannot be honoured: Weir is reached at the addresses \
+                         of its Service (status.addresses); the listeners are served there",
+                    );
+                }
+                self.problem(
+                    obj(Kind::Gateway, &g.key),
+                    Reason::Unsupported,
+                    "spec.addresses",
+                    "Weir is reached at its Service's addresses; requested addresses are \
+                     not assigned (the listeners are served at the Service's)",
+                );
+            }
             self.gateway_status
                 .gateways
                 .insert(g.key.to_string(), status);
@@ -388,6 +412,32 @@ spec:
             .expect("the mirror's service");
         assert_eq!(mirror.id, "shop/b:8080~grpc");
         assert_eq!(mirror.protocol, weir_proxy::config::UpstreamProtocol::Grpc);
+    }
+
+    #[test]
+    fn requested_addresses_are_reported_not_assigned() {
+        let yaml = BASE.replace(
+            "  listeners: [{name: http, port: 80, protocol: HTTP, hostname: '*.example.com'}]",
+            "  addresses: [{type: IPAddress, value: 203.0.113.9}]
+  listeners: [{name: http, port: 80, protocol: HTTP, hostname: '*.example.com'}]",
+        );
+        assert_ne!(yaml, BASE);
+        let t = translated(&yaml);
+        let gw = &t.gateway_api.gateways["shop/gw"];
+        let programmed = gw
+            .conditions
+            .iter()
+            .find(|c| c.type_ == "Programmed")
+            .unwrap();
+        assert_eq!(
+            (programmed.status, programmed.reason.as_str()),
+            ("False", "AddressNotAssigned")
+        );
+        assert!(gw.listeners[0]
+            .conditions
+            .iter()
+            .all(|c| c.type_ == "Conflicted" || c.holds()));
+        assert!(t.problems.iter().any(|p| p.field == "spec.addresses"));
     }
 
     #[test]
