@@ -81,19 +81,6 @@ impl Translator<'_> {
                     resolved = c;
                 }
             }
-            for (ei, (bi, filters)) in backends.filters.iter().enumerate() {
-                if !filters.is_empty() {
-                    self.problem(
-                        me.clone(),
-                        Reason::Unsupported,
-                        format!("spec.rules[{ri}].backendRefs[{bi}].filters"),
-                        "filters on a GRPCRoute backendRef are not served by this version of \
-                         Weir; this backend's share answers 500"
-                            .to_string(),
-                    );
-                    backends.entries[ei].service = None;
-                }
-            }
             let default_match = Default::default();
             let matches = if rule.matches.is_empty() {
                 std::slice::from_ref(&default_match)
@@ -156,6 +143,7 @@ impl Translator<'_> {
                     &r,
                     &HTTPRouteMatch::default(),
                 );
+                let mut rule_plugins = Vec::new();
                 match filters {
                     Ok((plugins, mut rewrites)) if foreign.is_none() => {
                         if let Some(c) = rewrites.unresolved.take() {
@@ -171,15 +159,21 @@ impl Translator<'_> {
                                 m
                             })
                             .collect();
-                        self.config.plugins.extend(plugins);
+                        rule_plugins = plugins;
                     }
                     _ => entries = vec![unusable()],
                 }
-                for e in &mut entries {
-                    if let Some(s) = &e.service {
-                        e.service = Some(self.service_variant(s, &edits));
-                    }
-                }
+                self.resolve_entries(
+                    Kind::GRPCRoute,
+                    key,
+                    ri,
+                    &mut entries,
+                    &backends.filters,
+                    &edits,
+                    &r,
+                    &rule_plugins,
+                );
+                self.config.plugins.extend(rule_plugins);
                 set_backends(&mut r, entries);
                 self.config.routes.push(r);
             }

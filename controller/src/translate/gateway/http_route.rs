@@ -231,37 +231,16 @@ impl Translator<'_> {
                     Err(()) => entries = vec![unusable()],
                 }
 
-                for (ei, e) in entries.iter_mut().enumerate() {
-                    let Some(s) = e.service.clone() else { continue };
-                    let filters = match backends.filters.get(ei) {
-                        Some((bi, f)) if !f.is_empty() => Some((*bi, f)),
-                        _ => None,
-                    };
-                    match filters {
-                        None => e.service = Some(self.service_variant(&s, &edits)),
-                        Some((bi, filters)) => {
-                            let mut tagged = edits.clone();
-                            tagged.tag = Some(format!("{key}/r{ri}/b{bi}"));
-                            let service = self.service_variant(&s, &tagged);
-                            let field = format!("spec.rules[{ri}].backendRefs[{bi}].filters");
-                            match self.backend_filters(
-                                key,
-                                &field,
-                                filters,
-                                &r,
-                                &service,
-                                &rule_plugins,
-                                bi,
-                            ) {
-                                Ok(plugins) => {
-                                    self.config.plugins.extend(plugins);
-                                    e.service = Some(service);
-                                }
-                                Err(()) => e.service = None,
-                            }
-                        }
-                    }
-                }
+                self.resolve_entries(
+                    Kind::HTTPRoute,
+                    key,
+                    ri,
+                    &mut entries,
+                    &backends.filters,
+                    &edits,
+                    &r,
+                    &rule_plugins,
+                );
                 self.config.plugins.extend(rule_plugins);
                 set_backends(&mut r, entries);
                 self.config.routes.push(r);
@@ -643,6 +622,46 @@ impl Translator<'_> {
         Ok((plugins, rewrites))
     }
 
+    /// The services of a match's backends: each a copy with the rule's `edits`, and a copy of
+    /// its own for a backendRef with filters, whose plugin entries are added (a backendRef
+    /// whose filters cannot be served answers its share with 500).
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn resolve_entries(
+        &mut self,
+        route_kind: Kind,
+        key: &Key,
+        ri: usize,
+        entries: &mut [WeightedBackend],
+        filters: &[(usize, Vec<HTTPRouteFilter>)],
+        edits: &ServiceEdits,
+        r: &Route,
+        rule_plugins: &[PluginConfig],
+    ) {
+        for (ei, e) in entries.iter_mut().enumerate() {
+            let Some(s) = e.service.clone() else { continue };
+            let own = match filters.get(ei) {
+                Some((bi, f)) if !f.is_empty() => Some((*bi, f)),
+                _ => None,
+            };
+            let Some((bi, own)) = own else {
+                e.service = Some(self.service_variant(&s, edits));
+                continue;
+            };
+            let mut tagged = edits.clone();
+            tagged.tag = Some(format!("{key}/r{ri}/b{bi}"));
+            let service = self.service_variant(&s, &tagged);
+            let field = format!("spec.rules[{ri}].backendRefs[{bi}].filters");
+            match self.backend_filters(route_kind, key, &field, own, r, &service, rule_plugins, bi)
+            {
+                Ok(plugins) => {
+                    self.config.plugins.extend(plugins);
+                    e.service = Some(service);
+                }
+                Err(()) => e.service = None,
+            }
+        }
+    }
+
     /// The plugin entries of a backendRef's filters, scoped to the route and the backend's own
     /// service copy. A backend's header modifier comes after the rule's, so its entry is the
     /// two merged (the more specific entry replaces the rule's for that backend). `Err` (its
@@ -650,6 +669,7 @@ impl Translator<'_> {
     #[allow(clippy::too_many_arguments)]
     fn backend_filters(
         &mut self,
+        route_kind: Kind,
         key: &Key,
         field: &str,
         filters: &[HTTPRouteFilter],
@@ -658,7 +678,7 @@ impl Translator<'_> {
         rule_plugins: &[PluginConfig],
         bi: usize,
     ) -> Result<Vec<PluginConfig>, ()> {
-        let me = obj(Kind::HTTPRoute, key);
+        let me = obj(route_kind, key);
         let mut edits: Vec<(&str, serde_json::Value)> = Vec::new();
         for (fi, f) in filters.iter().enumerate() {
             let (name, modifier) = match f.type_.as_str() {

@@ -441,6 +441,36 @@ spec:
     }
 
     #[test]
+    fn a_grpc_backends_own_header_filters_apply_to_its_share() {
+        let yaml = format!(
+            "{BASE}apiVersion: gateway.networking.k8s.io/v1
+kind: GRPCRoute
+metadata: {{name: calls, namespace: shop}}
+spec:
+  parentRefs: [{{name: gw}}]
+  rules:
+  - backendRefs:
+    - {{name: a, port: 8080, filters: [{{type: RequestHeaderModifier, requestHeaderModifier: {{set: [{{name: x-b, value: a}}]}}}}]}}
+    - {{name: b, port: 8080}}
+"
+        );
+        let t = translated(&yaml);
+        assert!(t.problems.is_empty(), "{:?}", t.problems);
+        let r = &t.config.routes[0];
+        let own = r.backends[0].service.clone().unwrap();
+        assert!(own.starts_with("shop/a:8080~grpc~for="), "{own}");
+        assert_eq!(r.backends[1].service.as_deref(), Some("shop/b:8080~grpc"));
+        let p = t
+            .config
+            .plugins
+            .iter()
+            .find(|p| p.service.as_deref() == Some(own.as_str()))
+            .expect("the backend's own entry");
+        assert_eq!(p.name, "request-transformer");
+        assert_eq!(p.route.as_deref(), Some(r.id.as_str()));
+    }
+
+    #[test]
     fn supported_features_are_sorted_and_unique() {
         let mut sorted = super::SUPPORTED_FEATURES.to_vec();
         sorted.sort_unstable();
