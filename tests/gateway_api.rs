@@ -1582,6 +1582,30 @@ spec:
         })
         .expect("the POST copy");
     assert_eq!(post.body, b"payload");
+    // A body of undeclared length is copied as it streams through (HTTP/2 and gRPC bodies
+    // are of that kind).
+    let port = bed.weir.proc.port;
+    let answer = tokio::task::spawn_blocking(move || {
+        raw(
+            port,
+            b"POST /mirror/chunked HTTP/1.1\r\nHost: mirror.example\r\nTransfer-Encoding: chunked\r\n\
+              Connection: close\r\n\r\n5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n",
+            Duration::from_secs(5),
+        )
+    })
+    .await
+    .unwrap();
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    let chunked = (0..100)
+        .find_map(|_| {
+            std::thread::sleep(Duration::from_millis(20));
+            mirror
+                .seen()
+                .into_iter()
+                .find(|s| s.request_line().starts_with("POST /mirror/chunked"))
+        })
+        .expect("the streamed POST's copy");
+    assert_eq!(chunked.body, b"hello world");
     // Half the requests: within the binomial's bounds for 400 tries (p < 1e-6 outside).
     let before = mirror.count();
     for i in 0..400 {

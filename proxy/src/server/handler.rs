@@ -500,8 +500,15 @@ pub async fn handle(
     }
     let early = early.or_else(|| p.s.ctx.request_body.take());
     let mut kept: Option<bytes::Bytes> = None;
-    // The body as a mirror copy carries it, when it is whole in memory (see `mirror`).
+    // The body as a mirror copy carries it, when it is whole in memory (see `mirror`); for a
+    // streamed one, where each chosen mirror will get it.
+    let mirrors = if mirrored_route {
+        super::mirror::chosen(route)
+    } else {
+        Vec::new()
+    };
     let mut mirrored: Option<bytes::Bytes> = None;
+    let mut later = Vec::new();
     let body = match body {
         // request_body: the plugins that read bodies see it (also an empty one: a plugin that
         // requires a body must see it missing) before anything goes upstream.
@@ -555,7 +562,12 @@ pub async fn handle(
         Some(body) if !body.is_end_stream() => {
             let stats = BodyStats::new();
             p.s.request_bytes = Some(stats.clone());
-            UpstreamBody::streamed(body, stats, max_body)
+            let (to, from): (Vec<_>, Vec<_>) = mirrors
+                .iter()
+                .map(|_| tokio::sync::oneshot::channel())
+                .unzip();
+            later = from;
+            UpstreamBody::streamed(body, stats, max_body).tee(keep_limit as usize, to)
         }
         _ => {
             if replayable {
@@ -585,8 +597,14 @@ pub async fn handle(
         page.method = head.method.clone();
         page.headers = head.headers.clone();
     }
-    if let (true, Some(copy)) = (mirrored_route, &mirrored) {
-        super::mirror::spawn(&rt, route, &head, &added, copy);
+    let mut later = later.into_iter();
+    for m in mirrors {
+        let body = match (&mirrored, later.next()) {
+            (Some(b), _) => super::mirror::CopyBody::Ready(b.clone()),
+            (None, Some(rx)) => super::mirror::CopyBody::Later(rx),
+            (None, None) => continue,
+        };
+        super::mirror::spawn(&rt, m, route, &head, &added, body);
     }
     let mut request = Request::from_parts(head, body);
 

@@ -5,9 +5,9 @@
 //! the client's request or its answer, and its failures are only counted and logged (debug).
 //! It is the request as the upstream gets it (after the plugins' edits), with its body: a
 //! declared body of at most `--max-retry-body` is read before the request goes upstream (as
-//! for retries), so that it can be copied. A larger or chunked body streams through and the
-//! request is not copied, rather than held back or buffered for the mirror; nor is a
-//! protocol upgrade (a WebSocket).
+//! for retries); any other is copied as it streams through to the upstream, and the copy goes
+//! once it has ended — or not at all when it grows past `--max-retry-body`, rather than hold
+//! the client back or buffer without bound. A protocol upgrade (a WebSocket) is not copied.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -32,42 +32,64 @@ pub struct CompiledMirror {
     pub per_million: u32,
 }
 
-/// Sends the copies `route` asks for of a request with this head and body, each on its own
-/// task. `added` are the proxy's own request headers (`X-Forwarded-*`, …).
+/// A copy's body: known now, or once the client's body has streamed through (nothing, when
+/// it grew past the limit or failed).
+pub enum CopyBody {
+    /// The whole body.
+    Ready(Bytes),
+    /// The body, when it has streamed through.
+    Later(tokio::sync::oneshot::Receiver<Bytes>),
+}
+
+/// The mirrors of `route` that copy this request (each drawn by its share).
+pub fn chosen(route: &CompiledRoute) -> Vec<CompiledMirror> {
+    route
+        .mirrors
+        .iter()
+        .filter(|m| m.per_million >= 1_000_000 || fastrand::u32(0..1_000_000) < m.per_million)
+        .copied()
+        .collect()
+}
+
+/// Sends a copy of the request with this head and body to mirror `m`, on its own task.
+/// `added` are the proxy's own request headers (`X-Forwarded-*`, …).
 pub fn spawn(
     rt: &Arc<Runtime>,
+    m: CompiledMirror,
     route: &CompiledRoute,
     head: &http::request::Parts,
     added: &Added,
-    body: &Bytes,
+    body: CopyBody,
 ) {
-    for m in route.mirrors.iter() {
-        if m.per_million < 1_000_000 && fastrand::u32(0..1_000_000) >= m.per_million {
-            continue;
-        }
-        let mut headers = head.headers.clone();
-        for (name, value) in added.iter() {
-            headers.append(name.clone(), value.clone());
-        }
-        let copy = Copy {
-            method: head.method.clone(),
-            uri: head.uri.clone(),
-            headers,
-            body: body.clone(),
-            host_header: route.host_header.clone(),
-            preserve_host: route.preserve_host,
-        };
-        let rt = rt.clone();
-        let service = m.service;
-        tokio::spawn(async move {
-            let id = rt.services[service].id.clone();
-            match tokio::time::timeout(MIRROR_DEADLINE, copy.send(&rt, service)).await {
-                Ok(Ok(status)) => tracing::debug!(service = %id, status, "mirrored"),
-                Ok(Err(e)) => tracing::debug!(service = %id, error = %e, "mirror copy failed"),
-                Err(_) => tracing::debug!(service = %id, "mirror copy timed out"),
-            }
-        });
+    let mut headers = head.headers.clone();
+    for (name, value) in added.iter() {
+        headers.append(name.clone(), value.clone());
     }
+    let copy = Copy {
+        method: head.method.clone(),
+        uri: head.uri.clone(),
+        headers,
+        host_header: route.host_header.clone(),
+        preserve_host: route.preserve_host,
+    };
+    let rt = rt.clone();
+    tokio::spawn(async move {
+        let id = rt.services[m.service].id.clone();
+        let sent = async {
+            let body = match body {
+                CopyBody::Ready(b) => b,
+                CopyBody::Later(rx) => rx
+                    .await
+                    .map_err(|_| "the body grew past --max-retry-body, or failed".to_string())?,
+            };
+            copy.send(&rt, m.service, body).await
+        };
+        match tokio::time::timeout(MIRROR_DEADLINE, sent).await {
+            Ok(Ok(status)) => tracing::debug!(service = %id, status, "mirrored"),
+            Ok(Err(e)) => tracing::debug!(service = %id, error = %e, "not mirrored"),
+            Err(_) => tracing::debug!(service = %id, "mirror copy timed out"),
+        }
+    });
 }
 
 /// A request copy, owned by its task.
@@ -75,7 +97,6 @@ struct Copy {
     method: http::Method,
     uri: http::Uri,
     headers: http::HeaderMap,
-    body: Bytes,
     host_header: Option<http::HeaderValue>,
     preserve_host: bool,
 }
@@ -83,7 +104,7 @@ struct Copy {
 impl Copy {
     /// Sends the copy to one target of the service (one try) and reads its answer through;
     /// returns the answer's status.
-    async fn send(self, rt: &Runtime, service: usize) -> Result<u16, String> {
+    async fn send(self, rt: &Runtime, service: usize, body: Bytes) -> Result<u16, String> {
         let service = &rt.services[service];
         let checks = service.checks.as_deref();
         let healthy = |i: usize| checks.is_none_or(|c| c.is_healthy(&service.health[i]));
@@ -92,7 +113,7 @@ impl Copy {
             .pick(None, healthy)
             .ok_or("no healthy target")?;
         let key = &service.keys[i];
-        let mut request = Request::new(UpstreamBody::full(self.body));
+        let mut request = Request::new(UpstreamBody::full(body));
         *request.method_mut() = self.method;
         *request.uri_mut() = self.uri;
         *request.headers_mut() = self.headers;

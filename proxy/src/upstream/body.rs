@@ -101,9 +101,49 @@ pub struct UpstreamBody {
     trailers: Option<Box<http::HeaderMap>>,
     stats: Option<Arc<BodyStats>>,
     limit: u64,
+    /// A copy of a streamed body being kept for mirrors (boxed: most requests have none).
+    tee: Option<Box<Tee>>,
+}
+
+/// The copy of a streamed body kept for request mirrors: each gets the whole body once it has
+/// streamed through, or nothing (its sender dropped) when it grew past the limit or failed.
+struct Tee {
+    buf: bytes::BytesMut,
+    limit: usize,
+    to: Vec<tokio::sync::oneshot::Sender<Bytes>>,
+}
+
+impl Tee {
+    fn data(&mut self, data: &[u8]) {
+        if self.buf.len() + data.len() > self.limit {
+            self.to.clear();
+        } else if !self.to.is_empty() {
+            self.buf.extend_from_slice(data);
+        }
+    }
+
+    fn end(&mut self) {
+        let body = std::mem::take(&mut self.buf).freeze();
+        for to in self.to.drain(..) {
+            let _ = to.send(body.clone());
+        }
+    }
 }
 
 impl UpstreamBody {
+    /// Also keeps a copy of the body as it streams through, up to `limit` bytes: each of `to`
+    /// gets it at the end, or nothing if it grows larger.
+    pub fn tee(mut self, limit: usize, to: Vec<tokio::sync::oneshot::Sender<Bytes>>) -> Self {
+        if !to.is_empty() {
+            self.tee = Some(Box::new(Tee {
+                buf: bytes::BytesMut::new(),
+                limit,
+                to,
+            }));
+        }
+        self
+    }
+
     /// No body.
     pub fn empty() -> UpstreamBody {
         UpstreamBody {
@@ -112,6 +152,7 @@ impl UpstreamBody {
             trailers: None,
             stats: None,
             limit: 0,
+            tee: None,
         }
     }
 
@@ -145,6 +186,7 @@ impl UpstreamBody {
             trailers: None,
             stats: Some(stats),
             limit,
+            tee: None,
         }
     }
 }
@@ -168,6 +210,9 @@ impl Body for UpstreamBody {
         let stats = this.stats.as_ref();
         match polled {
             Poll::Ready(Some(Ok(frame))) => {
+                if let (Some(tee), Some(data)) = (this.tee.as_mut(), frame.data_ref()) {
+                    tee.data(data);
+                }
                 if let (Some(data), Some(stats)) = (frame.data_ref(), stats) {
                     stats.progress(data.len());
                     if this.limit > 0 && stats.bytes.load(Ordering::Relaxed) > this.limit {
@@ -184,6 +229,9 @@ impl Body for UpstreamBody {
                 if let (true, Some(s)) = (ended, stats) {
                     s.finish();
                 }
+                if let (true, Some(tee)) = (ended, this.tee.as_mut()) {
+                    tee.end();
+                }
                 match frame.into_trailers() {
                     Ok(t) => Poll::Ready(Some(Ok(Frame::trailers(clean_trailers(t))))),
                     Err(frame) => Poll::Ready(Some(Ok(frame))),
@@ -192,6 +240,9 @@ impl Body for UpstreamBody {
             Poll::Ready(None) => {
                 if let Some(s) = stats {
                     s.finish();
+                }
+                if let Some(tee) = this.tee.as_mut() {
+                    tee.end();
                 }
                 this.inner = None;
                 Poll::Ready(None)
@@ -225,6 +276,31 @@ impl Body for UpstreamBody {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_tee_hands_on_the_whole_body_or_nothing_past_its_limit() {
+        let (to, mut from) = tokio::sync::oneshot::channel();
+        let mut small = Tee {
+            buf: Default::default(),
+            limit: 10,
+            to: vec![to],
+        };
+        small.data(b"hello");
+        small.data(b" you");
+        small.end();
+        assert_eq!(from.try_recv().unwrap(), Bytes::from_static(b"hello you"));
+
+        let (to, mut from) = tokio::sync::oneshot::channel();
+        let mut large = Tee {
+            buf: Default::default(),
+            limit: 10,
+            to: vec![to],
+        };
+        large.data(b"hello");
+        large.data(b" you all");
+        large.end();
+        assert!(from.try_recv().is_err(), "past the limit: no copy");
+    }
 
     #[test]
     fn request_trailers_lose_forwarding_identity_and_framing_fields() {
