@@ -256,7 +256,8 @@ pub fn convert(key: &Key, ing: &Ingress, store: &Store) -> Converted {
             }
             let mut rule_filters = filters.clone();
             if let Some(full) = &rewrite {
-                rule_filters.push(json!({"type": "URLRewrite", "urlRewrite": {"path": {"type": "ReplaceFullPath", "replaceFullPath": full}}}));
+                let path = json!({"type": "ReplaceFullPath", "replaceFullPath": full});
+                rule_filters.push(json!({"type": "URLRewrite", "urlRewrite": {"path": path}}));
             } else if strip {
                 let path_mod = if kind == "Exact" {
                     json!({"type": "ReplaceFullPath", "replaceFullPath": "/"})

@@ -165,7 +165,8 @@ where
     let mut upstream = match tokio::time::timeout(service.connect_timeout, connect).await {
         Ok(Ok(s)) => s,
         Ok(Err(e)) => {
-            tracing::warn!(route = %route, target = %target, error = %e, "TLS passthrough: connect failed");
+            let error = e.to_string();
+            tracing::warn!(%route, %target, %error, "TLS passthrough: connect failed");
             return;
         }
         Err(_) => {

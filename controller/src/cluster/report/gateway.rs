@@ -57,8 +57,9 @@ pub(super) fn class_status(
 ) -> Option<Value> {
     let mut features: Vec<&str> = desired.supported_features.clone();
     features.sort_unstable();
+    let generation = desired.observed_generation;
     let doc = json!({
-        "conditions": conditions(&desired.conditions, &current["conditions"], desired.observed_generation, now),
+        "conditions": conditions(&desired.conditions, &current["conditions"], generation, now),
         "supportedFeatures": features.iter().map(|f| json!({"name": f})).collect::<Vec<_>>(),
     });
     let unchanged = same(&current["conditions"], &doc["conditions"])
