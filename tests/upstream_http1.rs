@@ -476,6 +476,9 @@ async fn a_kept_alive_connection_closed_by_the_upstream_is_retried() {
     });
     let weir = proxy_to(&up);
     assert_eq!(get(&c, &weir.url("/1"), &[]).await.status, 200);
+    // The connection goes back to the pool just after the answer reached the client: without
+    // this pause a busy machine sends the POST on a new connection (which then answers).
+    tokio::time::sleep(Duration::from_millis(100)).await;
     let r = send(&c, "POST", &weir.url("/2"), &[], "x").await;
     assert_eq!(r.status, 502);
     assert_eq!(up.accepted.load(Ordering::SeqCst), 1);
