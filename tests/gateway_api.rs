@@ -2040,6 +2040,22 @@ spec:
     hostname: sni-only.example
     subjectAltNames: [{{type: Hostname, hostname: nope.example}}, {{type: Hostname, hostname: backend.example}}]
 ---
+apiVersion: v1
+kind: ConfigMap
+metadata: {{name: garbled-ca, namespace: gateway-conformance-infra}}
+data:
+  ca.crt: |
+    -----BEGIN CERTIFICATE-----
+    bm90IGEgY2VydGlmaWNhdGU=
+    -----END CERTIFICATE-----
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: BackendTLSPolicy
+metadata: {{name: garbled, namespace: gateway-conformance-infra}}
+spec:
+  targetRefs: [{{group: '', kind: Service, name: tls-garbled}}]
+  validation: {{caCertificateRefs: [{{group: '', kind: ConfigMap, name: garbled-ca}}], hostname: backend.example}}
+---
 apiVersion: gateway.networking.k8s.io/v1
 kind: BackendTLSPolicy
 metadata: {{name: no-ca, namespace: gateway-conformance-infra}}
@@ -2063,7 +2079,10 @@ spec:
     backendRefs: [{{name: tls-plain, port: 8080}}]
   - matches: [{{path: {{type: Exact, value: /san}}}}]
     backendRefs: [{{name: tls-san, port: 8080}}]
+  - matches: [{{path: {{type: Exact, value: /garbled}}}}]
+    backendRefs: [{{name: tls-garbled, port: 8080}}]
 ---
+{}---
 {}---
 {}---
 {}---
@@ -2074,6 +2093,7 @@ spec:
         backend_service("gateway-conformance-infra", "tls-no-ca", good),
         backend_service("gateway-conformance-infra", "tls-plain", good),
         backend_service("gateway-conformance-infra", "tls-san", good),
+        backend_service("gateway-conformance-infra", "tls-garbled", good),
         ca = indent(&ca.pem()),
     );
     let bed = Bed::start(&case);
@@ -2103,6 +2123,14 @@ spec:
     let ok = &policies["gateway-conformance-infra/tls-b"]["ancestors"][0];
     assert_eq!(ok["ancestorRef"]["name"], "same-namespace", "{policies:#}");
     assert_eq!(cond_of(&ok["conditions"], "Accepted"), yes("Accepted"));
+    // A CA that does not parse is the policy's problem: 500, and the policy says so.
+    let r = bed.request(&c, "tls.example", "/garbled", &[]).await;
+    assert_eq!(r.status, 500);
+    let garbled = &policies["gateway-conformance-infra/garbled"]["ancestors"][0];
+    assert_eq!(
+        cond_of(&garbled["conditions"], "ResolvedRefs"),
+        no("InvalidCACertificateRef")
+    );
     let bad = &policies["gateway-conformance-infra/no-ca"]["ancestors"][0];
     assert_eq!(
         cond_of(&bad["conditions"], "ResolvedRefs"),

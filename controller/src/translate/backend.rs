@@ -775,7 +775,7 @@ fn check_ca_bundle(pem: &str) -> Result<(), String> {
 }
 
 /// The routing table's defaults for a service (what a service without settings gets).
-fn default_service() -> config::Service {
+pub(super) fn default_service() -> config::Service {
     config::Service {
         id: String::new(),
         protocol: UpstreamProtocol::Http,

@@ -209,11 +209,30 @@ impl Translator<'_> {
                 Some(pem)
             }
         };
-        Ok(ServiceTls {
+        let tls = ServiceTls {
             ca_certificates: ca,
             sni: Some(v.hostname.clone()),
             subject_alt_names: names,
             ..Default::default()
-        })
+        };
+        // What the proxy would refuse (a PEM that does not parse) is this policy's problem,
+        // not the Service's: checked with the proxy's own construction.
+        let probe = weir_proxy::config::Service {
+            protocol: weir_proxy::config::UpstreamProtocol::Https,
+            tls: Some(Box::new(tls.clone())),
+            ..crate::translate::backend::default_service()
+        };
+        if let Err((field, m)) = weir_proxy::compile::check_service_tls(&probe, false) {
+            let (field, reason) = if field == "tls.ca_certificates" {
+                (
+                    "spec.validation.caCertificateRefs",
+                    "InvalidCACertificateRef",
+                )
+            } else {
+                ("spec.validation", "InvalidKind")
+            };
+            return fail(self, field, reason, m);
+        }
+        Ok(tls)
     }
 }
