@@ -2348,3 +2348,61 @@ spec:
         started.elapsed()
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn matches_compete_across_routes_of_one_host() {
+    let case = "\
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: matching-part1, namespace: gateway-conformance-infra}
+spec:
+  parentRefs: [{name: same-namespace}]
+  hostnames: [example.com, example.net]
+  rules:
+  - matches:
+    - path: {type: PathPrefix, value: /}
+    - headers: [{name: version, value: one}]
+    backendRefs: [{name: infra-backend-v1, port: 8080}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: matching-part2, namespace: gateway-conformance-infra}
+spec:
+  parentRefs: [{name: same-namespace}]
+  hostnames: [example.com]
+  rules:
+  - matches:
+    - path: {type: PathPrefix, value: /v2}
+    - headers: [{name: version, value: two}]
+    backendRefs: [{name: infra-backend-v2, port: 8080}]
+";
+    let bed = Bed::start(case);
+    let c = client();
+    bed.route_status(&c, "gateway-conformance-infra/matching-part2")
+        .await;
+    let cases: &[(&str, &str, Headers, &str)] = &[
+        ("example.com", "/", &[], "infra-backend-v1"),
+        ("example.com", "/example", &[], "infra-backend-v1"),
+        ("example.net", "/example", &[], "infra-backend-v1"),
+        (
+            "example.com",
+            "/example",
+            &[("Version", "one")],
+            "infra-backend-v1",
+        ),
+        ("example.com", "/v2", &[], "infra-backend-v2"),
+        ("example.net", "/v2", &[], "infra-backend-v1"),
+        ("example.com", "/v2/example", &[], "infra-backend-v2"),
+        // A header match outranks a bare prefix of the same length, across routes.
+        (
+            "example.com",
+            "/",
+            &[("Version", "two")],
+            "infra-backend-v2",
+        ),
+    ];
+    for (host, path, headers, backend) in cases {
+        let r = bed.request(&c, host, path, headers).await;
+        served_by(&r, backend);
+    }
+}
