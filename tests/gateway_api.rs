@@ -2406,3 +2406,103 @@ spec:
         served_by(&r, backend);
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn certificates_of_other_namespaces_need_a_reference_grant() {
+    let case = format!(
+        "\
+apiVersion: v1
+kind: Secret
+metadata: {{name: a-cert, namespace: gateway-conformance-web-backend}}
+type: kubernetes.io/tls
+stringData:
+  tls.crt: |
+{a_crt}
+  tls.key: |
+{a_key}
+---
+apiVersion: v1
+kind: Secret
+metadata: {{name: wild-cert, namespace: gateway-conformance-web-backend}}
+type: kubernetes.io/tls
+stringData:
+  tls.crt: |
+{w_crt}
+  tls.key: |
+{w_key}
+---
+apiVersion: gateway.networking.k8s.io/v1beta1
+kind: ReferenceGrant
+metadata: {{name: a-cert-only, namespace: gateway-conformance-web-backend}}
+spec:
+  from: [{{group: gateway.networking.k8s.io, kind: Gateway, namespace: gateway-conformance-infra}}]
+  to: [{{group: '', kind: Secret, name: a-cert}}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {{name: secrets-elsewhere, namespace: gateway-conformance-infra}}
+spec:
+  gatewayClassName: weir
+  listeners:
+  - name: granted
+    port: 443
+    protocol: HTTPS
+    hostname: a.example.test
+    tls: {{certificateRefs: [{{name: a-cert, namespace: gateway-conformance-web-backend}}]}}
+  - name: not-granted
+    port: 443
+    protocol: HTTPS
+    hostname: x.example.test
+    tls: {{certificateRefs: [{{name: wild-cert, namespace: gateway-conformance-web-backend}}]}}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {{name: secure, namespace: gateway-conformance-infra}}
+spec:
+  parentRefs: [{{name: secrets-elsewhere}}]
+  rules: [{{backendRefs: [{{name: infra-backend-v1, port: 8080}}]}}]
+",
+        a_crt = indent(&common::tls::fixture("a.example.test.crt")),
+        a_key = indent(&common::tls::fixture("a.example.test.key")),
+        w_crt = indent(&common::tls::fixture("wild.example.test.crt")),
+        w_key = indent(&common::tls::fixture("wild.example.test.key")),
+    );
+    let bed = Bed::start_with(&case, &["--tls-listen", "x"]);
+    let c = client();
+    let s = bed
+        .route_status(&c, "gateway-conformance-infra/secure")
+        .await;
+    let gw = &s["gateways"]["gateway-conformance-infra/secrets-elsewhere"];
+    let listener = |name: &str| {
+        gw["listeners"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|l| l["name"] == name)
+            .unwrap()
+            .clone()
+    };
+    assert_eq!(
+        cond_of(&listener("granted")["conditions"], "ResolvedRefs"),
+        yes("ResolvedRefs")
+    );
+    assert_eq!(
+        cond_of(&listener("not-granted")["conditions"], "ResolvedRefs"),
+        no("RefNotPermitted")
+    );
+    assert_eq!(
+        cond_of(&listener("not-granted")["conditions"], "Programmed").0,
+        "False"
+    );
+    let port = bed.tls_port.unwrap();
+    let r = common::tls::get(port, "a.example.test", "/", &[])
+        .await
+        .unwrap();
+    served_by(&r.resp, "infra-backend-v1");
+    assert!(
+        common::tls::get(port, "x.example.test", "/", &[])
+            .await
+            .is_err(),
+        "the Secret not granted is not served"
+    );
+}
