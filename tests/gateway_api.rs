@@ -913,6 +913,16 @@ spec:
   - {name: tcp, port: 9000, protocol: TCP}
   - {name: dup-a, port: 80, protocol: HTTP, hostname: dup.example}
   - {name: dup-b, port: 80, protocol: HTTP, hostname: dup.example}
+  - name: bad-kinds
+    port: 80
+    protocol: HTTP
+    hostname: kinds.example
+    allowedRoutes: {kinds: [{kind: HTTPRoute}, {kind: FooRoute}]}
+  - name: no-kinds
+    port: 80
+    protocol: HTTP
+    hostname: nokinds.example
+    allowedRoutes: {kinds: [{group: example.com, kind: FooRoute}]}
 ---
 apiVersion: gateway.networking.k8s.io/v1
 kind: HTTPRoute
@@ -979,6 +989,20 @@ spec:
         cond_of(&listener("dup-a")["conditions"], "Conflicted"),
         yes("HostnameConflict")
     );
+    // Route kinds Weir does not serve: named, and left out of supportedKinds.
+    for (name, kinds) in [("bad-kinds", 1), ("no-kinds", 0)] {
+        let l = listener(name);
+        assert_eq!(
+            cond_of(&l["conditions"], "ResolvedRefs"),
+            no("InvalidRouteKinds"),
+            "{name}"
+        );
+        assert_eq!(
+            l["supportedKinds"].as_array().unwrap().len(),
+            kinds,
+            "{l:#}"
+        );
+    }
     assert_eq!(
         cond_of(
             &parent(&s, "gateway-conformance-infra/on-8081", "odd-ports")["conditions"],
