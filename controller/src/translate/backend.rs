@@ -283,18 +283,22 @@ impl Translator<'_> {
             protocol,
             upstream: Some(id.clone()),
             path: ann.path.clone(),
+            // The proxy takes at most a day (an Upstream's fields have no bound of their own).
             connect_timeout: ann
                 .connect_timeout
                 .or(timeouts.connect)
-                .unwrap_or(default.connect_timeout),
+                .unwrap_or(default.connect_timeout)
+                .min(config::MAX_ROUTE_TIMEOUT_MS),
             read_timeout: ann
                 .read_timeout
                 .or(timeouts.read)
-                .unwrap_or(default.read_timeout),
+                .unwrap_or(default.read_timeout)
+                .min(config::MAX_ROUTE_TIMEOUT_MS),
             write_timeout: ann
                 .write_timeout
                 .or(timeouts.write)
-                .unwrap_or(default.write_timeout),
+                .unwrap_or(default.write_timeout)
+                .min(config::MAX_ROUTE_TIMEOUT_MS),
             retries: ann
                 .retries
                 .or(up_spec.and_then(|u| u.retries))

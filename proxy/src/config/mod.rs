@@ -22,7 +22,9 @@ pub use upstream::{
     ActiveHealthcheck, Algorithm, Alpn, ClientCertificate, HashBy, HashFallback, HashOn,
     Healthchecks, PassiveHealthcheck, ProbeKind, RetryOn, SameSite, ServiceTls, Target, Upstream,
 };
-pub use validate::{check_host, check_path_rule, ConfigError, PluginValidator};
+pub use validate::{
+    check_host, check_path_rule, ConfigError, PluginValidator, MAX_ROUTE_TIMEOUT_MS,
+};
 
 /// The version of the routing-table format this proxy understands.
 pub const CONFIG_VERSION: u32 = 1;

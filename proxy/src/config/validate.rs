@@ -596,8 +596,15 @@ impl Config {
                     }
                 }
             }
-            if r.timeout == Some(0) {
-                errs.push("route", &r.id, "timeout", "must be at least 1 millisecond");
+            match r.timeout {
+                Some(0) => errs.push("route", &r.id, "timeout", "must be at least 1 millisecond"),
+                Some(t) if t > MAX_ROUTE_TIMEOUT_MS => errs.push(
+                    "route",
+                    &r.id,
+                    "timeout",
+                    format!("{t} ms is more than a day"),
+                ),
+                _ => {}
             }
             for (i, m) in r.mirrors.iter().enumerate() {
                 if !service_ids.contains(m.service.as_str()) {
@@ -840,6 +847,15 @@ impl Config {
             ] {
                 if v == 0 {
                     errs.push("service", &s.id, field, "must be at least 1 millisecond");
+                } else if v > MAX_ROUTE_TIMEOUT_MS {
+                    // Past a day a timeout is a mistake, and near u64::MAX it would overflow
+                    // the clock arithmetic.
+                    errs.push(
+                        "service",
+                        &s.id,
+                        field,
+                        format!("{v} ms is more than a day"),
+                    );
                 }
             }
             check_service_balancing(s, &mut errs);
@@ -948,6 +964,9 @@ pub fn check_path_rule(p: &super::PathRule) -> Result<(), String> {
     }
 }
 
+/// The longest route `timeout` and service timeout, in milliseconds (a day).
+pub const MAX_ROUTE_TIMEOUT_MS: u64 = 86_400_000;
+
 /// Checks a route host: a DNS name (labels of letters, digits, `-` and `_`), optionally
 /// with one leading `*.` label. The controller checks Ingress hosts with this same function.
 pub fn check_host(h: &str) -> Result<(), String> {
@@ -974,6 +993,22 @@ pub fn check_host(h: &str) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn timeouts_past_a_day_are_refused_before_any_clock_arithmetic() {
+        let table = |extra: &str| {
+            format!(
+                "services:\n- {{id: s, host: h, port: 1{extra}}}\nroutes:\n- {{id: r, service: s, timeout: 86400001}}\n"
+            )
+        };
+        let errors = Config::parse(table(", read_timeout: 18446744073709551615").as_bytes())
+            .unwrap()
+            .validate(&crate::Registry::builtin())
+            .unwrap_err();
+        let fields: Vec<String> = errors.iter().map(|e| e.field.clone()).collect();
+        assert!(fields.contains(&"read_timeout".to_string()), "{fields:?}");
+        assert!(fields.contains(&"timeout".to_string()), "{fields:?}");
+    }
     use crate::config::Config;
 
     struct OnlyEcho;

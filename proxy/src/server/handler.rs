@@ -302,11 +302,12 @@ pub async fn handle(
     };
     let route = &rt.routes[m.route];
     // The route's budget joins the gRPC client's deadline: the earlier bounds every try.
-    let deadline = match route.timeout {
-        Some(t) => {
-            let at = p.s.ctx.timings.start + t;
-            Some(deadline.map_or(at, |d| d.min(at)))
-        }
+    let deadline = match route
+        .timeout
+        .and_then(|t| p.s.ctx.timings.start.checked_add(t))
+    {
+        Some(at) => Some(deadline.map_or(at, |d| d.min(at))),
+        // No timeout, or one so long it is none.
         None => deadline,
     };
     // The matched prefix, measured in the forwarded path (parameters included).

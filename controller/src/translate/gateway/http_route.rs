@@ -799,8 +799,12 @@ impl Translator<'_> {
                 match duration_ms(text) {
                     // Zero turns the timeout off (the service's own 60 s stays per try).
                     Some(0) => {}
-                    Some(ms) if name == "request" => request = Some(ms),
-                    Some(ms) => edits.read_timeout = Some(ms),
+                    Some(ms) if name == "request" => {
+                        request = Some(ms.min(weir_proxy::config::MAX_ROUTE_TIMEOUT_MS))
+                    }
+                    Some(ms) => {
+                        edits.read_timeout = Some(ms.min(weir_proxy::config::MAX_ROUTE_TIMEOUT_MS))
+                    }
                     None => bad(
                         self,
                         format!("spec.rules[{ri}].timeouts.{name}"),
@@ -814,7 +818,8 @@ impl Translator<'_> {
             edits.retries = r.attempts.map(|a| a.clamp(0, 100) as u32);
             if let Some(text) = &r.backoff {
                 match duration_ms(text) {
-                    Some(ms) => edits.retry_backoff = Some(ms).filter(|&ms| ms > 0),
+                    // The proxy waits at most 10 minutes between tries.
+                    Some(ms) => edits.retry_backoff = Some(ms.min(600_000)).filter(|&ms| ms > 0),
                     None => bad(
                         self,
                         format!("spec.rules[{ri}].retry.backoff"),
