@@ -102,6 +102,12 @@ pub fn convert(key: &Key, ing: &Ingress, store: &Store) -> Converted {
     let mut rule_extra = serde_json::Map::new();
     let mut strip = false;
     let mut rewrite: Option<String> = None;
+    // `weir.dev/protocols`: which listeners the routes attach to; for HTTPS alone, plain HTTP
+    // requests are redirected with this status (`weir.dev/https-redirect-status-code`).
+    let protocols = a_value(&annotations, ann::PROTOCOLS).unwrap_or_default();
+    let https_only = protocols.split(',').map(str::trim).eq(["https"]);
+    let http_only = protocols.split(',').map(str::trim).eq(["http"]);
+    let mut redirect_code: u16 = 426;
     for (name, value) in &annotations {
         let Some(short) = name.strip_prefix(ann::PREFIX) else {
             continue;
@@ -147,6 +153,30 @@ pub fn convert(key: &Key, ing: &Ingress, store: &Store) -> Converted {
                     "HTTPRoute backends always get the client's Host (add a URLRewrite hostname)"
                 };
                 out.note(name.as_str(), same, note);
+            }
+            "protocols" => {
+                let note = if https_only {
+                    "the routes attach to the HTTPS listeners (port 443); a redirect route takes HTTP"
+                } else if http_only {
+                    "the routes attach to the HTTP listener only"
+                } else {
+                    "the routes attach to every listener"
+                };
+                out.note(name.as_str(), true, note);
+            }
+            "https-redirect-status-code" => {
+                let code = value.parse::<u16>().unwrap_or(426);
+                redirect_code = code;
+                let (carried, note) = match code {
+                    301 | 302 | 303 | 307 | 308 => (true, "the redirect route's statusCode"),
+                    _ => (
+                        false,
+                        "a 426 answer has no Gateway API form: the redirect route answers 301",
+                    ),
+                };
+                if https_only {
+                    out.note(name.as_str(), carried, note);
+                }
             }
             "methods" => {
                 methods = value
@@ -286,18 +316,69 @@ pub fn convert(key: &Key, ing: &Ingress, store: &Store) -> Converted {
         } else {
             format!("{}-{i}", key.name)
         };
+        // HTTPS alone needs a listener with this host's certificate: without one the route
+        // stays on every listener (ingress-nginx redirects for a TLS proxy in front, which
+        // the Gateway API cannot say).
+        let has_tls = host
+            .as_ref()
+            .is_some_and(|h| out.tls.iter().any(|(t, _)| t == h));
+        if https_only && !has_tls {
+            out.note(
+                format!(
+                    "{} (host {})",
+                    ann::PROTOCOLS,
+                    host.as_deref().unwrap_or("*")
+                ),
+                false,
+                "HTTPS alone, but the Ingress has no certificate for the host: served on \
+                 every listener, without the redirect",
+            );
+        }
+        let https_only = https_only && has_tls;
+        let parent = if https_only {
+            json!({"name": GATEWAY_NAME, "port": 443})
+        } else if http_only {
+            json!({"name": GATEWAY_NAME, "sectionName": "http"})
+        } else {
+            json!({"name": GATEWAY_NAME})
+        };
         let mut route = json!({
             "apiVersion": "gateway.networking.k8s.io/v1",
             "kind": "HTTPRoute",
             "metadata": {"name": name, "namespace": key.namespace},
-            "spec": {"parentRefs": [{"name": GATEWAY_NAME}], "rules": rules},
+            "spec": {"parentRefs": [parent], "rules": rules},
         });
-        if let Some(h) = host {
+        if let Some(h) = &host {
             route["spec"]["hostnames"] = json!([h]);
         }
         out.routes.push(route);
+        if https_only {
+            let code = match redirect_code {
+                c @ (301 | 302 | 303 | 307 | 308) => c,
+                _ => 301,
+            };
+            let mut redirect = json!({
+                "apiVersion": "gateway.networking.k8s.io/v1",
+                "kind": "HTTPRoute",
+                "metadata": {"name": format!("{name}-https-redirect"), "namespace": key.namespace},
+                "spec": {
+                    "parentRefs": [{"name": GATEWAY_NAME, "sectionName": "http"}],
+                    "rules": [{"filters": [{"type": "RequestRedirect",
+                        "requestRedirect": {"scheme": "https", "statusCode": code}}]}],
+                },
+            });
+            if let Some(h) = &host {
+                redirect["spec"]["hostnames"] = json!([h]);
+            }
+            out.routes.push(redirect);
+        }
     }
     out
+}
+
+/// An annotation's value, trimmed.
+fn a_value<'m>(annotations: &'m BTreeMap<String, String>, name: &str) -> Option<&'m str> {
+    annotations.get(name).map(|v| v.trim())
 }
 
 /// A backendRef for an Ingress backend: the Service port by number (a named port is looked
@@ -464,5 +545,42 @@ spec: {plugin: request-size-limiting, config: {allowed_payload_size: 1}}
             "the annotations apply to every rule: {:?}",
             admin.service
         );
+    }
+
+    #[test]
+    fn https_only_ingresses_get_a_redirect_route_on_http() {
+        let yaml = "\
+apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata:
+  name: secure
+  namespace: demo
+  annotations: {weir.dev/protocols: https, weir.dev/https-redirect-status-code: '308'}
+spec:
+  ingressClassName: weir
+  tls: [{hosts: [secure.example.com], secretName: cert}]
+  rules:
+  - host: secure.example.com
+    http:
+      paths: [{path: /, pathType: Prefix, backend: {service: {name: api, port: {number: 80}}}}]
+---
+apiVersion: v1
+kind: Service
+metadata: {name: api, namespace: demo}
+spec: {ports: [{port: 80}]}
+";
+        let store = Store::from_manifests(yaml);
+        let key = Key::new("demo", "secure");
+        let c = convert(&key, &store.ingresses[&key], &store);
+        assert!(c.carries_over(), "{:?}", c.outcomes);
+        assert_eq!(c.routes.len(), 2);
+        assert_eq!(c.routes[0]["spec"]["parentRefs"][0]["port"], 443);
+        let redirect = &c.routes[1];
+        assert_eq!(redirect["spec"]["parentRefs"][0]["sectionName"], "http");
+        assert_eq!(
+            redirect["spec"]["rules"][0]["filters"][0]["requestRedirect"],
+            json!({"scheme": "https", "statusCode": 308})
+        );
+        assert_eq!(redirect["spec"]["hostnames"], json!(["secure.example.com"]));
     }
 }
