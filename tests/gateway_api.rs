@@ -1020,16 +1020,7 @@ spec:
 async fn https_listeners_serve_their_certificate_and_weir_plugins_attach_by_extension_ref() {
     let case = format!(
         "\
-apiVersion: v1
-kind: Secret
-metadata: {{name: a-cert, namespace: gateway-conformance-infra}}
-type: kubernetes.io/tls
-stringData:
-  tls.crt: |
-{crt}
-  tls.key: |
-{key}
----
+{secret_a_cert}---
 apiVersion: gateway.networking.k8s.io/v1
 kind: Gateway
 metadata: {{name: secure, namespace: gateway-conformance-infra}}
@@ -1066,8 +1057,7 @@ spec:
     backendRefs: [{{name: infra-backend-v1, port: 8080}}]
   - backendRefs: [{{name: infra-backend-v1, port: 8080}}]
 ",
-        crt = indent(&common::tls::fixture("a.example.test.crt")),
-        key = indent(&common::tls::fixture("a.example.test.key")),
+        secret_a_cert = tls_secret("gateway-conformance-infra", "a-cert", "a.example.test"),
     );
     let bed = Bed::start_with(&case, &["--tls-listen", "x"]);
     let port = bed.tls_port.unwrap();
@@ -1097,6 +1087,25 @@ spec:
     // The route is attached to HTTPS listeners only: plain HTTP does not reach it.
     let plain = bed.request(&c, "a.example.test", "/hello", &[]).await;
     assert_ne!(plain.status, 200);
+}
+
+/// A `kubernetes.io/tls` Secret `namespace/name` holding a fixture certificate and key
+/// (`a.example.test` or `wild.example.test`, from tests/fixtures/tls/).
+fn tls_secret(namespace: &str, name: &str, fixture: &str) -> String {
+    format!(
+        "apiVersion: v1
+kind: Secret
+metadata: {{name: {name}, namespace: {namespace}}}
+type: kubernetes.io/tls
+stringData:
+  tls.crt: |
+{crt}
+  tls.key: |
+{key}
+",
+        crt = indent(&common::tls::fixture(&format!("{fixture}.crt"))),
+        key = indent(&common::tls::fixture(&format!("{fixture}.key"))),
+    )
 }
 
 fn indent(pem: &str) -> String {
@@ -1926,16 +1935,7 @@ spec:
     hostname: a.example.test
     tls: {{certificateRefs: [{{name: a-cert}}]}}
 ---
-apiVersion: v1
-kind: Secret
-metadata: {{name: a-cert, namespace: gateway-conformance-infra}}
-type: kubernetes.io/tls
-stringData:
-  tls.crt: |
-{crt}
-  tls.key: |
-{key}
----
+{secret_a_cert}---
 apiVersion: gateway.networking.k8s.io/v1
 kind: HTTPRoute
 metadata: {{name: terminated, namespace: gateway-conformance-infra}}
@@ -1970,8 +1970,7 @@ spec:
 {}",
         backend_service("gateway-conformance-infra", "tls-one", one),
         backend_service("gateway-conformance-infra", "tls-two", two),
-        crt = indent(&common::tls::fixture("a.example.test.crt")),
-        key = indent(&common::tls::fixture("a.example.test.key")),
+        secret_a_cert = tls_secret("gateway-conformance-infra", "a-cert", "a.example.test"),
     );
     let bed = Bed::start_with(&case, &["--tls-listen", "x"]);
     let c = client();
@@ -2209,16 +2208,7 @@ spec:
 async fn tls_routes_of_terminating_listeners_get_the_decrypted_bytes() {
     let case = format!(
         "\
-apiVersion: v1
-kind: Secret
-metadata: {{name: a-cert, namespace: gateway-conformance-infra}}
-type: kubernetes.io/tls
-stringData:
-  tls.crt: |
-{crt}
-  tls.key: |
-{key}
----
+{secret_a_cert}---
 apiVersion: gateway.networking.k8s.io/v1
 kind: Gateway
 metadata: {{name: tls-terminate, namespace: gateway-conformance-infra}}
@@ -2238,8 +2228,7 @@ spec:
   parentRefs: [{{name: tls-terminate}}]
   rules: [{{backendRefs: [{{name: infra-backend-v1, port: 8080}}]}}]
 ",
-        crt = indent(&common::tls::fixture("a.example.test.crt")),
-        key = indent(&common::tls::fixture("a.example.test.key")),
+        secret_a_cert = tls_secret("gateway-conformance-infra", "a-cert", "a.example.test"),
     );
     let bed = Bed::start_with(&case, &["--tls-listen", "x"]);
     let c = client();
@@ -2276,26 +2265,8 @@ spec:
 async fn a_request_for_another_certificates_host_is_misdirected() {
     let case = format!(
         "\
-apiVersion: v1
-kind: Secret
-metadata: {{name: a-cert, namespace: gateway-conformance-infra}}
-type: kubernetes.io/tls
-stringData:
-  tls.crt: |
-{a_crt}
-  tls.key: |
-{a_key}
----
-apiVersion: v1
-kind: Secret
-metadata: {{name: wild-cert, namespace: gateway-conformance-infra}}
-type: kubernetes.io/tls
-stringData:
-  tls.crt: |
-{w_crt}
-  tls.key: |
-{w_key}
----
+{secret_a_cert}---
+{secret_wild_cert}---
 apiVersion: gateway.networking.k8s.io/v1
 kind: Gateway
 metadata: {{name: two-certs, namespace: gateway-conformance-infra}}
@@ -2312,10 +2283,8 @@ spec:
   parentRefs: [{{name: two-certs}}]
   rules: [{{backendRefs: [{{name: infra-backend-v1, port: 8080}}]}}]
 ",
-        a_crt = indent(&common::tls::fixture("a.example.test.crt")),
-        a_key = indent(&common::tls::fixture("a.example.test.key")),
-        w_crt = indent(&common::tls::fixture("wild.example.test.crt")),
-        w_key = indent(&common::tls::fixture("wild.example.test.key")),
+        secret_a_cert = tls_secret("gateway-conformance-infra", "a-cert", "a.example.test"),
+        secret_wild_cert = tls_secret("gateway-conformance-infra", "wild-cert", "wild.example.test"),
     );
     let bed = Bed::start_with(&case, &["--tls-listen", "x"]);
     let c = client();
@@ -2435,26 +2404,8 @@ spec:
 async fn certificates_of_other_namespaces_need_a_reference_grant() {
     let case = format!(
         "\
-apiVersion: v1
-kind: Secret
-metadata: {{name: a-cert, namespace: gateway-conformance-web-backend}}
-type: kubernetes.io/tls
-stringData:
-  tls.crt: |
-{a_crt}
-  tls.key: |
-{a_key}
----
-apiVersion: v1
-kind: Secret
-metadata: {{name: wild-cert, namespace: gateway-conformance-web-backend}}
-type: kubernetes.io/tls
-stringData:
-  tls.crt: |
-{w_crt}
-  tls.key: |
-{w_key}
----
+{secret_a_cert}---
+{secret_wild_cert}---
 apiVersion: gateway.networking.k8s.io/v1beta1
 kind: ReferenceGrant
 metadata: {{name: a-cert-only, namespace: gateway-conformance-web-backend}}
@@ -2486,10 +2437,16 @@ spec:
   parentRefs: [{{name: secrets-elsewhere}}]
   rules: [{{backendRefs: [{{name: infra-backend-v1, port: 8080}}]}}]
 ",
-        a_crt = indent(&common::tls::fixture("a.example.test.crt")),
-        a_key = indent(&common::tls::fixture("a.example.test.key")),
-        w_crt = indent(&common::tls::fixture("wild.example.test.crt")),
-        w_key = indent(&common::tls::fixture("wild.example.test.key")),
+        secret_a_cert = tls_secret(
+            "gateway-conformance-web-backend",
+            "a-cert",
+            "a.example.test"
+        ),
+        secret_wild_cert = tls_secret(
+            "gateway-conformance-web-backend",
+            "wild-cert",
+            "wild.example.test"
+        ),
     );
     let bed = Bed::start_with(&case, &["--tls-listen", "x"]);
     let c = client();
