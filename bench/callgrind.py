@@ -6,7 +6,8 @@
     python3 bench/callgrind.py --scenario plugins --routes 1 --weir /tmp/weir-old   # another build
     python3 bench/callgrind.py --source ingress --source httproute --routes 1 --no-nginx
 
-Runs target/release/weir (1 worker, access log off), and nginx as the reference, each
+Runs target/release/weir (1 worker, access log off unless `--access-log`), and nginx as the
+reference, each
 configured as bench/run.sh configures it (bench/weirbench.py's generators), under `valgrind --tool=callgrind`, a
 `weir echo` upstream outside valgrind, and a keep-alive client in this process that sends a
 fixed number of requests (spread over the routes). Counting starts after a warm-up
@@ -122,13 +123,19 @@ def translated_table(weir: Path, tmp: Path, source: str, routes: int, up_port: i
 
 
 def proxy_command(contender: str, tmp: Path, routes: int, up_port: int, port: int,
-                  plugins: list, weir: Path, source: str = "table") -> list:
+                  plugins: list, weir: Path, source: str = "table",
+                  access_log: bool = False) -> list:
     """The proxy under measurement, configured as bench/run.sh configures it (weirbench's
     generators): Weir with `routes` prefix routes, or nginx with its forwarding headers."""
     scn = {"routes": routes, "response": "small", "tls": False}
     if contender == "nginx":
         spec = {"port": port, "upstream_port": up_port, "plugins": plugins}
-        (tmp / "nginx.conf").write_text(weirbench.nginx_proxy_conf(tmp, scn, spec))
+        conf = weirbench.nginx_proxy_conf(tmp, scn, spec)
+        if access_log:
+            # nginx's default format, buffered as a production config would have it.
+            conf = conf.replace("access_log off;",
+                                f"access_log {tmp / 'access.log'} combined buffer=64k;")
+        (tmp / "nginx.conf").write_text(conf)
         return [NGINX, "-c", tmp / "nginx.conf", "-g", "master_process off;"]
     if source == "table":
         table = weirbench.weir_table(scn, plugins, up_port)
@@ -140,13 +147,17 @@ def proxy_command(contender: str, tmp: Path, routes: int, up_port: int, port: in
              "key_sha256": hashlib.sha256(f"key-{i}".encode()).hexdigest()}]}
             for i in range(KEY_AUTH_CONSUMERS)]
     (tmp / "table.json").write_text(json.dumps(table))
-    return [weir, "proxy", "--worker-threads", "1", "--access-log", "false",
+    # Weir's default is its JSON access log on stdout (here to /dev/null: the formatting and
+    # the write are counted, the disk is not).
+    log = [] if access_log else ["--access-log", "false"]
+    return [weir, "proxy", "--worker-threads", "1", *log,
             "--listen", f"{HOST}:{port}", "--admin-listen", f"{HOST}:{free_port()}",
             "--config", tmp / "table.json"]
 
 
 def run(contender: str, routes: int, requests: int, warmup: int, keep: bool,
-        cache_sim: bool, scenario: str = "small", weir: Path = WEIR, source: str = "table") -> dict:
+        cache_sim: bool, scenario: str = "small", weir: Path = WEIR, source: str = "table",
+        access_log: bool = False) -> dict:
     tmp = Path(tempfile.mkdtemp(prefix="weir-callgrind-"))
     up_port, port = free_port(), free_port()
     out = tmp / "callgrind.out"
@@ -159,7 +170,7 @@ def run(contender: str, routes: int, requests: int, warmup: int, keep: bool,
             ["valgrind", "--tool=callgrind", "--compress-strings=no", "--instr-atstart=no",
              f"--cache-sim={'yes' if cache_sim else 'no'}", f"--callgrind-out-file={out}"]
             + proxy_command(contender, tmp, routes, up_port, port,
-                            SCENARIO_PLUGINS[scenario], weir, source),
+                            SCENARIO_PLUGINS[scenario], weir, source, access_log),
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
         wait_port(up_port)
         wait_port(port, 120)
@@ -201,7 +212,7 @@ def run(contender: str, routes: int, requests: int, warmup: int, keep: bool,
     totals = [int(x) for x in re.search(r"^(?:summary|totals): (.+)$", text, re.M).group(1).split()]
     per = dict(zip(events, totals))
     result = {"contender": contender, "scenario": scenario, "routes": routes, "requests": requests,
-              "source": source,
+              "source": source, "access_log": access_log,
               "instructions_per_request": per["Ir"] // requests}
     if cache_sim:
         # Last-level misses stand in for the cache misses that more routes could cause.
@@ -229,6 +240,8 @@ def main() -> None:
     ap.add_argument("--source", choices=["table", "ingress", "httproute"], action="append",
                     help="where Weir's table comes from: weirbench's generator (default), or "
                     "Ingress / HTTPRoute manifests translated by weir standalone (repeatable)")
+    ap.add_argument("--access-log", action="store_true",
+                    help="access logs on in both (Weir's default; nginx's combined format)")
     args = ap.parse_args()
     if not args.weir.exists():
         raise SystemExit("build first: cargo build --release")
@@ -240,7 +253,7 @@ def main() -> None:
     results = []
     for contender, n, source in runs:
         r = run(contender, n, args.requests, max(args.warmup, n), args.keep, args.cache_sim,
-                args.scenario, args.weir, source)
+                args.scenario, args.weir, source, args.access_log)
         results.append(r)
         print(json.dumps(r), flush=True)
     ngx = next((r for r in results if r["contender"] == "nginx"), None)

@@ -204,24 +204,11 @@ pub async fn handle(
     if let Some(problem) = host_problem {
         return p.error(StatusCode::BAD_REQUEST, problem);
     }
-    // A request for a host with a certificate of its own, other than the one the connection's
-    // server name got (HTTP/2 connection reuse across hosts): 421, so that the client opens a
-    // connection for that host. Hosts without their own certificate are not refused.
-    if let Some(sni) = conn.sni.as_deref() {
-        let host = crate::router::strip_port(&p.s.record.host);
-        let misdirected = !host.is_empty()
-            && !host.eq_ignore_ascii_case(sni)
-            && match (rt.certs.find_own(host), rt.certs.find(Some(sni))) {
-                (Some(asked), Some(got)) => !Arc::ptr_eq(&asked, &got),
-                (Some(_), None) => true,
-                (None, _) => false,
-            };
-        if misdirected {
-            return p.error(
-                StatusCode::MISDIRECTED_REQUEST,
-                "this connection's certificate is not the one for this host",
-            );
-        }
+    if misdirected(&conn, &rt, &p.s.record.host) {
+        return p.error(
+            StatusCode::MISDIRECTED_REQUEST,
+            "this connection's certificate is not the one for this host",
+        );
     }
     // A gRPC client's deadline bounds the wait for the upstream's answer.
     let deadline = p.s.grpc.as_ref().and_then(|_| {
@@ -301,15 +288,7 @@ pub async fn handle(
         }
     };
     let route = &rt.routes[m.route];
-    // The route's budget joins the gRPC client's deadline: the earlier bounds every try.
-    let deadline = match route
-        .timeout
-        .and_then(|t| p.s.ctx.timings.start.checked_add(t))
-    {
-        Some(at) => Some(deadline.map_or(at, |d| d.min(at))),
-        // No timeout, or one so long it is none.
-        None => deadline,
-    };
+    let deadline = route_deadline(route, p.s.ctx.timings.start, deadline);
     // The matched prefix, measured in the forwarded path (parameters included).
     let matched_len = match routing {
         std::borrow::Cow::Borrowed(_) => m.matched_len,
@@ -598,14 +577,8 @@ pub async fn handle(
         page.method = head.method.clone();
         page.headers = head.headers.clone();
     }
-    let mut later = later.into_iter();
-    for m in mirrors {
-        let body = match (&mirrored, later.next()) {
-            (Some(b), _) => super::mirror::CopyBody::Ready(b.clone()),
-            (None, Some(rx)) => super::mirror::CopyBody::Later(rx),
-            (None, None) => continue,
-        };
-        super::mirror::spawn(&rt, m, route, &head, &added, body);
+    if !mirrors.is_empty() {
+        super::mirror::spawn_all(&rt, mirrors, route, &head, &added, mirrored, later);
     }
     let mut request = Request::from_parts(head, body);
 
@@ -630,13 +603,8 @@ pub async fn handle(
                 "An invalid response was received from the upstream server",
             );
         }
-        // A retry waits its backoff first, within the route's budget.
         if tries > 0 && service.retry_on.backoff > 0 {
-            let mut wait = Duration::from_millis(service.retry_on.backoff);
-            if let Some(d) = deadline {
-                wait = wait.min(d.saturating_duration_since(Instant::now()));
-            }
-            tokio::time::sleep(wait).await;
+            backoff(service, deadline).await;
         }
         // The balanced target's key is borrowed from the service (no copy per request).
         let chosen_key: PoolKey;
@@ -1393,6 +1361,42 @@ pub(super) fn set_absolute_uri(req: &mut Request<UpstreamBody>, target: &str, tl
         *req.uri_mut() = uri;
     }
     *req.version_mut() = http::Version::HTTP_2;
+}
+
+/// Whether a request over TLS names a host with a certificate of its own other than the one
+/// the connection's server name got (HTTP/2 connection reuse across hosts): it gets 421, so
+/// that the client opens a connection for that host. Hosts without their own certificate are
+/// not refused.
+fn misdirected(conn: &ConnInfo, rt: &crate::compile::Runtime, host: &str) -> bool {
+    let Some(sni) = conn.sni.as_deref() else {
+        return false;
+    };
+    let host = crate::router::strip_port(host);
+    !host.is_empty()
+        && !host.eq_ignore_ascii_case(sni)
+        && match (rt.certs.find_own(host), rt.certs.find(Some(sni))) {
+            (Some(asked), Some(got)) => !Arc::ptr_eq(&asked, &got),
+            (Some(_), None) => true,
+            (None, _) => false,
+        }
+}
+
+/// The route's budget joined to the gRPC client's deadline: the earlier bounds every try.
+fn route_deadline(route: &CompiledRoute, start: Instant, grpc: Option<Instant>) -> Option<Instant> {
+    match route.timeout.and_then(|t| start.checked_add(t)) {
+        Some(at) => Some(grpc.map_or(at, |d| d.min(at))),
+        // No timeout, or one so long it is none.
+        None => grpc,
+    }
+}
+
+/// A retry's wait (the service's `retry_on.backoff`), within the route's budget.
+async fn backoff(service: &CompiledService, deadline: Option<Instant>) {
+    let mut wait = Duration::from_millis(service.retry_on.backoff);
+    if let Some(d) = deadline {
+        wait = wait.min(d.saturating_duration_since(Instant::now()));
+    }
+    tokio::time::sleep(wait).await;
 }
 
 /// The upstream did not answer in time.

@@ -34,7 +34,7 @@ pub struct CompiledMirror {
 
 /// A copy's body: known now, or once the client's body has streamed through (nothing, when
 /// it grew past the limit or failed).
-pub enum CopyBody {
+enum CopyBody {
     /// The whole body.
     Ready(Bytes),
     /// The body, when it has streamed through.
@@ -51,9 +51,31 @@ pub fn chosen(route: &CompiledRoute) -> Vec<CompiledMirror> {
         .collect()
 }
 
+/// Sends each chosen mirror its copy: with `whole`, the body known now; else the body of
+/// `later` (one receiver per mirror, from the upstream body's tee).
+pub fn spawn_all(
+    rt: &Arc<Runtime>,
+    mirrors: Vec<CompiledMirror>,
+    route: &CompiledRoute,
+    head: &http::request::Parts,
+    added: &Added,
+    whole: Option<Bytes>,
+    later: Vec<tokio::sync::oneshot::Receiver<Bytes>>,
+) {
+    let mut later = later.into_iter();
+    for m in mirrors {
+        let body = match (&whole, later.next()) {
+            (Some(b), _) => CopyBody::Ready(b.clone()),
+            (None, Some(rx)) => CopyBody::Later(rx),
+            (None, None) => continue,
+        };
+        spawn(rt, m, route, head, added, body);
+    }
+}
+
 /// Sends a copy of the request with this head and body to mirror `m`, on its own task.
 /// `added` are the proxy's own request headers (`X-Forwarded-*`, …).
-pub fn spawn(
+fn spawn(
     rt: &Arc<Runtime>,
     m: CompiledMirror,
     route: &CompiledRoute,
