@@ -6,8 +6,8 @@
     python3 bench/callgrind.py --scenario plugins --routes 1 --weir /tmp/weir-old   # another build
     python3 bench/callgrind.py --source ingress --source httproute --routes 1 --no-nginx
 
-Runs target/release/weir (1 worker, access log off unless `--access-log`), and nginx as the
-reference, each
+Runs target/release/weir (1 worker, its JSON access log on as by default; `--no-access-log`
+turns it off in both), and nginx as the reference (its `combined` access log to a file), each
 configured as bench/run.sh configures it (bench/weirbench.py's generators), under `valgrind --tool=callgrind`, a
 `weir echo` upstream outside valgrind, and a keep-alive client in this process that sends a
 fixed number of requests (spread over the routes). Counting starts after a warm-up
@@ -124,17 +124,15 @@ def translated_table(weir: Path, tmp: Path, source: str, routes: int, up_port: i
 
 def proxy_command(contender: str, tmp: Path, routes: int, up_port: int, port: int,
                   plugins: list, weir: Path, source: str = "table",
-                  access_log: bool = False) -> list:
+                  access_log: bool = True) -> list:
     """The proxy under measurement, configured as bench/run.sh configures it (weirbench's
     generators): Weir with `routes` prefix routes, or nginx with its forwarding headers."""
     scn = {"routes": routes, "response": "small", "tls": False}
     if contender == "nginx":
         spec = {"port": port, "upstream_port": up_port, "plugins": plugins}
+        # nginx's default format to a file, unbuffered, as a stock nginx.conf has it.
+        weirbench.ACCESS_LOG = access_log
         conf = weirbench.nginx_proxy_conf(tmp, scn, spec)
-        if access_log:
-            # nginx's default format, buffered as a production config would have it.
-            conf = conf.replace("access_log off;",
-                                f"access_log {tmp / 'access.log'} combined buffer=64k;")
         (tmp / "nginx.conf").write_text(conf)
         return [NGINX, "-c", tmp / "nginx.conf", "-g", "master_process off;"]
     if source == "table":
@@ -157,7 +155,7 @@ def proxy_command(contender: str, tmp: Path, routes: int, up_port: int, port: in
 
 def run(contender: str, routes: int, requests: int, warmup: int, keep: bool,
         cache_sim: bool, scenario: str = "small", weir: Path = WEIR, source: str = "table",
-        access_log: bool = False) -> dict:
+        access_log: bool = True) -> dict:
     tmp = Path(tempfile.mkdtemp(prefix="weir-callgrind-"))
     up_port, port = free_port(), free_port()
     out = tmp / "callgrind.out"
@@ -240,8 +238,9 @@ def main() -> None:
     ap.add_argument("--source", choices=["table", "ingress", "httproute"], action="append",
                     help="where Weir's table comes from: weirbench's generator (default), or "
                     "Ingress / HTTPRoute manifests translated by weir standalone (repeatable)")
-    ap.add_argument("--access-log", action="store_true",
-                    help="access logs on in both (Weir's default; nginx's combined format)")
+    ap.add_argument("--access-log", action=argparse.BooleanOptionalAction, default=True,
+                    help="access logs in both (default on, Weir's default; nginx's combined "
+                    "format to a file); --no-access-log turns them off")
     args = ap.parse_args()
     if not args.weir.exists():
         raise SystemExit("build first: cargo build --release")

@@ -92,6 +92,11 @@ STOP_TIMEOUT = 10.0
 # be run yet, so check it the first time).
 WEIR_MODE = "table"
 
+# Access logs, as users run them (`--access-log on`, the default): Weir's JSON line per request
+# on stdout (to the contender's output file), nginx's `combined` format to a file, HAProxy's
+# `option httplog` to stdout. `--access-log off` measures every contender without.
+ACCESS_LOG = True
+
 
 def weir_launch(scn: dict, spec: dict, port: int, admin_port: int, workdir: Path) -> tuple[list[str], str]:
     """Writes Weir's configuration for a scenario; returns (argv, readiness URL)."""
@@ -103,7 +108,7 @@ def weir_launch(scn: dict, spec: dict, port: int, admin_port: int, workdir: Path
         *listen,
         "--admin-listen", f"{HOST}:{admin_port}",
         "--worker-threads", "1",
-        "--access-log", "false",
+        *([] if ACCESS_LOG else ["--access-log", "false"]),
     ]
     ready = f"http://{HOST}:{admin_port}/readyz"
     if WEIR_MODE == "table":
@@ -270,6 +275,12 @@ http {{
 """
 
 
+def proxy_access_log(d: Path) -> str:
+    """nginx's access-log directive: its default `combined` format to a file, unbuffered (as
+    a stock nginx.conf has it), or off."""
+    return f"access_log {d}/access.log combined;" if ACCESS_LOG else "access_log off;"
+
+
 def nginx_proxy_conf(d: Path, scn: dict, spec: dict) -> str:
     snippets = [PLUGIN_SNIPPETS["nginx"][p["name"]] for p in spec["plugins"]]
     http_extra = "\n".join(s.get("http", "") for s in snippets)
@@ -297,7 +308,7 @@ pid {d}/nginx.pid;
 error_log {d}/error.log warn;
 events {{ worker_connections 16384; }}
 http {{
-    access_log off;
+    {proxy_access_log(d)}
     server_tokens off;
     keepalive_requests 100000000;
     keepalive_timeout 300s;
@@ -362,9 +373,12 @@ global
     nbthread 1
     maxconn 8000
     pidfile {d}/haproxy-{spec['name']}.pid
+    {"log stdout format raw local0" if ACCESS_LOG else ""}
 
 defaults
     mode http
+    {"log global" if ACCESS_LOG else ""}
+    {"option httplog" if ACCESS_LOG else ""}
     timeout connect 5s
     timeout client 60s
     timeout server 60s
@@ -1255,6 +1269,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                     help=f"do not hold {BUILD_LOCK} while measuring (by default each round holds it, "
                          "so no cargo build that uses the lock runs during a measurement)")
     ap.add_argument("--lock-wait", type=float, default=300, help="seconds to wait for the build lock per round (default 300)")
+    ap.add_argument("--access-log", choices=["on", "off"], default="on",
+                    help="access logs in every contender (default on, as each ships: Weir's JSON "
+                    "on stdout, nginx's combined to a file, HAProxy's httplog on stdout)")
     ap.add_argument("--out", help="results file (default bench/results/<timestamp>.json, also copied to latest.json)")
     ap.add_argument("--report", metavar="RESULTS_JSON", help="print the tables of a results file as Markdown and exit")
     a = ap.parse_args(argv)
@@ -1269,6 +1286,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 def main(argv: list[str]) -> int:
     a = parse_args(argv)
+    global ACCESS_LOG
+    ACCESS_LOG = a.access_log == "on"
     if a.report:
         results = json.loads(Path(a.report).read_text())
         print(fmt_table(results, markdown=True))
@@ -1331,7 +1350,10 @@ def main(argv: list[str]) -> int:
                 "pinning": ({"proxy_cpus": a.proxy_cpus, "wrk_cpus": a.load_cpus,
                              "upstream_cpus": a.load_cpus, "tool": "taskset -c"} if pin else None),
                 "upstream": "nginx, 1 worker, 64-byte `return 200` body, 1 MiB file via sendfile",
-                "weir_flags": "--worker-threads 1 --access-log false (defaults otherwise)",
+                "weir_flags": ("--worker-threads 1 (defaults otherwise)" if ACCESS_LOG
+                               else "--worker-threads 1 --access-log false (defaults otherwise)"),
+                "access_log": ("on: Weir JSON to stdout (a file), nginx combined to a file, "
+                               "HAProxy httplog to stdout (a file)" if ACCESS_LOG else "off"),
                 "tls": (f"scenarios with tls: {TLS_CERT.relative_to(REPO)} on every contender, "
                         f"{'/'.join(TLS_PROTOCOLS)}, groups {':'.join(TLS_GROUPS)}, ALPN "
                         f"{','.join(TLS_ALPN)}, session resumption on (wrk resumes)"),

@@ -208,7 +208,7 @@ struct ProxyArgs {
     /// Print a JSON access-log line per request on stdout.
     #[arg(long, env = "WEIR_ACCESS_LOG", default_value_t = true, action = clap::ArgAction::Set)]
     access_log: bool,
-    /// Access-log lines that may wait for the writer thread; when stdout falls behind, more are dropped (and counted in weir_access_log_dropped_total).
+    /// Access-log lines that may wait to be written (in all workers' buffers); when stdout falls behind, more are dropped (and counted in weir_access_log_dropped_total).
     #[arg(long, env = "WEIR_ACCESS_LOG_QUEUE", default_value_t = 16_384)]
     access_log_queue: usize,
     /// Comma-separated IPs/CIDRs whose X-Forwarded-* headers are trusted.

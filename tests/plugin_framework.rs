@@ -653,3 +653,103 @@ fn the_access_log_carries_the_correlation_id_clients_see_and_the_consumer() {
     assert!(out.get("consumer").is_none(), "{out}");
     assert!(line_of("/given").unwrap().get("consumer").is_none());
 }
+
+/// Whatever the request is doing when its client leaves, it is logged exactly once, by the
+/// access log and by every plugin's `log`: with 499 while no response had started (the body
+/// read before access, the request_body phase, the upload to the upstream, the wait for its
+/// answer, the backoff between tries), and with the status sent (and `aborted`) once one had.
+#[test]
+fn a_request_cancelled_in_each_phase_is_logged_exactly_once() {
+    let echo = echo("e");
+    let dir = temp_dir("cancel-phases");
+    let plugin_log = dir.join("plugins.log");
+    let access_log = dir.join("access.log");
+    let table = format!(
+        "routes:\n\
+         - {{id: body, paths: [{{path: /body}}], service: s}}\n\
+         - {{id: upload, paths: [{{path: /upload}}], service: s}}\n\
+         - {{id: wait, paths: [{{path: /wait}}], service: s}}\n\
+         - {{id: retry, paths: [{{path: /retry}}], service: retrying}}\n\
+         - {{id: stream, paths: [{{path: /stream}}], service: s}}\n\
+         services:\n\
+         - {{id: s, host: 127.0.0.1, port: {port}, read_timeout: 20000}}\n\
+         - {{id: retrying, host: 127.0.0.1, port: {port}, retries: 3, retry_on: {{statuses: [503], backoff: 5000}}}}\n\
+         plugins:\n\
+         - {{id: all, name: test-phases, config: {{tag: all, log_file: \"{log}\"}}}}\n\
+         - {{id: reader, name: test-request-body, route: body, config: {{}}}}\n",
+        port = echo.port,
+        log = plugin_log.display()
+    );
+    let out = std::fs::File::create(&access_log).unwrap();
+    let w = Weir::start_with(&table, &[], Stdio::from(out));
+
+    // (path, request, expected status): each is abandoned mid-way, 300 ms after it was sent.
+    let cases: [(&str, &[u8], u64); 5] = [
+        // The request_body phase, waiting for the rest of the body.
+        (
+            "/body",
+            b"POST /body HTTP/1.1\r\nHost: a\r\nContent-Length: 100\r\n\r\n0123456789",
+            499,
+        ),
+        // The body streaming to the upstream, which waits for the rest of it.
+        (
+            "/upload",
+            b"POST /upload HTTP/1.1\r\nHost: a\r\nContent-Length: 100\r\n\r\n0123456789",
+            499,
+        ),
+        // Waiting for the upstream's answer.
+        (
+            "/wait",
+            b"GET /wait?delay_ms=5000 HTTP/1.1\r\nHost: a\r\n\r\n",
+            499,
+        ),
+        // The backoff after a 503, before the next try.
+        (
+            "/retry",
+            b"GET /retry?fail=1&key=cancel&status=503 HTTP/1.1\r\nHost: a\r\n\r\n",
+            499,
+        ),
+        // The response body, never read by the client: 200 was sent.
+        (
+            "/stream",
+            b"GET /stream?bytes=1000000000 HTTP/1.1\r\nHost: a\r\n\r\n",
+            200,
+        ),
+    ];
+    for (_, req, _) in cases {
+        let mut s = TcpStream::connect(("127.0.0.1", w.proc.port)).unwrap();
+        s.write_all(req).unwrap();
+        std::thread::sleep(Duration::from_millis(300));
+        drop(s);
+    }
+
+    let of = |log: &std::path::Path, path: &str| {
+        access_lines(log)
+            .into_iter()
+            .filter(|l| l["path"] == path)
+            .collect::<Vec<_>>()
+    };
+    for (path, _, _) in cases {
+        assert!(
+            eventually(Duration::from_secs(10), || !of(&access_log, path)
+                .is_empty()),
+            "no access-log line for {path}"
+        );
+    }
+    // Past every backoff and delayed answer: nothing is logged a second time.
+    std::thread::sleep(Duration::from_millis(5500));
+    for (path, _, status) in cases {
+        let lines = of(&access_log, path);
+        assert_eq!(lines.len(), 1, "{path}: {lines:?}");
+        assert_eq!(lines[0]["status"], status, "{path}: {lines:?}");
+        assert_eq!(lines[0]["aborted"], true, "{path}: {lines:?}");
+        assert_eq!(lines[0]["route"], &path[1..], "{path}: {lines:?}");
+        let plugin_lines = of(&plugin_log, path);
+        assert_eq!(plugin_lines.len(), 1, "{path}: {plugin_lines:?}");
+        assert_eq!(
+            plugin_lines[0]["status"], status,
+            "{path}: {plugin_lines:?}"
+        );
+    }
+    let _ = std::fs::remove_dir_all(dir);
+}

@@ -1,4 +1,5 @@
-//! Pieces of HTTP/1.1 messages that both Weir's server loop and its upstream client write.
+//! Pieces of HTTP/1.1 messages that both Weir's server loop and its upstream client write, and
+//! the header classes both sides act on.
 
 use http::header::{HeaderName, HeaderValue};
 
@@ -44,6 +45,22 @@ pub(crate) fn chunk_header(out: &mut Vec<u8>, len: usize) {
     }
     out.extend_from_slice(&digits[i..]);
     out.extend_from_slice(b"\r\n");
+}
+
+/// `X-Forwarded-*` (every one: `-Ssl`, `-Scheme`, `-Client-Cert` are trusted by some
+/// upstreams too), `X-Real-IP` and RFC 7239 `Forwarded`; also spelt with `_` for `-`
+/// (`X_Forwarded_For`), which CGI-style servers fold into the same variable.
+pub(crate) fn is_forwarding(n: &HeaderName) -> bool {
+    // Header names are lower case here.
+    fn same(name: &[u8], want: &[u8]) -> bool {
+        name.len() == want.len()
+            && name
+                .iter()
+                .zip(want)
+                .all(|(&a, &b)| a == b || (a == b'_' && b == b'-'))
+    }
+    let n = n.as_str().as_bytes();
+    (n.len() > 12 && same(&n[..12], b"x-forwarded-")) || same(n, b"x-real-ip") || n == b"forwarded"
 }
 
 #[cfg(test)]

@@ -14,7 +14,8 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::networking::v1::{Ingress, IngressBackend, ServiceBackendPort};
 use weir_crds::annotations as a;
-use weir_proxy::config::{check_host, PathKind, PathRule, PluginConfig, Route};
+use weir_proxy::config::{PathKind, PathRule, PluginConfig, Route};
+use weir_proxy::validate::check_host;
 
 use super::annotations::{self, IngressAnnotations};
 use super::backend::Overrides;
@@ -39,7 +40,7 @@ fn path_rule(path: &str, path_type: &str) -> Result<PathRule, String> {
     };
     let rule = PathRule { path, kind };
     // The proxy's own check, so the two never disagree.
-    weir_proxy::config::check_path_rule(&rule).map_err(|m| match rule.kind {
+    weir_proxy::validate::check_path_rule(&rule).map_err(|m| match rule.kind {
         PathKind::Regex => m.replacen("invalid regex", "invalid regex after \"/~\"", 1),
         _ => m,
     })?;

@@ -8,22 +8,20 @@
 //! This module depends on nothing else in the proxy, so the controller can build a `Config`
 //! without pulling in the data plane.
 
+mod errors;
 mod secrets;
 mod upstream;
-mod validate;
 
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
+pub use errors::{ConfigError, PluginValidator, MAX_BACKEND_WEIGHT, MAX_ROUTE_TIMEOUT_MS};
 pub use secrets::{mark_secret_fields, redact_plugin_config, REDACTED};
 pub use upstream::{
     ActiveHealthcheck, Algorithm, Alpn, ClientCertificate, HashBy, HashFallback, HashOn,
     Healthchecks, PassiveHealthcheck, ProbeKind, RetryOn, SameSite, ServiceTls, Target, Upstream,
-};
-pub use validate::{
-    check_host, check_path_rule, ConfigError, PluginValidator, MAX_ROUTE_TIMEOUT_MS,
 };
 
 /// The version of the routing-table format this proxy understands.
@@ -438,6 +436,22 @@ pub enum UpstreamProtocol {
     Grpc,
     /// gRPC over TLS.
     Grpcs,
+}
+
+/// A target's address (`host:port`, IPv6 bracketed) and the `Host` header that names it.
+pub fn target_address(host: &str, port: u16) -> (std::sync::Arc<str>, http::HeaderValue) {
+    let bracketed = if host.contains(':') {
+        format!("[{host}]")
+    } else {
+        host.to_string()
+    };
+    let addr = format!("{bracketed}:{port}");
+    let host_header = if port == 80 { bracketed } else { addr.clone() };
+    (
+        addr.into(),
+        http::HeaderValue::from_str(&host_header)
+            .unwrap_or_else(|_| http::HeaderValue::from_static("localhost")),
+    )
 }
 
 /// Splits a target into host and port: `ip:port`, `[ipv6]:port` or `hostname:port`.

@@ -2,9 +2,8 @@
 //!
 //! [`Directory::new`] turns the routing table's consumers into lookup maps once per table:
 //! key-auth keys by their SHA-256, basic-auth credentials by user name, JWT credentials by
-//! their key (with the public key parsed). A plugin sees the directory through
-//! [`RequestCtx::consumers`](crate::pipeline::RequestCtx::consumers), narrowed to the consumers
-//! its own namespace may see.
+//! their key (with the public key parsed). A plugin sees the directory through the request
+//! context's `consumers`, narrowed to the consumers its own namespace may see.
 
 mod compare;
 

@@ -14,8 +14,8 @@ use http_body::{Body, Frame, SizeHint};
 
 use crate::timer::Timer;
 
+use super::plugin::BodyChunk;
 use super::{LogRecord, RequestCtx, Session};
-use crate::plugins::BodyChunk;
 use crate::upstream::ResponseBody;
 
 /// Receives every finished request after the plugins' log handlers (metrics, access log).
@@ -167,7 +167,9 @@ impl ProxyBody {
     fn done(&mut self, aborted: bool) {
         if let Some(mut f) = self.finish.take() {
             f.record.response_bytes = self.sent;
-            f.record.aborted = aborted;
+            // A client that left before its request was read was answered with 499 only for
+            // the log: it stays aborted however much of that answer hyper took.
+            f.record.aborted |= aborted;
         }
     }
 
@@ -230,11 +232,11 @@ fn deadline_exceeded(body: &mut ResponseBody) -> Frame<Bytes> {
     tracing::debug!("grpc-timeout passed mid-response; the call ends with DEADLINE_EXCEEDED");
     let mut trailers = http::HeaderMap::with_capacity(2);
     trailers.insert(
-        crate::server::grpc::GRPC_STATUS,
-        http::HeaderValue::from(crate::server::grpc::code::DEADLINE_EXCEEDED),
+        crate::grpc::GRPC_STATUS,
+        http::HeaderValue::from(crate::grpc::code::DEADLINE_EXCEEDED),
     );
     trailers.insert(
-        crate::server::grpc::GRPC_MESSAGE,
+        crate::grpc::GRPC_MESSAGE,
         http::HeaderValue::from_static("Deadline Exceeded"),
     );
     Frame::trailers(trailers)
@@ -275,7 +277,7 @@ impl Body for ProxyBody {
                             {
                                 if f.grpc.is_some() {
                                     f.record.grpc_status =
-                                        crate::server::grpc::status_in(t).or(f.record.grpc_status);
+                                        crate::grpc::status_in(t).or(f.record.grpc_status);
                                 }
                             }
                             if !this.filter {

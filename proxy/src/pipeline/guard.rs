@@ -8,9 +8,7 @@ use std::task::{Context, Poll};
 
 use http::StatusCode;
 
-use crate::plugins::{
-    EarlyResponse, Flow, Handled, PhaseFuture, PluginError, PluginInstance, Step,
-};
+use super::plugin::{EarlyResponse, Flow, Handled, PhaseFuture, PluginError, PluginInstance, Step};
 
 const INTERNAL_ERROR: &str = "An unexpected error occurred";
 

@@ -10,6 +10,7 @@
 
 mod body;
 mod guard;
+pub mod plugin;
 mod session;
 
 use std::collections::HashMap;
@@ -22,11 +23,11 @@ use http::{Extensions, Method};
 use http_body::Body;
 
 use crate::consumers::{ConsumerEntry, Directory, View};
-use crate::plugins::{BodyChunk, EarlyResponse, Flow, PluginInstance, RequestHead, ResponseHead};
 use guard::{call, finish, sync, Called};
+use plugin::{BodyChunk, EarlyResponse, Flow, PluginInstance, RequestHead, ResponseHead};
 
 pub use body::{ConnActivity, InFlight, LogSink, ProxyBody, ReadTimeout};
-pub(crate) use session::Session;
+pub(crate) use session::{Session, CLIENT_CLOSED};
 
 /// Per-request state shared by the phases and the plugins.
 pub struct RequestCtx {
@@ -58,7 +59,7 @@ pub struct RequestCtx {
     /// The path and query to send upstream, when a plugin rewrites it (Kong's `upstream_uri`).
     pub upstream_uri: Option<String>,
     /// The whole request body, when it was read before `access` for a plugin that asked
-    /// ([`Plugin::body_before_access`](crate::plugins::Plugin::body_before_access)). A plugin
+    /// ([`Plugin::body_before_access`](plugin::Plugin::body_before_access)). A plugin
     /// may replace it; it is what goes upstream (with its exact length).
     pub request_body: Option<Bytes>,
     /// Balancer data: every try made for this request, in order.
@@ -183,7 +184,7 @@ impl RequestCtx {
     /// `kong.service.set_target`), with the service's protocol, TLS settings and timeouts. Set
     /// before the balancer phase; health checks and the algorithm do not apply.
     pub fn set_target(&mut self, host: &str, port: u16) -> Result<(), String> {
-        let (addr, host_header) = crate::compile::target_address(host, port);
+        let (addr, host_header) = crate::config::target_address(host, port);
         crate::config::parse_target(&addr)?;
         self.upstream_target = Some(Box::new(ChosenTarget { addr, host_header }));
         Ok(())
@@ -330,8 +331,19 @@ pub enum BodyStop {
     TooLarge,
     /// The client went silent for longer than the limit between two reads.
     Timeout,
-    /// The client's body was malformed or cut off.
+    /// The client's body was malformed.
     Client(String),
+    /// The client went away before its body's end (its connection closed).
+    ClientGone,
+}
+
+/// Why reading a client's body failed: the client left, or it sent something malformed.
+fn client_stop(e: &(dyn std::error::Error + 'static)) -> BodyStop {
+    if crate::upstream::client_left(e) {
+        BodyStop::ClientGone
+    } else {
+        BodyStop::Client(e.to_string())
+    }
 }
 
 /// Request-body phase: reads the client's body chunk by chunk, runs every chunk (the last one
@@ -346,14 +358,14 @@ pub async fn request_body<B>(
 ) -> Result<Collected, BodyStop>
 where
     B: Body<Data = Bytes> + Unpin,
-    B::Error: std::fmt::Display,
+    B::Error: std::error::Error + 'static,
 {
     let chain = ctx.plugins.clone();
     collect(ctx, body, limit, idle, &chain).await
 }
 
 /// Reads the whole request body before `access`, for a plugin that decides on it
-/// ([`Plugin::body_before_access`](crate::plugins::Plugin::body_before_access)); no plugin
+/// ([`Plugin::body_before_access`](plugin::Plugin::body_before_access)); no plugin
 /// sees the chunks. Stops as [`request_body`] does.
 pub async fn read_body_before_access<B>(
     ctx: &mut RequestCtx,
@@ -363,7 +375,7 @@ pub async fn read_body_before_access<B>(
 ) -> Result<Collected, BodyStop>
 where
     B: Body<Data = Bytes> + Unpin,
-    B::Error: std::fmt::Display,
+    B::Error: std::error::Error + 'static,
 {
     collect(ctx, body, limit, idle, &[]).await
 }
@@ -396,7 +408,7 @@ async fn collect<B>(
 ) -> Result<Collected, BodyStop>
 where
     B: Body<Data = Bytes> + Unpin,
-    B::Error: std::fmt::Display,
+    B::Error: std::error::Error + 'static,
 {
     let mut out = BytesMut::new();
     let mut received = 0u64;
@@ -417,7 +429,7 @@ where
                     eof = true;
                     Bytes::new()
                 }
-                Some(Err(e)) => return Err(BodyStop::Client(e.to_string())),
+                Some(Err(e)) => return Err(client_stop(&e)),
                 Some(Ok(frame)) => match frame.into_data() {
                     Ok(d) => {
                         received += d.len() as u64;
@@ -564,6 +576,33 @@ pub struct LogRecord {
     pub consumer: Option<Arc<str>>,
 }
 
+impl LogRecord {
+    /// The record of a request as it arrived: nothing routed, sent or answered yet.
+    pub fn new(request_id: u64, client_ip: IpAddr, method: Method, host: String) -> LogRecord {
+        LogRecord {
+            request_id,
+            client_ip,
+            method,
+            host,
+            path: String::new(),
+            status: 0,
+            route: None,
+            service: None,
+            target: None,
+            tries: 0,
+            upstream_tries: None,
+            request_bytes: 0,
+            response_bytes: 0,
+            latencies: Latencies::default(),
+            aborted: false,
+            upstream_reused: None,
+            grpc_status: None,
+            correlation_id: None,
+            consumer: None,
+        }
+    }
+}
+
 fn ser_request_id<S: serde::Serializer>(id: &u64, s: S) -> Result<S::Ok, S::Error> {
     s.collect_str(&format_args!("{id:016x}"))
 }
@@ -620,8 +659,8 @@ impl Timings {
 
 #[cfg(test)]
 mod tests {
+    use super::plugin::{Handled, Plugin, Step};
     use super::*;
-    use crate::plugins::{Handled, Plugin, Step};
     use http::StatusCode;
     use std::sync::Mutex;
 

@@ -7,6 +7,7 @@ use std::str::FromStr;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 
 use crate::upstream::Added;
+use crate::wire::is_forwarding;
 
 /// An IP network in CIDR notation (`10.0.0.0/8`, `::1/128`, or a bare address).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -422,22 +423,6 @@ pub struct Forwarding<'a> {
     pub stripped_prefix: Option<&'a str>,
     /// Plugins ran on the request: forwarding headers found now are theirs.
     pub plugins_ran: bool,
-}
-
-/// `X-Forwarded-*` (every one: `-Ssl`, `-Scheme`, `-Client-Cert` are trusted by some
-/// upstreams too), `X-Real-IP` and RFC 7239 `Forwarded`; also spelt with `_` for `-`
-/// (`X_Forwarded_For`), which CGI-style servers fold into the same variable.
-pub(crate) fn is_forwarding(n: &HeaderName) -> bool {
-    // Header names are lower case here.
-    fn same(name: &[u8], want: &[u8]) -> bool {
-        name.len() == want.len()
-            && name
-                .iter()
-                .zip(want)
-                .all(|(&a, &b)| a == b || (a == b'_' && b == b'-'))
-    }
-    let n = n.as_str().as_bytes();
-    (n.len() > 12 && same(&n[..12], b"x-forwarded-")) || same(n, b"x-real-ip") || n == b"forwarded"
 }
 
 /// Edge, before any plugin: a client that is not a trusted proxy may not say how it was

@@ -16,21 +16,13 @@ use bytes::Bytes;
 use http::{header, Request};
 use http_body_util::BodyExt;
 
+pub use crate::compile::mirror::{chosen, CompiledMirror};
 use crate::compile::{CompiledRoute, Runtime};
 use crate::upstream::{self, Added, UpstreamBody};
 
 /// Longest a copy may take, connection to last byte of the answer, whatever the service's
 /// own timeouts: a slow mirror must not pile up copies.
 const MIRROR_DEADLINE: Duration = Duration::from_secs(30);
-
-/// One mirror of a compiled route.
-#[derive(Debug, Clone, Copy)]
-pub struct CompiledMirror {
-    /// The mirror service's index.
-    pub service: usize,
-    /// The share of requests copied, in millionths (1,000,000: every request).
-    pub per_million: u32,
-}
 
 /// A copy's body: known now, or once the client's body has streamed through (nothing, when
 /// it grew past the limit or failed).
@@ -39,16 +31,6 @@ enum CopyBody {
     Ready(Bytes),
     /// The body, when it has streamed through.
     Later(tokio::sync::oneshot::Receiver<Bytes>),
-}
-
-/// The mirrors of `route` that copy this request (each drawn by its share).
-pub fn chosen(route: &CompiledRoute) -> Vec<CompiledMirror> {
-    route
-        .mirrors
-        .iter()
-        .filter(|m| m.per_million >= 1_000_000 || fastrand::u32(0..1_000_000) < m.per_million)
-        .copied()
-        .collect()
 }
 
 /// Sends each chosen mirror its copy: with `whole`, the body known now; else the body of
@@ -146,7 +128,7 @@ impl Copy {
             request.headers_mut().insert(header::HOST, host);
         }
         if service.h2 {
-            super::handler::set_absolute_uri(&mut request, &key.target, key.tls.is_some());
+            super::session::set_absolute_uri(&mut request, &key.target, key.tls.is_some());
         }
         let conn = upstream::checkout(key, service.connect_timeout)
             .await

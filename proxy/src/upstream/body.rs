@@ -23,9 +23,11 @@ pub struct BodyStats {
     pub done: AtomicBool,
     /// The client sent more than the limit.
     pub too_large: AtomicBool,
-    /// The client's body was malformed (a bad chunk) or cut off: the client's fault, not the
+    /// The client's body was malformed (a bad chunk): the client's fault, not the
     /// upstream's.
     pub client_error: AtomicBool,
+    /// The client's connection ended before its body did: it went away.
+    pub client_gone: AtomicBool,
     /// Told when `done` is set: the wait for the answer moves from the write timeout to the
     /// read timeout then, not when its timer next fires.
     pub finished: tokio::sync::Notify,
@@ -41,6 +43,7 @@ impl BodyStats {
             done: AtomicBool::new(false),
             too_large: AtomicBool::new(false),
             client_error: AtomicBool::new(false),
+            client_gone: AtomicBool::new(false),
             finished: tokio::sync::Notify::new(),
         })
     }
@@ -71,6 +74,25 @@ impl BodyStats {
 #[error("request body larger than {0} bytes")]
 pub struct TooLarge(u64);
 
+/// Whether reading a client's body failed because the client went away (its connection
+/// ended before the body did) rather than because it sent something malformed.
+pub fn client_left(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cause = Some(e);
+    while let Some(c) = cause {
+        let eof = c
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::UnexpectedEof);
+        let incomplete = c
+            .downcast_ref::<hyper::Error>()
+            .is_some_and(|h| h.is_incomplete_message() || h.is_canceled());
+        if eof || incomplete {
+            return true;
+        }
+        cause = c.source();
+    }
+    false
+}
+
 /// A client's request trailers without the fields that must never be trailers (framing,
 /// routing, authentication, …) and without the identity headers only authentication plugins
 /// may set: the upstream acts on trailers as on headers, and these were checked in the head.
@@ -82,7 +104,7 @@ pub fn clean_trailers(mut t: http::HeaderMap) -> http::HeaderMap {
         // the headers.
         .filter(|n| {
             super::h1::chunked::is_forbidden_trailer(n.as_str().as_bytes())
-                || crate::server::headers::is_forwarding(n)
+                || crate::wire::is_forwarding(n)
         })
         .cloned()
         .collect();
@@ -249,7 +271,12 @@ impl Body for UpstreamBody {
             }
             Poll::Ready(Some(Err(e))) => {
                 if let Some(s) = stats {
-                    s.client_error.store(true, Ordering::Relaxed);
+                    let flag = if client_left(&e) {
+                        &s.client_gone
+                    } else {
+                        &s.client_error
+                    };
+                    flag.store(true, Ordering::Relaxed);
                 }
                 this.inner = None;
                 Poll::Ready(Some(Err(Box::new(e))))

@@ -18,7 +18,7 @@ use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 
 pub use added::Added;
-pub use body::{BodyStats, UpstreamBody};
+pub use body::{client_left, BodyStats, UpstreamBody};
 pub use dns::{
     parse_nameserver as parse_dns_resolver, set_resolvers as set_dns_resolvers,
     set_ttl as set_dns_ttl,
@@ -28,7 +28,8 @@ pub use pool::{
     checkout, configure, retire, sweep_idle, Conn, ConnectError, PoolKey, PoolSettings, SendError,
 };
 pub use stream::Stream;
-pub use tls::{Alpn, TlsClient, TlsSettings};
+pub(crate) use tls::tls_error;
+pub use tls::{check_service_tls, tls_settings, Alpn, TlsClient, TlsSettings};
 
 /// A response body from an upstream, over either protocol.
 pub enum ResponseBody {

@@ -494,3 +494,39 @@ impl ServerCertVerifier for DepthLimited {
         self.inner.root_hint_subjects()
     }
 }
+
+/// The TLS settings of a service's `tls` (the defaults without one), offering h2 or HTTP/1.1.
+pub fn tls_settings(s: &crate::config::Service, h2: bool) -> TlsSettings {
+    let t = s.tls.clone().unwrap_or_default();
+    TlsSettings {
+        sni: t.sni.as_deref().map(Arc::from),
+        verify: t.verify,
+        verify_depth: t.verify_depth,
+        ca_pem: t.ca_certificates.as_deref().map(Arc::from),
+        client_cert: t
+            .client_certificate
+            .map(|c| (Arc::from(c.cert), Arc::from(c.key))),
+        alpn: if h2 { Alpn::H2 } else { Alpn::Http11 },
+        names: t
+            .subject_alt_names
+            .iter()
+            .map(|n| Arc::from(n.as_str()))
+            .collect(),
+    }
+}
+
+/// Checks that a service's TLS settings build (PEMs parse, the key fits the certificate):
+/// the same construction compiling does, so a table that passes cannot fail there.
+pub fn check_service_tls(s: &crate::config::Service, h2: bool) -> Result<(), (String, String)> {
+    TlsClient::new(tls_settings(s, h2))
+        .map(drop)
+        .map_err(|m| tls_error(&m))
+}
+
+/// `TlsClient::new`'s `field: message` as (`tls.field`, message).
+pub(crate) fn tls_error(m: &str) -> (String, String) {
+    match m.split_once(": ") {
+        Some((field, rest)) if !field.contains(' ') => (format!("tls.{field}"), rest.to_string()),
+        _ => ("tls".to_string(), m.to_string()),
+    }
+}

@@ -114,7 +114,7 @@ impl Conv<'_> {
             let aliases = split_list(&v);
             let bad = aliases
                 .iter()
-                .find(|h| weir_proxy::config::check_host(h).is_err());
+                .find(|h| weir_proxy::validate::check_host(h).is_err());
             match bad {
                 Some(h) => {
                     let m = format!("{h:?} is not a host name; no alias is served");

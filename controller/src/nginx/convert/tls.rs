@@ -171,7 +171,7 @@ impl Conv<'_> {
         };
         if let Some(v) = ssl.get("proxy-ssl-name") {
             let t = v.trim();
-            if weir_proxy::config::check_host(t).is_ok() && !t.contains('$') {
+            if weir_proxy::validate::check_host(t).is_ok() && !t.contains('$') {
                 tls.sni = Some(t.to_string());
                 if server_name {
                     self.applied("proxy-ssl-name", v);

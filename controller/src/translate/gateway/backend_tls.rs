@@ -134,14 +134,14 @@ impl Translator<'_> {
             }
             Err((reason, m))
         };
-        if let Err(m) = weir_proxy::config::check_host(&v.hostname) {
+        if let Err(m) = weir_proxy::validate::check_host(&v.hostname) {
             return fail(self, "spec.validation.hostname", "InvalidKind", m);
         }
         let mut names = Vec::new();
         for (i, san) in v.subject_alt_names.iter().enumerate() {
             let field = format!("spec.validation.subjectAltNames[{i}]");
             match (san.type_.as_str(), san.hostname.as_deref()) {
-                ("Hostname", Some(h)) if weir_proxy::config::check_host(h).is_ok() => {
+                ("Hostname", Some(h)) if weir_proxy::validate::check_host(h).is_ok() => {
                     names.push(h.to_string())
                 }
                 ("Hostname", h) => {
@@ -222,7 +222,7 @@ impl Translator<'_> {
             tls: Some(Box::new(tls.clone())),
             ..crate::translate::backend::default_service()
         };
-        if let Err((field, m)) = weir_proxy::compile::check_service_tls(&probe, false) {
+        if let Err((field, m)) = weir_proxy::upstream::check_service_tls(&probe, false) {
             let (field, reason) = if field == "tls.ca_certificates" {
                 (
                     "spec.validation.caCertificateRefs",

@@ -9,7 +9,8 @@
 //! method before a service alone, then the most header matches.
 
 use weir_crds::gateway::{GRPCMethodMatch, GRPCRoute, HTTPRouteMatch};
-use weir_proxy::config::{check_path_rule, PathKind, PathRule};
+use weir_proxy::config::{PathKind, PathRule};
+use weir_proxy::validate::check_path_rule;
 
 use super::http_route::{new_route, set_backends, unusable, value_matches, ServiceEdits};
 use super::status::Cond;

@@ -16,9 +16,10 @@ use weir_crds::gateway::{
     ParentReference, PathModifier,
 };
 use weir_proxy::config::{
-    check_path_rule, ClientProtocol, PathKind, PathRule, PluginConfig, Route, RouteMirror,
-    ValueMatch, ValueMatchKind, WeightedBackend,
+    ClientProtocol, PathKind, PathRule, PluginConfig, Route, RouteMirror, ValueMatch,
+    ValueMatchKind, WeightedBackend,
 };
+use weir_proxy::validate::check_path_rule;
 
 use super::status::{Cond, RouteStatus};
 use super::{parent_status, GatewayEval};

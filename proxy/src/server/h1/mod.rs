@@ -25,7 +25,7 @@ use http_body::Body as _;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::watch;
 
-use super::handler::{self, ConnInfo};
+use super::session::{self, ConnInfo};
 use super::{Shared, IDLE_CLOSE_GRACE};
 use crate::pipeline::{ConnActivity, ProxyBody};
 use head::{Framing, Parsed};
@@ -134,7 +134,7 @@ where
                 // took the whole request left no readiness behind, so this costs no system call.
                 // With the next request already buffered (pipelined) there is nothing to watch.
                 let mut watch = buf.is_empty();
-                let mut handling = pin!(handler::handle(
+                let mut handling = pin!(session::serve(
                     shared.clone(),
                     conn.clone(),
                     activity.clone(),

@@ -191,9 +191,18 @@ mod tests {
 
     #[tokio::test]
     async fn a_truncated_answer_is_asked_again_over_tcp() {
-        let udp = UdpSocket::bind("127.0.0.1:0").await.unwrap();
-        let at = udp.local_addr().unwrap();
-        let tcp = tokio::net::TcpListener::bind(at).await.unwrap();
+        // The same port number for UDP and TCP: a free UDP port's TCP twin may be taken by
+        // another test's listener, so another pair is tried.
+        let mut pair = None;
+        for _ in 0..50 {
+            let udp = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+            let at = udp.local_addr().unwrap();
+            if let Ok(tcp) = tokio::net::TcpListener::bind(at).await {
+                pair = Some((udp, tcp, at));
+                break;
+            }
+        }
+        let (udp, tcp, at) = pair.expect("a port free for both UDP and TCP");
         let serve = tokio::spawn(async move {
             let mut buf = [0u8; 512];
             let (n, from) = udp.recv_from(&mut buf).await.unwrap();

@@ -11,17 +11,12 @@ use http::header::{HeaderMap, HeaderName};
 use regex::Regex;
 
 use crate::config::Canary;
-
-/// Longest `header_pattern` accepted, in bytes.
-pub const MAX_PATTERN_LEN: usize = 1024;
-
-/// Most memory a compiled `header_pattern` may take.
-const PATTERN_SIZE_LIMIT: usize = 1 << 20;
+use crate::validate::header_pattern;
 
 /// A route's canary, compiled.
 #[derive(Debug)]
 pub struct CompiledCanary {
-    /// The canary's service, an index into [`Runtime::services`](crate::compile::Runtime).
+    /// The canary's service, an index into [`Runtime::services`](super::Runtime).
     pub service: usize,
     /// Requests out of `weight_total` sent to the canary when no header or cookie decided.
     pub weight: u32,
@@ -35,21 +30,6 @@ pub struct CompiledCanary {
     pub header_pattern: Option<Regex>,
     /// The cookie that chooses.
     pub cookie: Option<Box<str>>,
-}
-
-/// Compiles a `header_pattern` as the proxy matches it (unanchored, bounded in size).
-/// Validation uses the same function.
-pub fn header_pattern(pattern: &str) -> Result<Regex, String> {
-    if pattern.len() > MAX_PATTERN_LEN {
-        return Err(format!(
-            "longer than {MAX_PATTERN_LEN} bytes ({} bytes)",
-            pattern.len()
-        ));
-    }
-    regex::RegexBuilder::new(pattern)
-        .size_limit(PATTERN_SIZE_LIMIT)
-        .build()
-        .map_err(|e| format!("invalid regex: {e}"))
 }
 
 impl CompiledCanary {
@@ -125,17 +105,10 @@ fn always_or_never(value: &[u8]) -> Option<bool> {
     }
 }
 
-/// Whether `name` may name a cookie (an RFC 6265 token).
-pub fn is_cookie_name(name: &str) -> bool {
-    !name.is_empty()
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::validate::{is_cookie_name, MAX_PATTERN_LEN};
     use http::HeaderValue;
 
     fn canary(yaml: &str) -> CompiledCanary {

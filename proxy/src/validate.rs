@@ -1,41 +1,14 @@
-//! Validation of a parsed [`Config`]: every problem found, each naming the entity and field.
+//! Validation of a parsed routing table ([`Config::validate`]): every problem found, each
+//! naming the entity and field. It lives above the modules whose parsers it runs (router
+//! patterns, certificates, credentials, upstream TLS, canary patterns), so that the table's
+//! types (`config`) need none of them and a table that validates cannot fail to compile.
 
 use std::collections::{HashMap, HashSet};
-use std::fmt;
 
-use super::{Config, PathKind, UpstreamProtocol};
-
-/// The largest weight of one of a route's `backends` (the Gateway API's limit).
-pub const MAX_BACKEND_WEIGHT: u32 = 1_000_000;
-
-/// One problem in a routing table.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-pub struct ConfigError {
-    /// Entity kind: `route`, `service`, `upstream`, `plugin`, `consumer`, `certificate`, `config`.
-    pub entity: &'static str,
-    /// The entity's id (empty for table-wide problems).
-    pub id: String,
-    /// The offending field, e.g. `paths[1].path`.
-    pub field: String,
-    /// What was wrong and what was expected.
-    pub message: String,
-}
-
-impl fmt::Display for ConfigError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "{} {:?}: {}: {}",
-            self.entity, self.id, self.field, self.message
-        )
-    }
-}
-
-/// Checks plugin names and configurations; implemented by the proxy's plugin registry.
-pub trait PluginValidator {
-    /// `Err(None)` for an unknown plugin name, `Err(Some(message))` for a bad configuration.
-    fn check(&self, name: &str, config: &serde_json::Value) -> Result<(), Option<String>>;
-}
+use crate::config::{
+    Config, ConfigError, PathKind, PluginValidator, UpstreamProtocol, MAX_BACKEND_WEIGHT,
+    MAX_ROUTE_TIMEOUT_MS,
+};
 
 struct Errors(Vec<ConfigError>);
 
@@ -80,14 +53,18 @@ impl Config {
                     continue;
                 }
                 let (what, claim) = match cred {
-                    super::Credential::KeyAuth { key_sha256, .. } => ("key_sha256", key_sha256),
-                    super::Credential::BasicAuth { username, .. } => ("username", username),
-                    super::Credential::Jwt { key, .. } => ("key", key),
+                    crate::config::Credential::KeyAuth { key_sha256, .. } => {
+                        ("key_sha256", key_sha256)
+                    }
+                    crate::config::Credential::BasicAuth { username, .. } => ("username", username),
+                    crate::config::Credential::Jwt { key, .. } => ("key", key),
                 };
                 let kind = cred.kind();
                 let ns = c.namespace.as_deref();
                 let owners = claims.entry((kind, claim.as_str())).or_default();
-                let clash = owners.iter().find(|(n, _)| super::namespaces_meet(*n, ns));
+                let clash = owners
+                    .iter()
+                    .find(|(n, _)| crate::config::namespaces_meet(*n, ns));
                 match clash {
                     Some((_, owner)) => errs.push(
                         "consumer",
@@ -144,7 +121,7 @@ fn statuses(
 }
 
 /// A service's retry and TLS settings.
-fn check_service_balancing(s: &super::Service, errs: &mut Errors) {
+fn check_service_balancing(s: &crate::config::Service, errs: &mut Errors) {
     statuses(
         errs,
         "service",
@@ -183,11 +160,11 @@ fn check_service_balancing(s: &super::Service, errs: &mut Errors) {
             );
         }
     }
-    if tls.alpn == Some(super::Alpn::Http11) && s.protocol == UpstreamProtocol::Grpcs {
+    if tls.alpn == Some(crate::config::Alpn::Http11) && s.protocol == UpstreamProtocol::Grpcs {
         errs.push("service", &s.id, "tls.alpn", "gRPC needs h2");
     }
     // The PEMs, built as compiling builds them.
-    if let Err((field, m)) = crate::compile::check_service_tls(s, false) {
+    if let Err((field, m)) = crate::upstream::check_service_tls(s, false) {
         errs.push("service", &s.id, field, m);
     }
 }
@@ -207,9 +184,9 @@ fn is_dns_name(name: &str) -> bool {
 }
 
 /// One upstream: targets, hashing input and health checks.
-fn check_upstream(u: &super::Upstream, errs: &mut Errors) {
+fn check_upstream(u: &crate::config::Upstream, errs: &mut Errors) {
     for (i, t) in u.targets.iter().enumerate() {
-        if let Err(m) = super::parse_target(&t.target) {
+        if let Err(m) = crate::config::parse_target(&t.target) {
             errs.push("upstream", &u.id, format!("targets[{i}].target"), m);
         }
         if t.weight > 65_535 {
@@ -225,8 +202,8 @@ fn check_upstream(u: &super::Upstream, errs: &mut Errors) {
 }
 
 /// An upstream's hashing input and health checks.
-fn check_upstream_balancing(u: &super::Upstream, errs: &mut Errors) {
-    use super::{Algorithm, HashBy};
+fn check_upstream_balancing(u: &crate::config::Upstream, errs: &mut Errors) {
+    use crate::config::{Algorithm, HashBy};
     let named = |errs: &mut Errors, field: &str, by: HashBy, name: &Option<String>| {
         let needs = matches!(by, HashBy::Header | HashBy::Cookie | HashBy::QueryArg);
         match name {
@@ -396,7 +373,7 @@ impl Config {
     /// Checks references, syntax and plugin configs; returns every problem found.
     pub fn validate(&self, plugins: &dyn PluginValidator) -> Result<(), Vec<ConfigError>> {
         let mut errs = Errors(Vec::new());
-        if self.version != super::CONFIG_VERSION {
+        if self.version != crate::config::CONFIG_VERSION {
             errs.push(
                 "config",
                 "",
@@ -404,7 +381,7 @@ impl Config {
                 format!(
                     "unsupported version {}, expected {}",
                     self.version,
-                    super::CONFIG_VERSION
+                    crate::config::CONFIG_VERSION
                 ),
             );
         }
@@ -551,7 +528,7 @@ impl Config {
                     } else if m.name.is_empty() {
                         errs.push("route", &r.id, format!("{field}[{i}].name"), "empty");
                     }
-                    if m.kind == super::ValueMatchKind::Regex {
+                    if m.kind == crate::config::ValueMatchKind::Regex {
                         if let Err(e) = crate::router::value_regex(&m.value) {
                             errs.push("route", &r.id, format!("{field}[{i}].value"), e);
                         }
@@ -727,12 +704,12 @@ impl Config {
                     }
                 }
                 if let Some(p) = &c.header_pattern {
-                    if let Err(m) = crate::server::canary::header_pattern(p) {
+                    if let Err(m) = header_pattern(p) {
                         bad("header_pattern", m);
                     }
                 }
                 if let Some(name) = &c.cookie {
-                    if !crate::server::canary::is_cookie_name(name) {
+                    if !is_cookie_name(name) {
                         bad("cookie", format!("{name:?} is not a cookie name"));
                     }
                 }
@@ -879,7 +856,8 @@ impl Config {
                 ),
                 Err(Some(m)) => errs.push("plugin", &p.id, "config", m),
             }
-            if p.consumer.is_some() && super::NOT_CONSUMER_SCOPED.contains(&p.name.as_str()) {
+            if p.consumer.is_some() && crate::config::NOT_CONSUMER_SCOPED.contains(&p.name.as_str())
+            {
                 errs.push(
                     "plugin",
                     &p.id,
@@ -944,7 +922,7 @@ impl Config {
 /// Checks a route path rule as the router reads it: a literal path starts with `/` and has
 /// no `?`, `#`, space or control character; a regex compiles as the router anchors it. The
 /// controller checks Ingress paths with this same function.
-pub fn check_path_rule(p: &super::PathRule) -> Result<(), String> {
+pub fn check_path_rule(p: &crate::config::PathRule) -> Result<(), String> {
     match p.kind {
         PathKind::Exact | PathKind::Prefix => {
             if !p.path.starts_with('/') {
@@ -963,9 +941,6 @@ pub fn check_path_rule(p: &super::PathRule) -> Result<(), String> {
             .map_err(|e| format!("invalid regex: {e}")),
     }
 }
-
-/// The longest route `timeout` and service timeout, in milliseconds (a day).
-pub const MAX_ROUTE_TIMEOUT_MS: u64 = 86_400_000;
 
 /// Checks a route host: a DNS name (labels of letters, digits, `-` and `_`), optionally
 /// with one leading `*.` label. The controller checks Ingress hosts with this same function.
@@ -990,9 +965,39 @@ pub fn check_host(h: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// Longest `header_pattern` accepted, in bytes.
+pub const MAX_PATTERN_LEN: usize = 1024;
+
+/// Most memory a compiled `header_pattern` may take.
+const PATTERN_SIZE_LIMIT: usize = 1 << 20;
+
+/// Compiles a `header_pattern` as the proxy matches it (unanchored, bounded in size).
+/// The canary compiles with the same function.
+pub fn header_pattern(pattern: &str) -> Result<regex::Regex, String> {
+    if pattern.len() > MAX_PATTERN_LEN {
+        return Err(format!(
+            "longer than {MAX_PATTERN_LEN} bytes ({} bytes)",
+            pattern.len()
+        ));
+    }
+    regex::RegexBuilder::new(pattern)
+        .size_limit(PATTERN_SIZE_LIMIT)
+        .build()
+        .map_err(|e| format!("invalid regex: {e}"))
+}
+
+/// Whether `name` may name a cookie (an RFC 6265 token).
+pub fn is_cookie_name(name: &str) -> bool {
+    !name.is_empty()
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::*;
 
     #[test]
     fn timeouts_past_a_day_are_refused_before_any_clock_arithmetic() {

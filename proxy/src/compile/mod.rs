@@ -3,6 +3,12 @@
 //! The runtime is immutable; the server swaps the whole of it atomically, so a request sees
 //! either the old table or the new one, never a mix.
 
+pub mod backends;
+pub mod canary;
+pub mod fallback;
+pub mod mirror;
+pub mod passthrough;
+
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
@@ -20,13 +26,13 @@ use crate::health::{probe::Probe, Checks, Kept, TargetHealth, HEALTH};
 use crate::pipeline::RouteChain;
 use crate::plugins::{PluginInstance, Registry, Staged};
 use crate::router::Router;
-use crate::server::backends::Backends;
-use crate::server::canary::CompiledCanary;
-use crate::server::fallback::CompiledFallback;
-use crate::server::mirror::CompiledMirror;
-use crate::server::passthrough::Passthrough;
 use crate::tls::CertStore;
-use crate::upstream::{Alpn as TlsAlpn, PoolKey, TlsClient, TlsSettings};
+use crate::upstream::{tls_error, tls_settings, PoolKey, TlsClient, TlsSettings};
+use backends::Backends;
+use canary::CompiledCanary;
+use fallback::CompiledFallback;
+use mirror::CompiledMirror;
+use passthrough::Passthrough;
 
 /// A compiled routing table.
 pub struct Runtime {
@@ -470,42 +476,6 @@ impl TlsClients {
     }
 }
 
-/// The TLS settings of a service's `tls` (the defaults without one), offering h2 or HTTP/1.1.
-pub fn tls_settings(s: &Service, h2: bool) -> TlsSettings {
-    let t = s.tls.clone().unwrap_or_default();
-    TlsSettings {
-        sni: t.sni.as_deref().map(Arc::from),
-        verify: t.verify,
-        verify_depth: t.verify_depth,
-        ca_pem: t.ca_certificates.as_deref().map(Arc::from),
-        client_cert: t
-            .client_certificate
-            .map(|c| (Arc::from(c.cert), Arc::from(c.key))),
-        alpn: if h2 { TlsAlpn::H2 } else { TlsAlpn::Http11 },
-        names: t
-            .subject_alt_names
-            .iter()
-            .map(|n| Arc::from(n.as_str()))
-            .collect(),
-    }
-}
-
-/// Checks that a service's TLS settings build (PEMs parse, the key fits the certificate):
-/// the same construction compiling does, so a table that passes cannot fail there.
-pub fn check_service_tls(s: &Service, h2: bool) -> Result<(), (String, String)> {
-    TlsClient::new(tls_settings(s, h2))
-        .map(drop)
-        .map_err(|m| tls_error(&m))
-}
-
-/// `TlsClient::new`'s `field: message` as (`tls.field`, message).
-fn tls_error(m: &str) -> (String, String) {
-    match m.split_once(": ") {
-        Some((field, rest)) if !field.contains(' ') => (format!("tls.{field}"), rest.to_string()),
-        _ => ("tls".to_string(), m.to_string()),
-    }
-}
-
 /// A service: its targets (from its upstream, or its own host and port), balancer, health
 /// checks and TLS client. Errors name the field.
 fn compile_service(
@@ -618,22 +588,6 @@ fn compile_service(
     })
 }
 
-/// A target's address (`host:port`, IPv6 bracketed) and the `Host` header that names it.
-pub fn target_address(host: &str, port: u16) -> (Arc<str>, HeaderValue) {
-    let bracketed = if host.contains(':') {
-        format!("[{host}]")
-    } else {
-        host.to_string()
-    };
-    let addr = format!("{bracketed}:{port}");
-    let host_header = if port == 80 { bracketed } else { addr.clone() };
-    (
-        addr.into(),
-        HeaderValue::from_str(&host_header)
-            .unwrap_or_else(|_| HeaderValue::from_static("localhost")),
-    )
-}
-
 impl Runtime {
     /// The active health probes of this table: one per target of each upstream with active
     /// checks (once, however many services share the upstream).
@@ -682,7 +636,7 @@ impl Runtime {
 /// shared (never read) otherwise: a 10,000-service table then makes no per-target state.
 fn target(owner: &Arc<str>, host: &str, port: u16, counts_load: bool) -> Target {
     static UNCOUNTED: LazyLock<Arc<Load>> = LazyLock::new(Arc::default);
-    let (addr, host_header) = target_address(host, port);
+    let (addr, host_header) = crate::config::target_address(host, port);
     Target {
         load: if counts_load {
             LOAD.get(owner, &addr, Load::default)
@@ -1001,9 +955,9 @@ mod tests {
 
     #[test]
     fn targets_and_host_headers() {
-        let (addr, _) = target_address("::1", 8080);
+        let (addr, _) = crate::config::target_address("::1", 8080);
         assert_eq!(&*addr, "[::1]:8080");
-        let (_, host) = target_address("example.org", 80);
+        let (_, host) = crate::config::target_address("example.org", 80);
         assert_eq!(host, "example.org");
     }
 }

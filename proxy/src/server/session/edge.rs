@@ -1,0 +1,124 @@
+//! The edge: what is done to a request before anything reads its head (one Host, the client's
+//! hop-by-hop and forwarding headers, identity headers only plugins may set), and the first
+//! refusals (a bad Host, a host served with another certificate than the connection's).
+
+use std::sync::Arc;
+
+use http::header;
+use http::StatusCode;
+use hyper::body::Incoming;
+
+use super::{error, next_request_id, Answer, Client, ConnInfo, Session};
+use crate::compile::Runtime;
+use crate::pipeline::{self, ConnActivity, InFlight, LogRecord, RequestCtx};
+use crate::plugins::RequestHead;
+use crate::server::{grpc, headers, Shared};
+
+impl<'t> Session<'t> {
+    /// A session for a request as it arrived: the edge rules applied, its context and log
+    /// record begun.
+    pub(super) fn new(
+        shared: &'t Arc<Shared>,
+        conn: &'t ConnInfo,
+        rt: &'t Arc<Runtime>,
+        activity: &Arc<ConnActivity>,
+        mut head: RequestHead,
+        body: Option<Incoming>,
+    ) -> Session<'t> {
+        let guard = InFlight::new(activity);
+        // One Host: the one routed on and forwarded.
+        let (routed_host, host_problem) = match headers::one_host(&mut head) {
+            Ok(h) => (h, None),
+            Err(problem) => (String::new(), Some(problem)),
+        };
+        let h2_websocket =
+            headers::is_h2_websocket(&head).then(|| headers::h2_websocket_to_upgrade(&mut head));
+        let upgrade = (head.version <= http::Version::HTTP_11 || h2_websocket.is_some())
+            && headers::is_upgrade(&head.headers);
+        // The client IP is read first: `Connection: x-forwarded-for` must not change it.
+        let trusted = &shared.opts.trusted_proxies;
+        let client_ip = headers::client_ip(conn.peer.ip(), &head.headers, trusted);
+        headers::remove_untrusted_forwarding(&mut head.headers, conn.peer.ip(), trusted);
+        // The client's hop-by-hop headers go before any plugin adds its own.
+        let accepts_trailers = headers::remove_hop_by_hop(&mut head.headers, upgrade);
+        let mut ctx = RequestCtx::new(client_ip, next_request_id(), rt.global.clone());
+        ctx.client_tls = conn.tls;
+        if rt.consumers.strips_identity_headers {
+            // Only an authentication plugin of this table may say who the client is.
+            crate::consumers::remove_identity_headers(&mut head.headers);
+            ctx.directory = Some(rt.consumers.clone());
+        }
+        let method = head.method.clone();
+        let record = LogRecord::new(ctx.request_id, client_ip, method, routed_host);
+        // gRPC calls are POSTs: other methods skip the header lookup.
+        let grpc = (head.method == http::Method::POST && grpc::is_grpc(&head.headers))
+            .then(|| head.headers.get(header::CONTENT_TYPE).cloned())
+            .flatten();
+        // A gRPC client's deadline bounds the wait for the upstream's answer.
+        let grpc_deadline = grpc.as_ref().and_then(|_| {
+            let timeout = grpc::parse_timeout(head.headers.get(grpc::GRPC_TIMEOUT)?)?;
+            // 99999999H is 11,000 years: no deadline rather than an overflow.
+            ctx.timings.start.checked_add(timeout)
+        });
+        let s = Box::new(pipeline::Session {
+            ctx,
+            record,
+            sink: shared.clone(),
+            request_bytes: None,
+            _guard: Some(guard),
+            grpc,
+            grpc_deadline,
+            upstream_load: None,
+            request_trailers: None,
+        });
+        let client = Client {
+            host_problem,
+            h2_websocket,
+            upgrade,
+            accepts_trailers,
+            h1_trailers: accepts_trailers && head.version <= http::Version::HTTP_11,
+        };
+        Session {
+            shared,
+            conn,
+            rt,
+            s,
+            head,
+            body,
+            client,
+        }
+    }
+
+    /// The edge's refusals: a missing or doubled Host (400), and a host that has a
+    /// certificate of its own other than the one this connection's server name got (421).
+    pub(super) fn edge(&mut self) -> Result<(), Answer> {
+        if let Some(problem) = self.client.host_problem {
+            return Err(error(StatusCode::BAD_REQUEST, problem));
+        }
+        if misdirected(self.conn, self.rt, &self.s.record.host) {
+            return Err(error(
+                StatusCode::MISDIRECTED_REQUEST,
+                "this connection's certificate is not the one for this host",
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Whether a request over TLS names a host with a certificate of its own other than the one
+/// the connection's server name got (HTTP/2 connection reuse across hosts): it gets 421, so
+/// that the client opens a connection for that host. Hosts without their own certificate are
+/// not refused.
+fn misdirected(conn: &ConnInfo, rt: &Runtime, host: &str) -> bool {
+    let Some(sni) = conn.sni.as_deref() else {
+        return false;
+    };
+    let host = crate::router::strip_port(host);
+    !host.is_empty()
+        && !host.eq_ignore_ascii_case(sni)
+        && match (rt.certs.find_own(host), rt.certs.find(Some(sni))) {
+            (Some(asked), Some(got)) => !Arc::ptr_eq(&asked, &got),
+            (Some(_), None) => true,
+            (None, _) => false,
+        }
+}
