@@ -5,6 +5,9 @@
 #   bench/run.sh --quick         smoke test (1 x 3 s)
 #   bench/run.sh --help          every option (scenarios, contenders, reps, pinning, ...)
 #   bench/run.sh --skip-build    use target/release/weir as it is
+#   bench/run.sh --access-log off   every contender without access logs (default: on, as shipped)
+#   WEIR_BASE_BIN=/tmp/weir-old bench/run.sh   also run another Weir build ("weir-base"), for a
+#                                before/after comparison in the same run
 #
 # Builds Weir in release mode (under the shared build lock), installs nginx, haproxy and wrk
 # with apt-get when missing, then runs bench/weirbench.py. Results: bench/results/*.json.

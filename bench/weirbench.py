@@ -113,10 +113,11 @@ def weir_launch(scn: dict, spec: dict, port: int, admin_port: int, workdir: Path
     ready = f"http://{HOST}:{admin_port}/readyz"
     if WEIR_MODE == "table":
         table = write_weir_table(scn, spec)
-        return [str(WEIR_BIN), "proxy", *common, "--shutdown-grace", "1s", "--config", str(table)], ready
+        weir = spec.get("bin", str(WEIR_BIN))
+        return [weir, "proxy", *common, "--shutdown-grace", "1s", "--config", str(table)], ready
     if WEIR_MODE == "standalone":
         folder = write_weir_manifests(scn, spec, workdir / f"manifests-{spec['name']}")
-        return [str(WEIR_BIN), "standalone", str(folder), *common], ready
+        return [spec.get("bin", str(WEIR_BIN)), "standalone", str(folder), *common], ready
     raise SystemExit(f"unknown WEIR_MODE {WEIR_MODE!r}")
 
 
@@ -548,6 +549,20 @@ def proc_cpu_ticks(pids: list[int]) -> int:
     return total
 
 
+def proc_ctx_switches(pids: list[int]) -> int:
+    """Context switches (voluntary and not) of every thread of the processes so far."""
+    total = 0
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            for task in Path(f"/proc/{pid}/task").iterdir():
+                with contextlib.suppress(OSError):
+                    for line in (task / "status").read_text().splitlines():
+                        if line.startswith(("voluntary_ctxt_switches:",
+                                            "nonvoluntary_ctxt_switches:")):
+                            total += int(line.split()[1])
+    return total
+
+
 def proc_hwm_kb(pids: list[int]) -> int:
     total = 0
     for pid in pids:
@@ -675,6 +690,11 @@ def contender_specs(scn: dict) -> list[dict]:
         spec.setdefault("kind", spec["name"])
         spec.setdefault("plugins", scn["plugins"])
         specs.append(spec)
+    # Another Weir build beside this one (before/after a change, in the same run).
+    base = os.environ.get("WEIR_BASE_BIN")
+    if base:
+        for spec in [s for s in specs if s["kind"] == "weir"]:
+            specs.append(dict(spec, name=spec["name"] + "-base", bin=base))
     return specs
 
 
@@ -834,6 +854,7 @@ def run_wrk(ctx: Ctx, c: Contender, scn: dict, duration: float, paths_file: Path
     mine_pids = c.pids()
     up_pids = ctx.upstream.pids() if ctx.upstream else []
     cpu0 = proc_cpu_ticks(mine_pids)
+    cs0 = proc_ctx_switches(mine_pids)
     up0 = proc_cpu_ticks(up_pids)
     ours0 = proc_cpu_ticks(ours)
     kids0, self0 = children_cpu_s(), self_cpu_s()
@@ -847,6 +868,7 @@ def run_wrk(ctx: Ctx, c: Contender, scn: dict, duration: float, paths_file: Path
     ours1 = proc_cpu_ticks(ours)
     up1 = proc_cpu_ticks(up_pids)
     cpu1 = proc_cpu_ticks(mine_pids)
+    cs1 = proc_ctx_switches(mine_pids)
     line = next((l for l in out.stdout.splitlines() if l.startswith("WRKJSON ")), None)
     if out.returncode != 0 or line is None:
         raise RuntimeError(f"wrk failed against {c.name} (rc {out.returncode}):\n{out.stdout}\n{out.stderr}")
@@ -870,6 +892,9 @@ def run_wrk(ctx: Ctx, c: Contender, scn: dict, duration: float, paths_file: Path
         "p99_ms": lat["p99"] / 1000, "p999_ms": lat["p999"] / 1000,
         "max_ms": lat["max"] / 1000, "mean_ms": lat["mean"] / 1000,
         "cpu_us_per_req": round(proxy_ticks / CLK_TCK * 1e6 / n, 3),
+        # The proxy's threads' context switches per request (a per-request wake-up of another
+        # thread shows here).
+        "ctx_switches_per_req": round((cs1 - cs0) / n, 3),
         "proxy_cpu_cores": round(proxy_ticks / CLK_TCK / secs, 3),
         "upstream_cpu_us_per_req": round((up1 - up0) / CLK_TCK * 1e6 / n, 3),
         "wrk_cpu_cores": round(wrk_s / secs, 3),
@@ -972,6 +997,7 @@ def summarize(c: Contender) -> dict:
         "p99_ms_max": max(r["p99_ms"] for r in runs),
         "p999_ms": round(med("p999_ms"), 3),
         "cpu_us_per_req": round(med("cpu_us_per_req"), 2),
+        "ctx_switches_per_req": round(med("ctx_switches_per_req"), 3),
         "proxy_cpu_cores": round(med("proxy_cpu_cores"), 2),
         "upstream_cpu_us_per_req": round(med("upstream_cpu_us_per_req"), 2),
         "rss_mb": round(c.rss_kb / 1024, 1),
@@ -1033,6 +1059,7 @@ def run_scenario(ctx: Ctx, scn: dict) -> dict:
                     c.runs.append(run)
                     log(f"  round {rep + 1}/{a.reps} {c.name:16} {run['rps']:>10,.0f} req/s  "
                         f"p99 {run['p99_ms']:.2f} ms  cpu {run['cpu_us_per_req']:.1f} us/req  "
+                        f"switches {run['ctx_switches_per_req']:.2f}/req  "
                         f"errors {run['errors_total']}  foreign {run['foreign_cores']:.2f}  "
                         f"steal {run['steal']:.1%}")
         for c in live:
@@ -1113,7 +1140,7 @@ def evaluate_targets(scenarios: list[dict], defs: dict) -> list[dict]:
 def fmt_table(results: dict, markdown: bool = False) -> str:
     lines = []
     head = ["contender", "req/s (median)", "min–max", "×nginx", "p50 ms", "p99 ms", "p99.9 ms",
-            "p99 ×nginx", "CPU µs/req", "CPU ×nginx", "peak RSS MB", "load CPU", "errors"]
+            "p99 ×nginx", "CPU µs/req", "CPU ×nginx", "switches/req", "peak RSS MB", "load CPU", "errors"]
     for s in results["scenarios"]:
         rows = []
         for c in s["contenders"]:
@@ -1132,6 +1159,7 @@ def fmt_table(results: dict, markdown: bool = False) -> str:
                 f"{m['p99_vs_nginx']:.2f}" if "p99_vs_nginx" in m else "",
                 f"{m['cpu_us_per_req']:.1f}",
                 f"{m['cpu_vs_nginx']:.2f}" if m.get("cpu_vs_nginx") else "",
+                f"{m['ctx_switches_per_req']:.2f}" if "ctx_switches_per_req" in m else "",
                 f"{m['rss_mb']:.1f}",
                 f"{m['max_load_cpu_busy']:.0%}" if m.get("max_load_cpu_busy") is not None else "",
                 str(m["errors"]) + (f" ({m['noisy_runs']} noisy)" if m["noisy_runs"] else ""),

@@ -263,14 +263,7 @@ impl LogSink for Shared {
             .as_ref()
             .filter(|_| crate::access_log::wanted(ctx))
         {
-            let appended = log.append(|buf| {
-                let start = buf.len();
-                match serde_json::to_writer(&mut *buf, r) {
-                    Ok(()) => buf.push(b'\n'),
-                    // Never half a line (the record's own types serialize infallibly).
-                    Err(_) => buf.truncate(start),
-                }
-            });
+            let appended = log.append(|buf| crate::access_log::write_line(r, buf));
             if !appended {
                 self.metrics
                     .access_log_dropped

@@ -11,7 +11,7 @@ const CAPACITY: usize = 8;
 /// into the request head instead of inserting each into the `HeaderMap` (which showed in
 /// per-request profiles); for HTTP/2 they are appended to the map with [`Added::append_to`].
 /// Whoever fills it has removed any header of the same name the message must not keep.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub struct Added {
     slots: [Option<(HeaderName, HeaderValue)>; CAPACITY],
     len: usize,

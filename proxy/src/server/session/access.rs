@@ -70,7 +70,6 @@ impl<'t> Session<'t> {
             error_page,
             client_host,
             max_body,
-            added: Default::default(),
             asked_upgrade: None,
             client_upgrade: None,
             hash_key: None,

@@ -4,7 +4,7 @@
 use std::time::{Duration, Instant};
 
 use http::header::{self, HeaderValue};
-use http::{Request, Response, StatusCode};
+use http::StatusCode;
 
 use super::request::{client_body_error, set_absolute_uri, Replay};
 use super::{error, Answer, Plan, Session};
@@ -13,7 +13,9 @@ use crate::health::Outcome;
 use crate::pipeline::{RequestCtx, Try};
 use crate::plugins::EarlyResponse;
 use crate::server::grpc;
-use crate::upstream::{self, BodyStats, PoolKey, ResponseBody, SendError, UpstreamBody};
+use crate::upstream::{self, BodyStats, PoolKey};
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// What the tries so far leave for the next.
 #[derive(Default)]
@@ -37,30 +39,34 @@ struct Peer {
 }
 
 /// How one try ended.
+///
+/// Small on purpose: the request and the answer stay in the session (`request`,
+/// `response`), so that no try copies them around.
 enum Sent {
-    /// No connection: the request was never sent.
-    NotConnected(Request<UpstreamBody>, upstream::ConnectError),
-    Answered(Response<ResponseBody>),
-    Failed(SendError),
+    /// No connection: the request was never sent (it is back in the session).
+    NotConnected(upstream::ConnectError),
+    /// The answer is in the session.
+    Answered,
+    /// The connection failed; the request is back in the session when the upstream cannot
+    /// have acted on it (`true`).
+    Failed(BoxError, bool),
     TimedOut,
 }
 
 /// What follows a try.
 enum Next {
-    Answer(Response<ResponseBody>),
-    Again(Request<UpstreamBody>),
+    /// The answer in the session is the request's.
+    Answer,
+    /// The request in the session goes to another try.
+    Again,
 }
 
 impl<'t> Session<'t> {
     /// Tries targets until one answers, or the tries run out.
-    pub(super) async fn balance(
-        &mut self,
-        plan: &Plan<'t>,
-        mut request: Request<UpstreamBody>,
-    ) -> Result<Response<ResponseBody>, Answer> {
+    pub(super) async fn balance(&mut self, plan: &Plan<'t>) -> Result<(), Answer> {
         let service = plan.service;
         let mut tries = Tries::default();
-        let response = loop {
+        loop {
             let done = self.s.ctx.tries.len();
             if done > service.retries as usize {
                 let status = if tries.last_timeout {
@@ -75,13 +81,12 @@ impl<'t> Session<'t> {
             }
             let peer = self.upstream_peer(plan, &tries)?;
             let began = Instant::now();
-            self.upstream_request_filter(plan, &peer, &mut request);
-            let sent = self.send(plan, &peer, request, began).await;
-            match self.after_try(plan, &peer, &mut tries, sent, began)? {
-                Next::Answer(response) => break response,
-                Next::Again(next) => request = next,
+            self.upstream_request_filter(plan, &peer);
+            let sent = self.send(plan, &peer, began).await;
+            if let Next::Answer = self.after_try(plan, &peer, &mut tries, sent, began)? {
+                break;
             }
-        };
+        }
         self.s.record.tries = self.s.ctx.tries.len();
         if self.s.record.tries > 1 {
             // The answered try's time, only when the tries are logged (not on every request).
@@ -93,7 +98,7 @@ impl<'t> Session<'t> {
             }
             self.s.record.upstream_tries = Some(self.s.ctx.tries.as_slice().into());
         }
-        Ok(response)
+        Ok(())
     }
 
     /// upstream_peer: the target a plugin chose, or the balancer's pick among the healthy
@@ -128,13 +133,11 @@ impl<'t> Session<'t> {
     }
 
     /// upstream_request_filter: the try's Host (and `:authority`), and its record.
-    fn upstream_request_filter(
-        &mut self,
-        plan: &Plan<'t>,
-        peer: &Peer,
-        request: &mut Request<UpstreamBody>,
-    ) {
+    fn upstream_request_filter(&mut self, plan: &Plan<'t>, peer: &Peer) {
         let (route, service) = (plan.route, plan.service);
+        let Some(request) = self.request.as_mut() else {
+            return;
+        };
         let key = peer.key(service);
         self.s.ctx.tries.push(Try::new(key.target.clone()));
         self.s.record.target = Some(key.target.clone());
@@ -155,17 +158,14 @@ impl<'t> Session<'t> {
     }
 
     /// Connects (a pooled connection, or a new one) and sends; waits for the answer's head.
-    async fn send(
-        &mut self,
-        plan: &Plan<'t>,
-        peer: &Peer,
-        request: Request<UpstreamBody>,
-        began: Instant,
-    ) -> Sent {
+    async fn send(&mut self, plan: &Plan<'t>, peer: &Peer, began: Instant) -> Sent {
         let service = plan.service;
         let conn = match upstream::checkout(peer.key(service), service.connect_timeout).await {
             Ok(c) => c,
-            Err(e) => return Sent::NotConnected(request, e),
+            Err(e) => return Sent::NotConnected(e),
+        };
+        let Some(request) = self.request.take() else {
+            return Sent::Failed("no request to send".into(), false);
         };
         let reused = conn.reused;
         self.s.record.upstream_reused = Some(reused);
@@ -174,7 +174,7 @@ impl<'t> Session<'t> {
         self.s.ctx.timings.upstream_sent = Some(sent_at);
         // Pinned where it is built: passed by value, the send future (hundreds of bytes) was
         // copied twice more per request.
-        let send = std::pin::pin!(conn.send(request, &plan.added, service.write_timeout));
+        let send = std::pin::pin!(conn.send(request, &self.added, service.write_timeout));
         let stats = self.s.request_bytes.as_deref();
         match wait_response(send, sent_at, stats, service, plan.deadline).await {
             Ok(Ok(resp)) => {
@@ -183,9 +183,14 @@ impl<'t> Session<'t> {
                 if let (true, Some(i)) = (service.counts_load, peer.index) {
                     service.balancer.target(i).load.observe(now - sent_at);
                 }
-                Sent::Answered(resp)
+                self.response = Some(resp);
+                Sent::Answered
             }
-            Ok(Err(e)) => Sent::Failed(e),
+            Ok(Err(e)) => {
+                let unsent = e.unsent.is_some();
+                self.request = e.unsent;
+                Sent::Failed(e.error, unsent)
+            }
             Err(TimedOut) => Sent::TimedOut,
         }
     }
@@ -204,14 +209,14 @@ impl<'t> Session<'t> {
         let report = |outcome| peer.report(service, outcome);
         let replay = self.replay(plan);
         match sent {
-            Sent::NotConnected(request, e) => {
+            Sent::NotConnected(e) => {
                 report(Outcome::ConnectFailure);
                 fail_try(&mut self.s.ctx, e.to_string(), began);
                 let timeout = matches!(e, upstream::ConnectError::Timeout(_));
-                tries.again(peer, request, timeout)
+                tries.again(peer, timeout)
             }
-            Sent::Answered(resp) => {
-                let status = resp.status().as_u16();
+            Sent::Answered => {
+                let status = self.response.as_ref().map_or(0, |r| r.status().as_u16());
                 report(Outcome::Status(status));
                 if let Some(t) = self.s.ctx.tries.last_mut() {
                     t.status = status;
@@ -219,12 +224,14 @@ impl<'t> Session<'t> {
                 match replay.filter(|_| service.retry_on.statuses.contains(&status)) {
                     Some(r) => {
                         fail_try(&mut self.s.ctx, format!("status {status}"), began);
-                        tries.again(peer, r.request(), false)
+                        self.response = None;
+                        self.request = Some(r.request());
+                        tries.again(peer, false)
                     }
-                    None => Ok(Next::Answer(resp)),
+                    None => Ok(Next::Answer),
                 }
             }
-            Sent::Failed(e) => self.failed(plan, peer, tries, e, began),
+            Sent::Failed(error, unsent) => self.failed(plan, peer, tries, error, unsent, began),
             Sent::TimedOut => {
                 fail_try(&mut self.s.ctx, "upstream timed out".into(), began);
                 let client_deadline = plan.deadline.is_some_and(|d| Instant::now() >= d);
@@ -235,7 +242,8 @@ impl<'t> Session<'t> {
                 }
                 match replay {
                     Some(r) if service.retry_on.timeouts && !client_deadline => {
-                        tries.again(peer, r.request(), true)
+                        self.request = Some(r.request());
+                        tries.again(peer, true)
                     }
                     _ => Err(self.timed_out()),
                 }
@@ -250,31 +258,32 @@ impl<'t> Session<'t> {
         plan: &Plan<'t>,
         peer: &Peer,
         tries: &mut Tries,
-        e: SendError,
+        error: BoxError,
+        unsent: bool,
         began: Instant,
     ) -> Result<Next, Answer> {
         let report = |outcome| peer.report(plan.service, outcome);
         let replay = self.replay(plan);
-        match e.unsent {
-            Some(unsent) => {
+        match unsent {
+            true => {
                 // Never acted on: safe to send again. A kept-alive connection the target
                 // closed says nothing about the target, so it stays eligible.
                 if self.s.record.upstream_reused == Some(true) && !tries.stale_retried {
                     tries.stale_retried = true;
                     // Common and harmless: not worth a warning.
-                    tracing::debug!(error = %e.error, "kept-alive upstream connection was closed; sending again");
+                    tracing::debug!(%error, "kept-alive upstream connection was closed; sending again");
                     if let Some(t) = self.s.ctx.tries.last_mut() {
-                        t.failed(e.error.to_string(), began.elapsed());
+                        t.failed(error.to_string(), began.elapsed());
                     }
                     tries.last_timeout = false;
-                    return Ok(Next::Again(unsent));
+                    return Ok(Next::Again);
                 }
-                fail_try(&mut self.s.ctx, e.error.to_string(), began);
+                fail_try(&mut self.s.ctx, error.to_string(), began);
                 report(Outcome::ConnectFailure);
-                tries.again(peer, unsent, false)
+                tries.again(peer, false)
             }
-            None => {
-                fail_try(&mut self.s.ctx, e.error.to_string(), began);
+            false => {
+                fail_try(&mut self.s.ctx, error.to_string(), began);
                 // A malformed request body is the client's fault (nginx: 400), and a client that left
                 // is logged as such (499).
                 let stats = self.s.request_bytes.as_deref();
@@ -283,7 +292,10 @@ impl<'t> Session<'t> {
                 }
                 report(Outcome::ConnectFailure);
                 match replay {
-                    Some(r) => tries.again(peer, r.request(), false),
+                    Some(r) => {
+                        self.request = Some(r.request());
+                        tries.again(peer, false)
+                    }
                     None => Err(bad_gateway(StatusCode::BAD_GATEWAY)),
                 }
             }
@@ -293,7 +305,7 @@ impl<'t> Session<'t> {
     /// The request to send again, when a retry is left and the request can be replayed.
     fn replay<'p>(&self, plan: &'p Plan<'t>) -> Option<&'p Replay> {
         let retry_left = self.s.ctx.tries.len() <= plan.service.retries as usize;
-        plan.replay.as_ref().filter(|_| retry_left)
+        plan.replay.as_deref().filter(|_| retry_left)
     }
 
     /// 504, and for a gRPC client whose own deadline passed, `DEADLINE_EXCEEDED`.
@@ -315,15 +327,10 @@ impl<'t> Session<'t> {
 impl Tries {
     /// Another try: the target failed this request (it is tried again only when no other is
     /// left).
-    fn again(
-        &mut self,
-        peer: &Peer,
-        request: Request<UpstreamBody>,
-        timeout: bool,
-    ) -> Result<Next, Answer> {
+    fn again(&mut self, peer: &Peer, timeout: bool) -> Result<Next, Answer> {
         self.excluded.extend(peer.index);
         self.last_timeout = timeout;
-        Ok(Next::Again(request))
+        Ok(Next::Again)
     }
 }
 

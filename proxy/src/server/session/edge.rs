@@ -13,6 +13,7 @@ use crate::compile::Runtime;
 use crate::pipeline::{self, ConnActivity, InFlight, LogRecord, RequestCtx};
 use crate::plugins::RequestHead;
 use crate::server::{grpc, headers, Shared};
+use crate::upstream::Added;
 
 impl<'t> Session<'t> {
     /// A session for a request as it arrived: the edge rules applied, its context and log
@@ -86,6 +87,9 @@ impl<'t> Session<'t> {
             head,
             body,
             client,
+            added: Added::default(),
+            request: None,
+            response: None,
         }
     }
 

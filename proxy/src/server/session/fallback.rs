@@ -9,7 +9,7 @@ use http::{Request, Response, StatusCode};
 
 use super::balance::{fail_try, pick, wait_response, TimedOut};
 use super::request::set_absolute_uri;
-use super::{error, Answer, Plan, Session, Upstream};
+use super::{error, Answer, Plan, Session};
 use crate::compile::fallback::CompiledFallback;
 use crate::compile::{CompiledRoute, CompiledService};
 use crate::health::Outcome;
@@ -58,36 +58,35 @@ enum PageTry {
 }
 
 impl<'t> Session<'t> {
-    /// The upstream's answer, or the fallback's error page when the route's fallback
-    /// intercepts its status (then its status when the fallback gave no answer).
+    /// On a route whose fallback replaces some statuses: the fallback's error page instead
+    /// of an upstream answer with one of them (then the status itself when the fallback gave
+    /// no answer). Returns the service whose answer the session holds.
     pub(super) async fn error_page(
         &mut self,
-        plan: &mut Plan<'t>,
-        response: Response<ResponseBody>,
-    ) -> Result<Upstream<'t>, Answer> {
-        let status = response.status();
-        let fallback = plan
-            .route
-            .fallback
-            .as_deref()
-            .filter(|f| f.intercepts(status.as_u16()));
-        let (Some(page), Some(fallback)) = (plan.error_page.take(), fallback) else {
-            return Ok(Upstream {
-                response,
-                service: plan.service,
-            });
+        plan: &Plan<'t>,
+        page: Box<ErrorPage>,
+    ) -> Result<&'t CompiledService, Answer> {
+        let Some(status) = self.response.as_ref().map(|r| r.status()) else {
+            return Ok(plan.service);
         };
-        fallback::discard(response.into_body());
+        let fallback = plan.route.fallback.as_deref();
+        let Some(fallback) = fallback.filter(|f| f.intercepts(status.as_u16())) else {
+            return Ok(plan.service);
+        };
+        if let Some(replaced) = self.response.take() {
+            fallback::discard(replaced.into_body());
+        }
         // The replaced answer's load ends here.
         self.s.upstream_load = None;
-        let to = &self.rt.services[fallback.service];
+        let rt = self.rt;
+        let to = &*rt.services[fallback.service];
         // Boxed: rarely taken, and its future would enlarge every request's.
         let asked = Box::pin(self.ask_fallback(plan, fallback, to, page, status));
         match asked.await {
-            Some(response) => Ok(Upstream {
-                response,
-                service: to,
-            }),
+            Some(response) => {
+                self.response = Some(response);
+                Ok(to)
+            }
             None => Err(error(
                 status,
                 status.canonical_reason().unwrap_or("Upstream error"),
@@ -107,9 +106,15 @@ impl<'t> Session<'t> {
         page: Box<ErrorPage>,
         status: StatusCode,
     ) -> Option<Response<ResponseBody>> {
-        let (request, added_beside) = error_page_request(plan, fallback, service, *page, status)?;
+        let (request, added_beside) =
+            error_page_request(plan, &self.added, fallback, service, *page, status)?;
         let none = Added::default();
-        let added = if added_beside { &plan.added } else { &none };
+        // A copy: the tries below borrow the session mutably (a rare path).
+        let beside = if added_beside {
+            self.added.clone()
+        } else {
+            none
+        };
         // The replaced answer's try gets its time, as the last of several tries does.
         let t = &self.s.ctx.timings;
         if let (Some(sent), Some(head)) = (t.upstream_sent, t.upstream_headers) {
@@ -123,7 +128,7 @@ impl<'t> Session<'t> {
             let Some(i) = pick(service, None, &excluded) else {
                 break;
             };
-            match self.fallback_try(plan, service, i, &request, added).await {
+            match self.fallback_try(plan, service, i, &request, &beside).await {
                 PageTry::Another => excluded.push(i),
                 PageTry::Stop => break,
                 PageTry::Answered(response) => {
@@ -224,6 +229,7 @@ impl<'t> Session<'t> {
 /// headers go beside it (for the HTTP/1.1 encoder) rather than in it.
 fn error_page_request(
     plan: &Plan<'_>,
+    added: &Added,
     fallback: &CompiledFallback,
     service: &CompiledService,
     page: ErrorPage,
@@ -241,7 +247,7 @@ fn error_page_request(
         (true, _) => false,
         (false, false) => true,
         (false, true) => {
-            for (name, value) in plan.added.iter() {
+            for (name, value) in added.iter() {
                 headers.append(name.clone(), value.clone());
             }
             false

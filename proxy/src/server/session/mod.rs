@@ -32,7 +32,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use http::header::{self, HeaderValue};
-use http::{Response, StatusCode};
+use http::{Request, Response, StatusCode};
 use hyper::body::Incoming;
 
 use super::headers;
@@ -40,7 +40,7 @@ use super::Shared;
 use crate::compile::{CompiledRoute, CompiledService, Runtime};
 use crate::pipeline::{self, ConnActivity, ProxyBody};
 use crate::plugins::{EarlyResponse, RequestHead};
-use crate::upstream::{Added, ResponseBody};
+use crate::upstream::{Added, ResponseBody, UpstreamBody};
 
 pub(super) use request::set_absolute_uri;
 
@@ -105,6 +105,13 @@ pub(super) struct Session<'t> {
     /// The client's body, until a step reads or forwards it (`None`: none, or taken).
     body: Option<Incoming>,
     client: Client,
+    /// Headers the proxy adds upstream (written beside the head by the HTTP/1.1 encoder, or
+    /// in it for HTTP/2).
+    added: Added,
+    /// The request as it goes upstream, between tries (the balancer takes it for each).
+    request: Option<Request<UpstreamBody>>,
+    /// The upstream's answer, once one came.
+    response: Option<Response<ResponseBody>>,
 }
 
 /// What the edge learned of the client's request that later steps act on.
@@ -146,8 +153,6 @@ struct Plan<'t> {
     client_host: Option<HeaderValue>,
     /// The body limit in force (0: none).
     max_body: u64,
-    /// Headers the proxy adds (written by the HTTP/1.1 encoder, or already in the map).
-    added: Added,
     /// The upgrade the client asked for, when the route allows it.
     asked_upgrade: Option<HeaderValue>,
     /// The client side of an allowed upgrade.
@@ -155,14 +160,18 @@ struct Plan<'t> {
     /// Consistent hashing's key, and the affinity cookie to set.
     hash_key: Option<u64>,
     set_cookie: Option<HeaderValue>,
-    /// The request as sent, when it may be sent again after the upstream saw it.
-    replay: Option<request::Replay>,
+    /// The request as sent, when it may be sent again after the upstream saw it (boxed: most
+    /// requests have none).
+    replay: Option<Box<request::Replay>>,
 }
 
-/// The upstream's answer and the service that gave it (the fallback's, after an error page).
-struct Upstream<'t> {
-    response: Response<ResponseBody>,
+/// What the response step needs of the earlier ones (the answer itself is in the session).
+struct Answered<'t> {
+    /// The service that answered (the fallback's, after an error page).
     service: &'t CompiledService,
+    set_cookie: Option<HeaderValue>,
+    asked_upgrade: Option<HeaderValue>,
+    client_upgrade: Option<hyper::upgrade::OnUpgrade>,
 }
 
 /// Serves one request (`body` is `None` when it has none); never fails (errors become
@@ -177,22 +186,33 @@ pub(super) async fn serve(
     let rt = shared.runtime.load_full();
     let mut session = Session::new(&shared, &conn, &rt, &activity, head, body);
     match session.run().await {
-        Ok((plan, upstream)) => session.respond_upstream(plan, upstream),
+        Ok(answered) => session.respond_upstream(answered),
         Err(early) => session.respond(*early),
     }
 }
 
 impl<'t> Session<'t> {
     /// The steps in order. An `Err` is the proxy's own answer, from whichever step.
-    async fn run(&mut self) -> Result<(Plan<'t>, Upstream<'t>), Answer> {
+    ///
+    /// Large values stay in the session rather than pass from step to step (the request, the
+    /// answer, the added headers): each move of one is a copy on every request.
+    async fn run(&mut self) -> Result<Answered<'t>, Answer> {
         self.edge()?;
         self.rewrite().await?;
         let matched = self.route()?;
         let mut plan = self.access(matched).await?;
-        let request = self.upstream_request(&mut plan).await?;
-        let response = self.balance(&plan, request).await?;
-        let upstream = self.error_page(&mut plan, response).await?;
-        Ok((plan, upstream))
+        self.upstream_request(&mut plan).await?;
+        self.balance(&plan).await?;
+        let service = match plan.error_page.take() {
+            Some(page) => self.error_page(&plan, page).await?,
+            None => plan.service,
+        };
+        Ok(Answered {
+            service,
+            set_cookie: plan.set_cookie,
+            asked_upgrade: plan.asked_upgrade,
+            client_upgrade: plan.client_upgrade,
+        })
     }
 
     /// Sends a response made by the proxy itself, through header_filter, body_filter and log.

@@ -48,10 +48,7 @@ struct Body {
 impl<'t> Session<'t> {
     /// The request that goes upstream (the balancer sets its Host and, for HTTP/2, its URI);
     /// the mirrors' copies are on their way when it returns.
-    pub(super) async fn upstream_request(
-        &mut self,
-        plan: &mut Plan<'t>,
-    ) -> Result<Request<UpstreamBody>, Answer> {
+    pub(super) async fn upstream_request(&mut self, plan: &mut Plan<'t>) -> Result<(), Answer> {
         if plan.max_body > 0 && content_length(&self.head) > Some(plan.max_body) {
             return Err(too_large(plan.max_body));
         }
@@ -87,22 +84,25 @@ impl<'t> Session<'t> {
             .whole
             .as_ref()
             .filter(|b| replayable && b.len() as u64 <= keep_limit)
-            .map(|body| Replay {
-                method: head.method.clone(),
-                uri: head.uri.clone(),
-                headers: head.headers.clone(),
-                body: body.clone(),
+            .map(|body| {
+                Box::new(Replay {
+                    method: head.method.clone(),
+                    uri: head.uri.clone(),
+                    headers: head.headers.clone(),
+                    body: body.clone(),
+                })
             });
         if let Some(page) = plan.error_page.as_mut() {
             page.method = head.method.clone();
             page.headers = head.headers.clone();
         }
         if !mirrors.is_empty() {
-            let (route, added) = (plan.route, &plan.added);
+            let (route, added) = (plan.route, &self.added);
             mirror::spawn_all(self.rt, mirrors, route, head, added, body.whole, body.later);
         }
         let head = std::mem::replace(&mut self.head, Request::new(()).into_parts().0);
-        Ok(Request::from_parts(head, body.upstream))
+        self.request = Some(Request::from_parts(head, body.upstream));
+        Ok(())
     }
 
     /// The head as it goes upstream, but for its URI: the upgrade allowed or not, `Expect`
@@ -142,7 +142,7 @@ impl<'t> Session<'t> {
         }
         self.forwarding_headers(plan, stripped);
         if service.h2 {
-            plan.added.append_to(&mut self.head.headers);
+            self.added.append_to(&mut self.head.headers);
             // The one TE value HTTP/2 allows (RFC 9113 §8.2.2), and gRPC servers require it
             // (a gRPC-Web client from a browser cannot send it).
             if self.client.accepts_trailers || self.s.grpc.is_some() {
@@ -171,7 +171,7 @@ impl<'t> Session<'t> {
         let forwarded_host = plan.client_host.take().or_else(|| original_host.clone());
         headers::set_forwarded(
             &mut head.headers,
-            &mut plan.added,
+            &mut self.added,
             &Forwarding {
                 peer: conn.peer.ip(),
                 peer_value: &conn.peer_value,
@@ -189,7 +189,7 @@ impl<'t> Session<'t> {
                 head.headers.insert(header::HOST, h);
             }
         }
-        plan.added.push(header::VIA, headers::via(head.version));
+        self.added.push(header::VIA, headers::via(head.version));
     }
 
     /// The body that goes upstream: read whole first when the request_body phase, a retry

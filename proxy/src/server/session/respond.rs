@@ -11,7 +11,7 @@ use http::{Response, StatusCode};
 use http_body::Body as _;
 use hyper_util::rt::TokioIo;
 
-use super::{error, Answer, Plan, Session, Upstream};
+use super::{error, Answer, Answered, Session};
 use crate::pipeline::{self, ProxyBody};
 use crate::plugins::ResponseHead;
 use crate::server::{grpc, headers, tunnel};
@@ -23,18 +23,13 @@ const UPSTREAM_TRIES: HeaderName = HeaderName::from_static("x-weir-upstream-trie
 
 impl<'t> Session<'t> {
     /// The upstream's answer as the client gets it; its body owns the session (and logs it).
-    pub(super) fn respond_upstream(
-        mut self,
-        plan: Plan<'t>,
-        upstream: Upstream<'t>,
-    ) -> Response<ProxyBody> {
-        let (mut parts, mut body) = upstream.response.into_parts();
-        if let Err(answer) = self.switch_protocols(
-            plan.asked_upgrade.as_ref(),
-            plan.client_upgrade,
-            &parts,
-            &mut body,
-        ) {
+    pub(super) fn respond_upstream(mut self, answered: Answered<'t>) -> Response<ProxyBody> {
+        let Some(response) = self.response.take() else {
+            return self.respond(*error(StatusCode::BAD_GATEWAY, "no upstream answer"));
+        };
+        let (mut parts, mut body) = response.into_parts();
+        let (asked, client) = (answered.asked_upgrade.as_ref(), answered.client_upgrade);
+        if let Err(answer) = self.switch_protocols(asked, client, &parts, &mut body) {
             return self.respond(*answer);
         }
         let switching = parts.status == StatusCode::SWITCHING_PROTOCOLS;
@@ -58,7 +53,7 @@ impl<'t> Session<'t> {
         pipeline::header_filter(&mut self.s.ctx, &mut parts);
         // Weir's own affinity cookie goes after the plugins: those that rewrite the upstream's
         // cookies (cookie-rewrite) leave it as its Upstream configures it.
-        if let Some(cookie) = plan.set_cookie {
+        if let Some(cookie) = answered.set_cookie {
             parts.headers.append(header::SET_COOKIE, cookie);
         }
         parts
@@ -69,7 +64,7 @@ impl<'t> Session<'t> {
             // A trailers-only answer carries its status in the head; others in the trailers.
             self.s.record.grpc_status = grpc::status_in(&parts.headers);
         }
-        let body = ProxyBody::upstream(body, upstream.service.read_timeout, self.s);
+        let body = ProxyBody::upstream(body, answered.service.read_timeout, self.s);
         Response::from_parts(parts, body)
     }
 
