@@ -30,6 +30,7 @@ use crate::pipeline::RequestCtx;
 use crate::plugins::{
     params, parse_config, EarlyResponse, Flow, Handled, Plugin, RequestHead, Simple,
 };
+use crate::validate::is_cookie_name;
 
 /// The kind: its name, its default priority (Kong's), and how to build an instance.
 pub(crate) const FACTORY: Simple = Simple {
@@ -202,14 +203,6 @@ fn configure(config: &serde_json::Value) -> Result<Jwt, String> {
             .map_err(|_| "realm: is not a valid header value".to_string())?,
         challenge: base,
     })
-}
-
-/// A cookie name is an RFC 6265 token: visible ASCII without separators.
-fn is_cookie_name(name: &str) -> bool {
-    !name.is_empty()
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_graphic() && !b"()<>@,;:\\\"/[]?={}".contains(&b))
 }
 
 /// Where a token was found, to hide it there.

@@ -31,8 +31,12 @@ use crate::pipeline::{ConnActivity, ProxyBody};
 use head::{Framing, Parsed};
 pub(crate) use rewind::Rewind;
 
-/// Room kept free in the read buffer before each read.
-const READ_BUF: usize = 8 * 1024;
+/// Room kept free in the read buffer before each read. Small: it is held by every idle
+/// keep-alive connection, and a request head is rarely larger (a larger one grows it).
+const READ_BUF: usize = 2 * 1024;
+/// The response buffer's size at first and after a large response: a small answer's head and
+/// body fit (the buffer grows for larger ones).
+const OUT_BUF: usize = 1024;
 /// Body frames up to this size are copied behind the head (one write); larger ones are
 /// written on their own.
 const COPY_MAX: usize = 16 * 1024;
@@ -113,7 +117,7 @@ where
     // either may last this long (the keep-alive and header-read limits in one clock).
     let idle_limit = opts.keepalive_timeout.min(opts.header_read_timeout);
     let buf = &mut state.buf;
-    let mut out = Vec::with_capacity(READ_BUF);
+    let mut out = Vec::with_capacity(OUT_BUF);
     // Set once a connection holding half a request head was asked to close: it has this long
     // to complete the head (then served and closed) before it is dropped.
     let mut give_up: Option<Instant> = None;
@@ -166,7 +170,7 @@ where
                 }
                 // A large response grew the buffer: do not keep that for an idle connection.
                 if out.capacity() > OUT_MAX {
-                    out = Vec::with_capacity(READ_BUF);
+                    out = Vec::with_capacity(OUT_BUF);
                 }
                 continue;
             }
