@@ -4,8 +4,9 @@
 //! built-in plugins.
 //!
 //! An instance is built from its JSON `config` by its factory, once per distinct configuration,
-//! and shared by every request; per-request state lives in [`RequestCtx::slots`]. Field names
-//! follow Kong's plugin schemas so a KongPlugin's `config` carries over unchanged.
+//! and shared by every request; per-request state lives in the request context's `slots`
+//! ([`RequestCtx::slots`](crate::pipeline::RequestCtx::slots)). Field names follow Kong's
+//! plugin schemas so a KongPlugin's `config` carries over unchanged.
 //! `docs/plugins/writing.md` is the guide for plugin authors.
 
 mod auth;

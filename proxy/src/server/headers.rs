@@ -426,8 +426,8 @@ pub struct Forwarding<'a> {
 }
 
 /// Edge, before any plugin: a client that is not a trusted proxy may not say how it was
-/// forwarded, so its forwarding headers ([`is_forwarding`]) go. What a plugin sets there
-/// afterwards is then the plugin's own, and [`set_forwarded`] keeps it.
+/// forwarded, so its forwarding headers (`X-Forwarded-*`, `X-Real-IP`, `Forwarded`) go. What a
+/// plugin sets there afterwards is then the plugin's own, and [`set_forwarded`] keeps it.
 pub fn remove_untrusted_forwarding(headers: &mut HeaderMap, peer: IpAddr, trusted_list: &[Cidr]) {
     if headers.keys().any(is_forwarding) && !trusted(trusted_list, peer) {
         let names: Vec<HeaderName> = headers

@@ -188,7 +188,7 @@ impl UpstreamBody {
 
     /// The full body followed by `trailers` (HTTP/2 upstreams get them; Weir's HTTP/1.1 client
     /// drops them, as it does a streamed body's).
-    /// Trailers are cleaned as [`clean_trailers`] says.
+    /// Trailers are cleaned as `clean_trailers` says.
     pub fn with_trailers(mut self, trailers: Option<http::HeaderMap>) -> UpstreamBody {
         self.trailers = trailers
             .map(clean_trailers)

@@ -12,8 +12,10 @@
 //! | the fallback's error page instead of an upstream status | `error_page` | `fallback.rs` |
 //! | header_filter, upgrades; body_filter and log follow in the body | `respond_upstream` | `respond.rs` |
 //!
-//! Any step may answer the request itself: it returns `Err(EarlyResponse)`, and
-//! [`Session::respond`] sends that through header_filter, body_filter and log. The log phase
+//! Any step may answer the request itself: it returns `Err(Answer)` (a boxed
+//! `EarlyResponse`), and [`Session::respond`] sends that through header_filter, body_filter
+//! and log. The session holds what the steps share (the request between tries, the upstream's
+//! answer, the headers Weir adds); a step's own results are small values. The log phase
 //! runs in one place whatever path the request took: the [`pipeline::Session`] that the
 //! response body owns logs the request when it is dropped (answered, answered early, failed
 //! over, tunnelled, or cancelled in any step, then with status 499).
