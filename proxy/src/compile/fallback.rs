@@ -63,10 +63,11 @@ impl CompiledFallback {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn fallback(yaml: &str) -> CompiledFallback {
+    /// A fallback compiled from its YAML, its service at index 2.
+    pub(crate) fn fallback(yaml: &str) -> CompiledFallback {
         let f: Fallback = serde_yaml::from_str(yaml).unwrap();
         CompiledFallback::new(&f, 2).unwrap()
     }

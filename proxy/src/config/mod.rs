@@ -862,7 +862,8 @@ impl Config {
     }
 }
 
-fn path_error<E: std::fmt::Display>(e: serde_path_to_error::Error<E>) -> String {
+/// A deserialisation error with the path of the field it is about (`routes[1].paths: …`).
+pub fn path_error<E: std::fmt::Display>(e: serde_path_to_error::Error<E>) -> String {
     let path = e.path().to_string();
     if path == "." {
         e.inner().to_string()

@@ -322,14 +322,7 @@ pub fn clean_upstream_path(path: &str) -> Result<&str, PluginError> {
 pub fn parse_config<T: serde::de::DeserializeOwned>(
     config: &serde_json::Value,
 ) -> Result<T, String> {
-    serde_path_to_error::deserialize(config).map_err(|e| {
-        let path = e.path().to_string();
-        if path == "." {
-            e.inner().to_string()
-        } else {
-            format!("{path}: {}", e.inner())
-        }
-    })
+    serde_path_to_error::deserialize(config).map_err(crate::config::path_error)
 }
 
 #[cfg(test)]

@@ -85,12 +85,7 @@ pub fn discard(mut body: ResponseBody) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::Fallback;
-
-    fn fallback(yaml: &str) -> CompiledFallback {
-        let f: Fallback = serde_yaml::from_str(yaml).unwrap();
-        CompiledFallback::new(&f, 2).unwrap()
-    }
+    use crate::compile::fallback::tests::fallback;
 
     #[test]
     fn error_page_requests_carry_the_code_format_and_uri() {
