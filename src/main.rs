@@ -3,6 +3,8 @@
 mod alloc;
 mod echo;
 mod migrate;
+mod probe;
+mod version;
 
 #[global_allocator]
 static ALLOCATOR: alloc::Mimalloc = alloc::Mimalloc;
@@ -24,7 +26,7 @@ use weir_proxy::{Config, Proxy, ProxyOptions, Registry};
 #[derive(Parser)]
 #[command(
     name = "weir",
-    version,
+    version = version::LINE,
     about = "Kubernetes ingress controller and API gateway"
 )]
 struct Cli {
@@ -47,6 +49,10 @@ enum Command {
     /// Report what ingress-nginx Ingresses become in Weir (exit code 1 when something would
     /// not carry over), and write the Weir-native objects with --emit.
     Migrate(migrate::MigrateArgs),
+    /// Print the version, the commit and the build date.
+    Version(version::VersionArgs),
+    /// GET a URL and exit 0 when the status is the expected one (the chart's `helm test`).
+    Probe(probe::ProbeArgs),
 }
 
 #[derive(Args)]
@@ -393,6 +399,18 @@ fn main() -> anyhow::Result<()> {
             Ok(())
         }
         Command::Migrate(args) => std::process::exit(migrate::run(args)),
+        Command::Version(args) => {
+            version::run(args);
+            Ok(())
+        }
+        Command::Probe(args) => match probe::run(args) {
+            Ok(true) => Ok(()),
+            Ok(false) => std::process::exit(1),
+            Err(e) => {
+                eprintln!("weir probe: {e:#}");
+                std::process::exit(2)
+            }
+        },
         Command::Echo(args) => echo::run(
             args.listen,
             args.name,

@@ -7,6 +7,8 @@
 //! helm comes from `WEIR_HELM`, else `target/tools/helm` (what `scripts/install-helm.sh`
 //! installs; `.ci/run` calls it). Without helm these tests fail: they do not skip.
 
+mod common;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -674,6 +676,8 @@ fn defaults() {
         ("Service", 2),
         ("Deployment", 1),
         ("IngressClass", 1),
+        // The `helm test` hook (helm_test_pod_probes_a_running_proxy).
+        ("Pod", 1),
     ]
     .into_iter()
     .map(|(k, n)| (k.to_string(), n))
@@ -1273,6 +1277,22 @@ fn every_value_is_commented_and_in_the_readme() {
     leaves.retain(|l| l != "global");
     assert!(leaves.len() > 50, "{leaves:?}");
 
+    // values.schema.json: every value typed (a `type`, or `oneOf` alternatives that each have
+    // one) and described.
+    for leaf in &leaves {
+        let node = leaf.split('.').fold(&schema, |n, k| &n["properties"][k]);
+        let typed = node["type"].is_string()
+            || node["type"].is_array()
+            || node["oneOf"]
+                .as_array()
+                .is_some_and(|alts| alts.iter().all(|a| a["type"].is_string()));
+        assert!(typed, "values.schema.json: {leaf} has no type: {node}");
+        assert!(
+            node["description"].as_str().is_some_and(|d| !d.is_empty()),
+            "values.schema.json: {leaf} has no description: {node}"
+        );
+    }
+
     // values.yaml: every leaf is there, with a comment right above it.
     let values = std::fs::read_to_string(chart().join("values.yaml")).unwrap();
     let mut stack: Vec<(usize, String)> = Vec::new();
@@ -1404,4 +1424,198 @@ fn migration_guide_values_render() {
         rendered >= 1,
         "no my-values.yaml snippet in the migration guide"
     );
+}
+
+/// A value documented in values.yaml, as helm-docs reads them: a `# --` comment right above a
+/// key describes it (the comment lines that follow continue the description); a key without
+/// one is a group and only its children are values.
+struct Documented {
+    path: String,
+    default: Value,
+    description: String,
+}
+
+fn documented_values(values: &str) -> Vec<Documented> {
+    let tree: Value = serde_yaml::from_str(values).unwrap();
+    let mut out = Vec::new();
+    let mut stack: Vec<(usize, String)> = Vec::new();
+    let mut description: Option<Vec<String>> = None;
+    for line in values.lines() {
+        let indent = line.len() - line.trim_start().len();
+        let t = line.trim_start();
+        if let Some(first) = t.strip_prefix("# --") {
+            description = Some(vec![first.trim().to_string()]);
+            continue;
+        }
+        if let Some(more) = t.strip_prefix('#') {
+            if let Some(d) = description.as_mut() {
+                d.push(more.trim().to_string());
+            }
+            continue;
+        }
+        let key = t.split_once(':').map(|(k, _)| k).filter(|k| {
+            !k.is_empty()
+                && k.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+        });
+        let Some(key) = key else {
+            description = None;
+            continue;
+        };
+        while stack.last().is_some_and(|(i, _)| *i >= indent) {
+            stack.pop();
+        }
+        stack.push((indent, key.to_string()));
+        let Some(text) = description.take() else {
+            continue;
+        };
+        let path: Vec<&str> = stack.iter().map(|(_, k)| k.as_str()).collect();
+        out.push(Documented {
+            default: path.iter().fold(&tree, |node, k| &node[*k]).clone(),
+            path: path.join("."),
+            description: text.join(" ").trim().to_string(),
+        });
+    }
+    out
+}
+
+/// The README's values table (helm-docs' columns).
+fn values_table(values: &[Documented]) -> String {
+    let mut out = String::from("| Key | Default | Description |\n|---|---|---|\n");
+    for v in values {
+        let json = serde_json::to_string(&v.default).unwrap();
+        let default = if json.len() <= 60 {
+            format!("`{json}`")
+        } else {
+            "see values.yaml".to_string()
+        };
+        out.push_str(&format!(
+            "| `{}` | {default} | {} |\n",
+            v.path,
+            v.description.replace('|', "\\|")
+        ));
+    }
+    out
+}
+
+const TABLE_BEGIN: &str =
+    "<!-- values table: generated from values.yaml by tests/chart.rs (WEIR_BLESS=1 rewrites it) -->\n";
+const TABLE_END: &str = "<!-- end of values table -->\n";
+
+#[test]
+fn readme_values_table_is_generated_from_values_yaml() {
+    let values = documented_values(&std::fs::read_to_string(chart().join("values.yaml")).unwrap());
+    let table = values_table(&values);
+    let path = chart().join("README.md");
+    let readme = std::fs::read_to_string(&path).unwrap();
+    let begin = readme
+        .find(TABLE_BEGIN)
+        .expect("README.md: no values-table marker")
+        + TABLE_BEGIN.len();
+    let end = readme[begin..]
+        .find(TABLE_END)
+        .expect("README.md: no end marker")
+        + begin;
+    if readme[begin..end] != table {
+        if std::env::var("WEIR_BLESS").is_ok() {
+            std::fs::write(
+                &path,
+                format!("{}{table}{}", &readme[..begin], &readme[end..]),
+            )
+            .unwrap();
+            return;
+        }
+        panic!(
+            "charts/weir/README.md's values table is stale: run `WEIR_BLESS=1 cargo nextest run \
+             --test chart readme` and review the diff"
+        );
+    }
+    assert!(values.len() > 50, "{table}");
+    assert!(
+        !table.contains("|  |"),
+        "a value with an empty description:\n{table}"
+    );
+
+    // values.schema.json describes each value with the same words (editors show them).
+    let schema: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(chart().join("values.schema.json")).unwrap())
+            .unwrap();
+    for v in &values {
+        let node = v.path.split('.').fold(&schema, |n, k| &n["properties"][k]);
+        assert_eq!(
+            node["description"].as_str(),
+            Some(v.description.as_str()),
+            "values.schema.json: the description of {} is not values.yaml's comment",
+            v.path
+        );
+    }
+}
+
+/// `helm test`: the hook Pod's containers run `weir probe` against the chart's Services. Here
+/// their exact arguments run against a live proxy, the Service addresses mapped to its loopback
+/// ports: they pass while it serves and fail once it has stopped.
+#[test]
+fn helm_test_pod_probes_a_running_proxy() {
+    let o = render("");
+    let pod = o.one("Pod", "edge-weir-test-proxy-answers");
+    assert_eq!(s(&pod["metadata"]["annotations"]["helm.sh/hook"]), "test");
+    assert_eq!(s(&pod["spec"]["restartPolicy"]), "Never");
+    let containers = seq(&pod["spec"]["containers"]);
+    assert_eq!(containers.len(), 2, "{containers:?}");
+    for c in containers {
+        assert_eq!(s(&c["image"]), s(&o.container("proxy")["image"]));
+        assert_eq!(
+            c["securityContext"],
+            o.container("proxy")["securityContext"]
+        );
+    }
+
+    let status = common::free_port();
+    let weir = common::Weir::start("{}", &["--status-listen", &format!("127.0.0.1:{status}")]);
+    common::wait_for_port(status);
+    let local = |url: &str| {
+        url.replace(
+            "http://edge-weir-metrics.weir-system.svc:8102/",
+            &format!("http://127.0.0.1:{status}/"),
+        )
+        .replace("http://edge-weir.weir-system.svc:80/", &weir.url("/"))
+    };
+    let probe = |args: &Vec<String>| {
+        let out = Command::new(WEIR).args(args).output().unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned()
+                + &String::from_utf8_lossy(&out.stderr),
+        )
+    };
+    let runs: Vec<Vec<String>> = containers
+        .iter()
+        .map(|c| strings(&c["args"]).iter().map(|a| local(a)).collect())
+        .collect();
+    for args in &runs {
+        assert!(
+            !args.iter().any(|a| a.contains(".svc")),
+            "unmapped Service address: {args:?}"
+        );
+        let (code, text) = probe(args);
+        assert_eq!(code, Some(0), "{args:?}: {text}");
+    }
+    // The proxy's 404 for `/` (no route) is an answer; /readyz must be 200.
+    assert!(
+        probe(&runs[1]).1.contains("-> 404"),
+        "{:?}",
+        probe(&runs[1])
+    );
+    let (code, text) = probe(&vec!["probe".into(), weir.url("/"), "--status=200".into()]);
+    assert_eq!(code, Some(1), "a 404 where 200 is expected fails: {text}");
+
+    drop(weir);
+    for args in &runs {
+        let (code, text) = probe(args);
+        assert_eq!(code, Some(2), "{args:?} after the proxy stopped: {text}");
+        assert!(text.contains("weir probe: GET"), "{text}");
+    }
+
+    let off = render("tests:\n  enabled: false\n");
+    assert_eq!(off.of_kind("Pod").count(), 0);
 }
