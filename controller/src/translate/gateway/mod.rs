@@ -7,9 +7,9 @@
 //! not served and say so (`Accepted: False`, `PortUnavailable`). Every Gateway of a class
 //! naming [`CONTROLLER_NAME`] shares those sockets: their routes join one table.
 //!
-//! - [`listeners`]: which listeners are served, their certificates, which routes they allow;
+//! - `listeners`: which listeners are served, their certificates, which routes they allow;
 //! - [`hostnames`]: the names a route is served for on a listener;
-//! - [`http_route`]: HTTPRoute rules → routes, plugin entries (filters) and backends;
+//! - `http_route`: HTTPRoute rules → routes, plugin entries (filters) and backends;
 //! - [`status`]: the conditions, computed here, written by the leader or shown by the admin
 //!   API.
 
