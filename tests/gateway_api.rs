@@ -1799,12 +1799,12 @@ spec:
       port: 8080
       filters:
       - {type: RequestHeaderModifier, requestHeaderModifier: {set: [{name: x-which, value: two}]}}
-  - matches: [{path: {type: PathPrefix, value: /redirecting-backend}}]
+  - matches: [{path: {type: PathPrefix, value: /cors-backend}}]
     backendRefs:
     - name: infra-backend-v3
       port: 8080
       filters:
-      - {type: RequestRedirect, requestRedirect: {hostname: example.org}}
+      - {type: CORS, cors: {allowOrigins: [https://a.example]}}
 ";
     let bed = Bed::start(case);
     let c = client();
@@ -1839,9 +1839,151 @@ spec:
     assert_eq!(seen.len(), 2, "both backends served");
     // A filter served on rules only: that backend's share answers 500, and it is reported.
     let r = bed
-        .request(&c, "filters.example", "/redirecting-backend", &[])
+        .request(&c, "filters.example", "/cors-backend", &[])
         .await;
     assert_eq!(r.status, 500);
+}
+
+/// The conformance cases HTTPRouteBackendURLRewrite and HTTPRouteBackendRequestRedirect, and
+/// the same filters on one of two weighted backends: only that backend's share is rewritten or
+/// redirected, and the rule's own filters still apply to it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backends_own_rewrites_and_redirects_apply_to_its_share_only() {
+    let case = "\
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: backend-url-rewrite, namespace: gateway-conformance-infra}
+spec:
+  parentRefs: [{name: same-namespace}]
+  rules:
+  - matches: [{path: {type: PathPrefix, value: /full}}]
+    backendRefs:
+    - name: infra-backend-v1
+      port: 8080
+      filters:
+      - {type: URLRewrite, urlRewrite: {path: {type: ReplaceFullPath, replaceFullPath: /rewritten-full}}}
+  - matches: [{path: {type: PathPrefix, value: /prefix}}]
+    backendRefs:
+    - name: infra-backend-v1
+      port: 8080
+      filters:
+      - {type: URLRewrite, urlRewrite: {path: {type: ReplacePrefixMatch, replacePrefixMatch: /rewritten-prefix}}}
+  - matches: [{path: {type: PathPrefix, value: /split}}]
+    filters:
+    - {type: RequestHeaderModifier, requestHeaderModifier: {set: [{name: x-rule, value: r}]}}
+    backendRefs:
+    - name: infra-backend-v1
+      port: 8080
+      filters:
+      - {type: URLRewrite, urlRewrite: {hostname: one.example.org, path: {type: ReplacePrefixMatch, replacePrefixMatch: /}}}
+    - {name: infra-backend-v2, port: 8080}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: backend-request-redirect, namespace: gateway-conformance-infra}
+spec:
+  parentRefs: [{name: same-namespace}]
+  hostnames: [redirect.example]
+  rules:
+  - matches: [{path: {type: PathPrefix, value: /full}}]
+    backendRefs:
+    - name: infra-backend-v1
+      port: 8080
+      filters:
+      - {type: RequestRedirect, requestRedirect: {path: {type: ReplaceFullPath, replaceFullPath: /redirected-full}}}
+  - matches: [{path: {type: PathPrefix, value: /prefix}}]
+    backendRefs:
+    - name: infra-backend-v1
+      port: 8080
+      filters:
+      - {type: RequestRedirect, requestRedirect: {path: {type: ReplacePrefixMatch, replacePrefixMatch: /redirected-prefix}}}
+  - matches: [{path: {type: PathPrefix, value: /split}}]
+    backendRefs:
+    - name: infra-backend-v1
+      port: 8080
+      filters:
+      - {type: RequestRedirect, requestRedirect: {hostname: example.org, statusCode: 301}}
+    - {name: infra-backend-v2, port: 8080}
+";
+    let bed = Bed::start(case);
+    let c = client();
+    for route in ["backend-url-rewrite", "backend-request-redirect"] {
+        let name = format!("gateway-conformance-infra/{route}");
+        let s = bed.route_status(&c, &name).await;
+        let p = parent(&s, &name, "same-namespace");
+        assert_eq!(cond_of(&p["conditions"], "Accepted"), yes("Accepted"));
+        assert_eq!(
+            cond_of(&p["conditions"], "ResolvedRefs"),
+            yes("ResolvedRefs")
+        );
+    }
+    // HTTPRouteBackendURLRewrite: the backend sees the rewritten path, query kept.
+    for (path, want) in [
+        ("/full/original", "/rewritten-full"),
+        ("/prefix/original", "/rewritten-prefix/original"),
+        ("/prefix", "/rewritten-prefix"),
+    ] {
+        let r = bed.request(&c, "rewrite.example", path, &[]).await;
+        assert_eq!(r.status, 200, "{path}");
+        served_by(&r, "infra-backend-v1");
+        assert_eq!(r.json()["path"], want, "{path}");
+    }
+    let r = bed
+        .request(&c, "rewrite.example", "/full/original?a=1", &[])
+        .await;
+    assert_eq!(r.json()["query"], "a=1", "{}", r.json());
+    // HTTPRouteBackendRequestRedirect: answered by the gateway, the backend never called.
+    for (path, location) in [
+        ("/full/original", "http://redirect.example/redirected-full"),
+        (
+            "/prefix/original",
+            "http://redirect.example/redirected-prefix/original",
+        ),
+    ] {
+        let r = bed.request(&c, "redirect.example", path, &[]).await;
+        assert_eq!(r.status, 302, "{path}");
+        assert_eq!(r.header("location"), Some(location), "{path}");
+        assert_eq!(r.echo_name(), None, "{path}");
+    }
+    // One of two backends: its share only.
+    let mut seen = BTreeMap::new();
+    for _ in 0..40 {
+        let r = bed.request(&c, "rewrite.example", "/split/x", &[]).await;
+        assert_eq!(r.status, 200);
+        let j = r.json();
+        let name = r.echo_name().unwrap();
+        assert_eq!(j["headers"]["x-rule"], "r", "{j}");
+        match name.as_str() {
+            "infra-backend-v1" => {
+                assert_eq!(j["path"], "/x", "{j}");
+                assert_eq!(j["host"], "one.example.org", "{j}");
+            }
+            "infra-backend-v2" => {
+                assert_eq!(j["path"], "/split/x", "{j}");
+                assert_eq!(j["host"], "rewrite.example", "{j}");
+            }
+            other => panic!("{other}"),
+        }
+        *seen.entry(name).or_insert(0) += 1;
+    }
+    assert_eq!(seen.len(), 2, "both backends served: {seen:?}");
+    let mut redirected = 0;
+    for _ in 0..40 {
+        let r = bed.request(&c, "redirect.example", "/split/y", &[]).await;
+        match r.status {
+            301 => {
+                assert_eq!(r.header("location"), Some("http://example.org/split/y"));
+                assert_eq!(r.echo_name(), None);
+                redirected += 1;
+            }
+            200 => served_by(&r, "infra-backend-v2"),
+            other => panic!("{other}"),
+        }
+    }
+    assert!(
+        (1..40).contains(&redirected),
+        "{redirected} of 40 redirected"
+    );
 }
 
 /// A TLS backend for passthrough: a certificate for `names` from `ca`, answering every

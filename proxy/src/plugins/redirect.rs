@@ -261,7 +261,8 @@ fn valid_hostname(h: &str) -> bool {
 
 /// `path` with its leading elements `matched` replaced by `with`, on element boundaries:
 /// `/old` → `/new` turns `/old/x` into `/new/x`, and `/` → `/new` turns `/x` into `/new/x`.
-fn replace_prefix(path: &str, matched: &str, with: &str) -> String {
+/// (Also the `rewrite` plugin's `replace_prefix`.)
+pub(super) fn replace_prefix(path: &str, matched: &str, with: &str) -> String {
     let matched = matched.trim_end_matches('/');
     let rest = match path.strip_prefix(matched) {
         Some(rest) if rest.is_empty() || rest.starts_with('/') => rest,

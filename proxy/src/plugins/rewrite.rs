@@ -1,6 +1,8 @@
-//! `rewrite`: sets the upstream path outright (`uri`, the seed's RewritePlugin), or rewrites
+//! `rewrite`: sets the upstream path outright (`uri`, the seed's RewritePlugin), rewrites
 //! it with a regular expression (`regex` and `replace`, with capture groups `$1`…`$9`; every
-//! match is replaced). The query string is kept unless `keep_query: false`.
+//! match is replaced), or replaces its leading elements (`replace_prefix` for
+//! `matched_prefix`: the Gateway API's `ReplacePrefixMatch` on a backendRef). The query string
+//! is kept unless `keep_query: false`.
 //!
 //! The expression applies to the path as it stands when the plugin runs: after
 //! `context-path` (which runs first), so when both run the rewrite wins.
@@ -28,6 +30,10 @@ struct Conf {
     regex: Option<String>,
     #[serde(default)]
     replace: Option<String>,
+    #[serde(default)]
+    replace_prefix: Option<String>,
+    #[serde(default)]
+    matched_prefix: Option<String>,
     #[serde(default = "yes")]
     keep_query: bool,
 }
@@ -45,7 +51,15 @@ enum Piece {
 
 enum Rule {
     Set(String),
-    Regex { re: Regex, replace: Vec<Piece> },
+    Regex {
+        re: Regex,
+        replace: Vec<Piece>,
+    },
+    /// The leading elements `matched` replaced by `with`, on element boundaries.
+    Prefix {
+        matched: String,
+        with: String,
+    },
 }
 
 struct Rewrite {
@@ -94,8 +108,11 @@ fn template(s: &str, groups: usize) -> Result<Vec<Piece>, String> {
 
 fn build(config: &serde_json::Value) -> Result<Arc<dyn Plugin>, String> {
     let conf: Conf = parse_config(config)?;
-    let rule = match (conf.uri, conf.regex, conf.replace) {
-        (Some(uri), None, None) => {
+    if conf.matched_prefix.is_some() && conf.replace_prefix.is_none() {
+        return Err("matched_prefix: only applies with replace_prefix".into());
+    }
+    let rule = match (conf.uri, conf.regex, conf.replace, conf.replace_prefix) {
+        (Some(uri), None, None, None) => {
             if !uri.starts_with('/') {
                 return Err(format!("uri: {uri:?} does not start with /"));
             }
@@ -104,7 +121,7 @@ fn build(config: &serde_json::Value) -> Result<Arc<dyn Plugin>, String> {
             }
             Rule::Set(uri)
         }
-        (None, Some(re), Some(replace)) => {
+        (None, Some(re), Some(replace), None) => {
             let compiled = Regex::new(&re).map_err(|e| format!("regex: {e}"))?;
             let pieces = template(&replace, compiled.captures_len())?;
             Rule::Regex {
@@ -112,10 +129,23 @@ fn build(config: &serde_json::Value) -> Result<Arc<dyn Plugin>, String> {
                 replace: pieces,
             }
         }
-        (None, Some(_), None) => return Err("replace: required with regex".into()),
-        (None, None, Some(_)) => return Err("regex: required with replace".into()),
-        (Some(_), _, _) => return Err("uri: set either uri, or regex and replace, not both".into()),
-        (None, None, None) => return Err("uri: set uri, or regex and replace".into()),
+        (None, None, None, Some(with)) => {
+            let matched = conf.matched_prefix.unwrap_or_else(|| "/".into());
+            prefix_path("replace_prefix", &with)?;
+            prefix_path("matched_prefix", &matched)?;
+            Rule::Prefix { matched, with }
+        }
+        (None, Some(_), None, None) => return Err("replace: required with regex".into()),
+        (None, None, Some(_), None) => return Err("regex: required with replace".into()),
+        (Some(_), ..) => {
+            return Err("uri: set one of uri, regex and replace, or replace_prefix".into())
+        }
+        (None, None, None, None) => {
+            return Err("uri: set uri, regex and replace, or replace_prefix".into())
+        }
+        (None, ..) => {
+            return Err("replace_prefix: cannot be combined with regex and replace".into())
+        }
     };
     Ok(Arc::new(Rewrite {
         rule,
@@ -123,11 +153,25 @@ fn build(config: &serde_json::Value) -> Result<Arc<dyn Plugin>, String> {
     }))
 }
 
+/// Checks a `replace_prefix` or `matched_prefix` value: a path, without query or fragment.
+fn prefix_path(key: &str, p: &str) -> Result<(), String> {
+    if !p.starts_with('/')
+        || p.contains(['?', '#'])
+        || p.parse::<http::uri::PathAndQuery>().is_err()
+    {
+        return Err(format!(
+            "{key}: {p:?} is not a path starting with / (no query, fragment or spaces)"
+        ));
+    }
+    Ok(())
+}
+
 impl Rewrite {
     /// The new path for `path`.
     fn path(&self, path: &str) -> String {
         match &self.rule {
             Rule::Set(uri) => uri.clone(),
+            Rule::Prefix { matched, with } => super::redirect::replace_prefix(path, matched, with),
             Rule::Regex { re, replace } => {
                 let mut out = String::with_capacity(path.len() + 16);
                 let mut last = 0;
@@ -192,13 +236,17 @@ mod tests {
 
     fn path(config: serde_json::Value, p: &str) -> String {
         let conf: Conf = parse_config(&config).unwrap();
-        let rule = match (conf.uri, conf.regex, conf.replace) {
-            (Some(u), _, _) => Rule::Set(u),
-            (_, Some(re), Some(r)) => {
+        let rule = match (conf.uri, conf.regex, conf.replace, conf.replace_prefix) {
+            (Some(u), ..) => Rule::Set(u),
+            (_, Some(re), Some(r), _) => {
                 let re = Regex::new(&re).unwrap();
                 let replace = template(&r, re.captures_len()).unwrap();
                 Rule::Regex { re, replace }
             }
+            (.., Some(with)) => Rule::Prefix {
+                matched: conf.matched_prefix.unwrap_or_else(|| "/".into()),
+                with,
+            },
             _ => unreachable!(),
         };
         Rewrite {
@@ -240,6 +288,17 @@ mod tests {
             path(json!({"regex": "^/p", "replace": "/$$1"}), "/p"),
             "/$1"
         );
+        let prefix = |with: &str, matched: &str, p: &str| {
+            path(
+                json!({"replace_prefix": with, "matched_prefix": matched}),
+                p,
+            )
+        };
+        assert_eq!(prefix("/new", "/old", "/old/x"), "/new/x");
+        assert_eq!(prefix("/new", "/old", "/old"), "/new");
+        assert_eq!(prefix("/", "/old", "/old/x"), "/x");
+        assert_eq!(prefix("/", "/old/", "/old"), "/");
+        assert_eq!(prefix("/new", "/", "/x"), "/new/x");
     }
 
     #[test]
@@ -269,6 +328,18 @@ mod tests {
             (json!({"replace": "/"}), "regex:"),
             (json!({"regex": "(a)", "replace": "/$2"}), "replace:"),
             (json!({"uri": "/a", "keep_query": "no"}), "keep_query:"),
+            (json!({"matched_prefix": "/a"}), "matched_prefix:"),
+            (json!({"replace_prefix": "b"}), "replace_prefix:"),
+            (json!({"replace_prefix": "/b?x"}), "replace_prefix:"),
+            (
+                json!({"replace_prefix": "/b", "matched_prefix": "a"}),
+                "matched_prefix:",
+            ),
+            (json!({"replace_prefix": "/b", "uri": "/a"}), "uri:"),
+            (
+                json!({"replace_prefix": "/b", "regex": "a", "replace": "c"}),
+                "replace_prefix:",
+            ),
         ] {
             let e = build(&config).err().expect("refused");
             assert!(e.starts_with(field), "{config}: {e}");

@@ -173,6 +173,7 @@ impl Translator<'_> {
                     &edits,
                     &r,
                     &rule_plugins,
+                    None,
                 );
                 self.config.plugins.extend(rule_plugins);
                 set_backends(&mut r, entries);

@@ -241,6 +241,7 @@ impl Translator<'_> {
                     &edits,
                     &r,
                     &rule_plugins,
+                    Some(m),
                 );
                 self.config.plugins.extend(rule_plugins);
                 set_backends(&mut r, entries);
@@ -480,45 +481,7 @@ impl Translator<'_> {
                     plugins.push(entry("response-transformer", header_edits(h)));
                 }),
                 "RequestRedirect" => f.request_redirect.as_ref().map(|rr| {
-                    let mut c = serde_json::json!({
-                        "status_code": rr.status_code.unwrap_or(302),
-                    });
-                    if let Some(s) = &rr.scheme {
-                        c["scheme"] = s.to_ascii_lowercase().into();
-                    }
-                    if let Some(h) = &rr.hostname {
-                        c["hostname"] = h.clone().into();
-                    }
-                    if let Some(p) = rr.port {
-                        c["port"] = p.into();
-                    }
-                    match rr.path.as_ref().map(|p| p.type_.as_str()) {
-                        Some("ReplaceFullPath") => {
-                            c["path"] = rr
-                                .path
-                                .as_ref()
-                                .and_then(|p| p.replace_full_path.clone())
-                                .unwrap_or_else(|| "/".into())
-                                .into();
-                        }
-                        Some("ReplacePrefixMatch") => {
-                            c["replace_prefix"] = rr
-                                .path
-                                .as_ref()
-                                .and_then(|p| p.replace_prefix_match.clone())
-                                .unwrap_or_else(|| "/".into())
-                                .into();
-                            c["matched_prefix"] = matched_prefix(m).into();
-                        }
-                        _ => {}
-                    }
-                    if c.as_object().is_some_and(|o| o.len() == 1) {
-                        // Only a status: the request's own URL. The plugin asks for at least
-                        // one part (an empty one is a loop by mistake), so replace `/` by `/`.
-                        c["replace_prefix"] = "/".into();
-                        c["matched_prefix"] = "/".into();
-                    }
-                    plugins.push(entry("redirect", c));
+                    plugins.push(entry("redirect", redirect_config(rr, m)));
                 }),
                 "URLRewrite" => f.url_rewrite.as_ref().map(|u| {
                     rewrites.host = u.hostname.clone();
@@ -637,6 +600,7 @@ impl Translator<'_> {
         edits: &ServiceEdits,
         r: &Route,
         rule_plugins: &[PluginConfig],
+        m: Option<&HTTPRouteMatch>,
     ) {
         for (ei, e) in entries.iter_mut().enumerate() {
             let Some(s) = e.service.clone() else { continue };
@@ -652,8 +616,18 @@ impl Translator<'_> {
             tagged.tag = Some(format!("{key}/r{ri}/b{bi}"));
             let service = self.service_variant(&s, &tagged);
             let field = format!("spec.rules[{ri}].backendRefs[{bi}].filters");
-            match self.backend_filters(route_kind, key, &field, own, r, &service, rule_plugins, bi)
-            {
+            let filtered = self.backend_filters(
+                route_kind,
+                key,
+                &field,
+                own,
+                r,
+                &service,
+                rule_plugins,
+                bi,
+                m,
+            );
+            match filtered {
                 Ok(plugins) => {
                     self.config.plugins.extend(plugins);
                     e.service = Some(service);
@@ -678,39 +652,80 @@ impl Translator<'_> {
         service: &str,
         rule_plugins: &[PluginConfig],
         bi: usize,
+        m: Option<&HTTPRouteMatch>,
     ) -> Result<Vec<PluginConfig>, ()> {
         let me = obj(route_kind, key);
         let mut edits: Vec<(&str, serde_json::Value)> = Vec::new();
+        let mut add = |name: &'static str, config: serde_json::Value| match edits
+            .iter_mut()
+            .find(|(n, _)| *n == name)
+        {
+            Some((_, before)) if name.ends_with("-transformer") => {
+                *before = merge_header_edits(before, &config)
+            }
+            // A second redirect or rewrite on one backendRef: the later one is the one served.
+            Some((_, before)) => *before = config,
+            None => edits.push((name, config)),
+        };
         for (fi, f) in filters.iter().enumerate() {
-            let (name, modifier) = match f.type_.as_str() {
-                "RequestHeaderModifier" => ("request-transformer", &f.request_header_modifier),
-                "ResponseHeaderModifier" => ("response-transformer", &f.response_header_modifier),
-                other => {
+            match (f.type_.as_str(), m) {
+                ("RequestHeaderModifier", _) => {
+                    if let Some(h) = &f.request_header_modifier {
+                        add("request-transformer", header_edits(h));
+                    }
+                }
+                ("ResponseHeaderModifier", _) => {
+                    if let Some(h) = &f.response_header_modifier {
+                        add("response-transformer", header_edits(h));
+                    }
+                }
+                ("RequestRedirect", Some(m)) => {
+                    if let Some(rr) = &f.request_redirect {
+                        add("redirect", redirect_config(rr, m));
+                    }
+                }
+                ("URLRewrite", Some(m)) => {
+                    let Some(u) = &f.url_rewrite else { continue };
+                    if let Some(h) = &u.hostname {
+                        let set = weir_crds::gateway::HeaderValue {
+                            name: "host".into(),
+                            value: h.clone(),
+                        };
+                        let host = HeaderModifier {
+                            set: vec![set],
+                            ..Default::default()
+                        };
+                        add("request-transformer", header_edits(&host));
+                    }
+                    if let Some(c) = u.path.as_ref().and_then(|p| rewrite_config(p, m)) {
+                        add("rewrite", c);
+                    }
+                }
+                (other, _) => {
                     self.problem(
                         me,
                         Reason::Unsupported,
                         format!("{field}[{fi}].type"),
                         format!(
                             "filter {other:?} on a backendRef is not served by this version of \
-                             Weir (header modifiers are); this backend's share answers 500"
+                             Weir (header modifiers, and on HTTPRoutes redirects and rewrites, \
+                             are); this backend's share answers 500"
                         ),
                     );
                     return Err(());
                 }
-            };
-            let Some(m) = modifier else { continue };
-            let config = header_edits(m);
-            match edits.iter_mut().find(|(n, _)| *n == name) {
-                Some((_, before)) => *before = merge_header_edits(before, &config),
-                None => edits.push((name, config)),
             }
         }
         Ok(edits
             .into_iter()
             .map(|(name, config)| {
+                // The backend's entry replaces the rule's of the same plugin for its share:
+                // header edits are the two merged, a redirect or rewrite is the backend's.
                 let config = match rule_plugins.iter().find(|p| p.name == name) {
-                    Some(rule) => merge_header_edits(&rule.config, &config),
-                    None => config,
+                    Some(rule) if name.ends_with("-transformer") => {
+                        merge_header_edits(&rule.config, &config)
+                    }
+                    _ => config,
                 };
                 PluginConfig {
                     id: format!("{}/b{bi}/{name}", r.id),
@@ -1216,6 +1231,71 @@ pub(super) fn set_backends(r: &mut Route, entries: Vec<WeightedBackend>) {
 }
 
 /// The path prefix a match routes on, for `ReplacePrefixMatch` (`/` when it has none).
+/// A `RequestRedirect` filter as the `redirect` plugin's configuration; `m` is the match it
+/// applies to (a `ReplacePrefixMatch` replaces that match's prefix).
+fn redirect_config(
+    rr: &weir_crds::gateway::RequestRedirect,
+    m: &HTTPRouteMatch,
+) -> serde_json::Value {
+    let mut c = serde_json::json!({
+        "status_code": rr.status_code.unwrap_or(302),
+    });
+    if let Some(s) = &rr.scheme {
+        c["scheme"] = s.to_ascii_lowercase().into();
+    }
+    if let Some(h) = &rr.hostname {
+        c["hostname"] = h.clone().into();
+    }
+    if let Some(p) = rr.port {
+        c["port"] = p.into();
+    }
+    match rr.path.as_ref().map(|p| p.type_.as_str()) {
+        Some("ReplaceFullPath") => {
+            c["path"] = rr
+                .path
+                .as_ref()
+                .and_then(|p| p.replace_full_path.clone())
+                .unwrap_or_else(|| "/".into())
+                .into();
+        }
+        Some("ReplacePrefixMatch") => {
+            c["replace_prefix"] = rr
+                .path
+                .as_ref()
+                .and_then(|p| p.replace_prefix_match.clone())
+                .unwrap_or_else(|| "/".into())
+                .into();
+            c["matched_prefix"] = matched_prefix(m).into();
+        }
+        _ => {}
+    }
+    if c.as_object().is_some_and(|o| o.len() == 1) {
+        // Only a status: the request's own URL. The plugin asks for at least
+        // one part (an empty one is a loop by mistake), so replace `/` by `/`.
+        c["replace_prefix"] = "/".into();
+        c["matched_prefix"] = "/".into();
+    }
+    c
+}
+
+/// A backendRef's `URLRewrite` path as the `rewrite` plugin's configuration (a rule's is
+/// served by the route itself, which every backend shares).
+fn rewrite_config(
+    p: &weir_crds::gateway::PathModifier,
+    m: &HTTPRouteMatch,
+) -> Option<serde_json::Value> {
+    match p.type_.as_str() {
+        "ReplaceFullPath" => Some(serde_json::json!({
+            "uri": p.replace_full_path.clone().unwrap_or_else(|| "/".into()),
+        })),
+        "ReplacePrefixMatch" => Some(serde_json::json!({
+            "replace_prefix": p.replace_prefix_match.clone().unwrap_or_else(|| "/".into()),
+            "matched_prefix": matched_prefix(m),
+        })),
+        _ => None,
+    }
+}
+
 fn matched_prefix(m: &HTTPRouteMatch) -> String {
     m.path
         .as_ref()
@@ -1269,16 +1349,18 @@ fn merge_header_edits(first: &serde_json::Value, then: &serde_json::Value) -> se
             })
             .unwrap_or_default()
     };
-    let replaced: BTreeSet<String> = list(then, "remove")
+    // What `then` removes or replaces drops `first`'s edits of that name.
+    let replaced: BTreeSet<String> = ["remove", "replace"]
         .iter()
-        .map(|n| n.to_ascii_lowercase())
+        .flat_map(|k| list(then, k))
+        .map(|e| e.split(':').next().unwrap_or(&e).to_ascii_lowercase())
         .collect();
     let kept = |entry: &String| {
         let name = entry.split(':').next().unwrap_or(entry);
         !replaced.contains(&name.to_ascii_lowercase())
     };
     let mut c = serde_json::Map::new();
-    for k in ["remove", "add", "append"] {
+    for k in ["remove", "add", "append", "replace"] {
         let mut all: Vec<String> = list(first, k).into_iter().filter(|e| kept(e)).collect();
         all.extend(list(then, k));
         if !all.is_empty() {
@@ -1290,15 +1372,25 @@ fn merge_header_edits(first: &serde_json::Value, then: &serde_json::Value) -> se
 
 fn header_edits(h: &HeaderModifier) -> serde_json::Value {
     let pair = |v: &weir_crds::gateway::HeaderValue| format!("{}:{}", v.name, v.value);
+    // `Host` cannot be removed (the transformer refuses it), only replaced: every request
+    // has one by the time plugins run.
+    let (host, set): (Vec<_>, Vec<_>) = h
+        .set
+        .iter()
+        .partition(|v| v.name.eq_ignore_ascii_case("host"));
     let mut remove: Vec<String> = h.remove.clone();
-    remove.extend(h.set.iter().map(|v| v.name.clone()));
+    remove.extend(set.iter().map(|v| v.name.clone()));
     let mut c = serde_json::Map::new();
     if !remove.is_empty() {
         c.insert("remove".into(), serde_json::json!({ "headers": remove }));
     }
-    if !h.set.is_empty() {
-        let set: Vec<String> = h.set.iter().map(pair).collect();
+    if !set.is_empty() {
+        let set: Vec<String> = set.into_iter().map(pair).collect();
         c.insert("add".into(), serde_json::json!({ "headers": set }));
+    }
+    if !host.is_empty() {
+        let host: Vec<String> = host.into_iter().map(pair).collect();
+        c.insert("replace".into(), serde_json::json!({ "headers": host }));
     }
     if !h.add.is_empty() {
         let add: Vec<String> = h.add.iter().map(pair).collect();
@@ -1309,7 +1401,7 @@ fn header_edits(h: &HeaderModifier) -> serde_json::Value {
 
 #[cfg(test)]
 mod tests {
-    use super::{duration_ms, merge_header_edits};
+    use super::{duration_ms, header_edits, merge_header_edits};
     use serde_json::json;
 
     #[test]
@@ -1334,6 +1426,27 @@ mod tests {
             merge_header_edits(&rule, &append)["add"],
             json!({"headers": ["b:1"]})
         );
+    }
+
+    #[test]
+    fn host_is_replaced_never_removed() {
+        let set = |pairs: &[(&str, &str)]| {
+            let m: weir_crds::gateway::HeaderModifier = serde_json::from_value(json!({
+                "set": pairs.iter().map(|(n, v)| json!({"name": n, "value": v})).collect::<Vec<_>>()
+            }))
+            .unwrap();
+            header_edits(&m)
+        };
+        let rule = set(&[("Host", "a.test"), ("x-a", "1")]);
+        assert_eq!(
+            rule,
+            json!({"remove": {"headers": ["x-a"]}, "add": {"headers": ["x-a:1"]},
+                "replace": {"headers": ["Host:a.test"]}})
+        );
+        // A backend's host replaces the rule's; the rule's other edits stay.
+        let merged = merge_header_edits(&rule, &set(&[("host", "b.test")]));
+        assert_eq!(merged["replace"], json!({"headers": ["host:b.test"]}));
+        assert_eq!(merged["add"], json!({"headers": ["x-a:1"]}));
     }
 
     #[test]

@@ -35,13 +35,14 @@ use status::{ClassStatus, Cond, RouteParentStatus};
 
 /// The conformance features Weir supports, as `GatewayClass.status.supportedFeatures` lists
 /// them (sorted, as the spec asks).
-pub const SUPPORTED_FEATURES: [&str; 37] = [
+pub const SUPPORTED_FEATURES: [&str; 40] = [
     "BackendTLSPolicy",
     "BackendTLSPolicySANValidation",
     "GRPCRoute",
     "GRPCRouteNamedRouteRule",
     "GRPCRouteRequestHeaderModifier",
     "Gateway",
+    "GatewayAddressEmpty",
     "GatewayHTTPListenerIsolation",
     "GatewayHTTPSListenerDetectMisdirectedRequests",
     "HTTPRoute",
@@ -51,7 +52,9 @@ pub const SUPPORTED_FEATURES: [&str; 37] = [
     "HTTPRouteBackendProtocolH2C",
     "HTTPRouteBackendProtocolWebSocket",
     "HTTPRouteBackendRequestHeaderModification",
+    "HTTPRouteBackendRequestRedirect",
     "HTTPRouteBackendTimeout",
+    "HTTPRouteBackendURLRewrite",
     "HTTPRouteCORS",
     "HTTPRouteHostRewrite",
     "HTTPRouteMethodMatching",
@@ -138,8 +141,14 @@ impl Translator<'_> {
         for g in &gateways {
             let gw = &store.gateways[&g.key];
             let mut status = listeners::gateway_status(gw.metadata.generation, &g.listeners);
-            // Weir is reached at its Service's addresses; it cannot take others.
-            if !gw.spec.addresses.is_empty() {
+            // Weir is reached at its Service's addresses; it cannot take others. An address
+            // without a value asks for any address of its type, which those are.
+            let named = gw.spec.addresses.iter().any(|a| {
+                let any_of_type =
+                    matches!(a["type"].as_str(), None | Some("IPAddress" | "Hostname"));
+                !(any_of_type && a["value"].as_str().is_none_or(str::is_empty))
+            });
+            if named {
                 if let Some(p) = status
                     .conditions
                     .iter_mut()
@@ -438,6 +447,27 @@ spec:
             .iter()
             .all(|c| c.type_ == "Conflicted" || c.holds()));
         assert!(t.problems.iter().any(|p| p.field == "spec.addresses"));
+        // Addresses without a value (GatewayAddressEmpty) ask for any: Weir's own are.
+        for any in [
+            "[{type: IPAddress}]",
+            "[{type: Hostname, value: ''}]",
+            "[{value: ''}]",
+        ] {
+            let yaml = BASE.replace(
+                "  listeners: [{name: http, port: 80, protocol: HTTP, hostname: '*.example.com'}]",
+                &format!(
+                    "  addresses: {any}
+  listeners: [{{name: http, port: 80, protocol: HTTP, hostname: '*.example.com'}}]"
+                ),
+            );
+            let t = translated(&yaml);
+            let gw = &t.gateway_api.gateways["shop/gw"];
+            assert!(gw.conditions.iter().all(|c| c.holds()), "{any}");
+            assert!(
+                t.problems.iter().all(|p| p.field != "spec.addresses"),
+                "{any}"
+            );
+        }
     }
 
     #[test]
