@@ -4,7 +4,8 @@
 //! headers, body length, protocol, the server's name and listen address). Query parameters:
 //! `status=N` sets the status, `fail=N&key=K` answers the first N requests of key K with that
 //! status (and `delay_ms`) and the ones after with 200 at once (a backend that recovers, for
-//! retries), `delay_ms=N` waits before answering, `bytes=N` streams N bytes
+//! retries; with `reset=1` the first N get no answer at all: their connection is closed once
+//! the request is read, a connection error), `delay_ms=N` waits before answering, `bytes=N` streams N bytes
 //! of body instead of JSON, `sse=N` answers `text/event-stream` with N server-sent events
 //! `interval_ms=M` apart (default 1000; the first at once, each flushed on its own, each
 //! carrying its number and the Unix time in milliseconds it was sent:
@@ -83,7 +84,8 @@ pub fn run(
             tokio::spawn(async move {
                 let svc = hyper::service::service_fn(move |req| {
                     let echo = echo.clone();
-                    async move { Ok::<_, Infallible>(echo.handle(req, connection).await) }
+                    // An error makes hyper close the connection without an answer.
+                    async move { echo.handle(req, connection).await.ok_or(Reset) }
                 });
                 let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
                     .serve_connection_with_upgrades(TokioIo::new(stream), svc)
@@ -92,6 +94,18 @@ pub fn run(
         }
     })
 }
+
+/// A request answered by closing its connection (`fail=N&key=K&reset=1`).
+#[derive(Debug)]
+struct Reset;
+
+impl std::fmt::Display for Reset {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("connection closed without an answer, as asked")
+    }
+}
+
+impl std::error::Error for Reset {}
 
 fn query_param<T: std::str::FromStr>(query: Option<&str>, key: &str) -> Option<T> {
     query?
@@ -120,8 +134,42 @@ fn headers_json(headers: &HeaderMap) -> serde_json::Value {
 }
 
 impl Echo {
+    /// `None`: close the connection without an answer (a failing request of
+    /// `fail=N&key=K&reset=1`).
+    async fn handle(
+        &self,
+        mut req: Request<Incoming>,
+        connection: u64,
+    ) -> Option<Response<EchoBody>> {
+        let q = req.uri().query();
+        if query_param::<u8>(q, "reset") == Some(1) {
+            if let (Some(n), Some(key)) = (
+                query_param::<u64>(q, "fail"),
+                query_param::<String>(q, "key"),
+            ) {
+                if self.count(key) <= n {
+                    // Read the request whole first: the failure is the missing answer.
+                    while let Some(Ok(_)) = req.body_mut().frame().await {}
+                    return None;
+                }
+            }
+        }
+        Some(self.answer(req, connection).await)
+    }
+
+    /// Counts a request of `key` (of `fail=N&key=K`); returns how many there were.
+    fn count(&self, key: String) -> u64 {
+        let mut seen = self.failures.lock().unwrap_or_else(|e| e.into_inner());
+        if seen.len() >= 10_000 {
+            seen.clear(); // a demo tool: bounded, not exact
+        }
+        let count = seen.entry(key).or_default();
+        *count += 1;
+        *count
+    }
+
     /// `connection` numbers the TCP connections this echo accepted (shows connection reuse).
-    async fn handle(&self, mut req: Request<Incoming>, connection: u64) -> Response<EchoBody> {
+    async fn answer(&self, mut req: Request<Incoming>, connection: u64) -> Response<EchoBody> {
         if req
             .headers()
             .get(header::UPGRADE)
@@ -147,13 +195,7 @@ impl Echo {
             query_param::<u64>(q, "fail"),
             query_param::<String>(q, "key"),
         ) {
-            let mut seen = self.failures.lock().unwrap_or_else(|e| e.into_inner());
-            if seen.len() >= 10_000 {
-                seen.clear(); // a demo tool: bounded, not exact
-            }
-            let count = seen.entry(key).or_default();
-            *count += 1;
-            if *count > n {
+            if self.count(key) > n {
                 status = StatusCode::OK;
                 recovered = true;
             }

@@ -1306,6 +1306,57 @@ spec:
     }
 }
 
+/// HTTPRouteRetryConnectionError: a backend that closes the connection without answering is
+/// retried like a failing status, and once the attempts are spent the client gets 500 or 503.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connection_errors_are_retried_up_to_the_attempts() {
+    let case = "\
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: retries-connection-error, namespace: gateway-conformance-infra}
+spec:
+  parentRefs: [{name: same-namespace}]
+  rules:
+  - matches: [{path: {type: PathPrefix, value: /retry/no-status-code-attempts-3}}]
+    retry: {attempts: 3}
+    backendRefs: [{name: infra-backend-v3, port: 8080}]
+";
+    let bed = Bed::start(case);
+    let c = client();
+    bed.route_status(&c, "gateway-conformance-infra/retries-connection-error")
+        .await;
+    let path = "/retry/no-status-code-attempts-3";
+    let r = bed
+        .request(
+            &c,
+            "retry.example",
+            &format!("{path}?fail=2&reset=1&key=a"),
+            &[],
+        )
+        .await;
+    assert_eq!(r.status, 200);
+    served_by(&r, "infra-backend-v3");
+    let r = bed
+        .request(
+            &c,
+            "retry.example",
+            &format!("{path}?fail=4&reset=1&key=b"),
+            &[],
+        )
+        .await;
+    assert!([500, 503].contains(&r.status), "{}", r.status);
+    // The fifth request of key b is the first the backend answers: Weir tried four times.
+    let r = bed
+        .request(
+            &c,
+            "retry.example",
+            &format!("{path}?fail=4&reset=1&key=b"),
+            &[],
+        )
+        .await;
+    assert_eq!(r.status, 200);
+}
+
 /// Request headers of a case.
 type Headers<'a> = &'a [(&'a str, &'a str)];
 

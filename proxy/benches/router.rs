@@ -47,6 +47,7 @@ fn routes(n: usize) -> Vec<Route> {
             excluded_hosts: Vec::new(),
             mirrors: Vec::new(),
             timeout: None,
+            upstream_error_status: None,
         })
         .collect()
 }

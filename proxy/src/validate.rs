@@ -573,6 +573,14 @@ impl Config {
                     }
                 }
             }
+            if let Some(s) = r.upstream_error_status.filter(|s| !(500..=599).contains(s)) {
+                errs.push(
+                    "route",
+                    &r.id,
+                    "upstream_error_status",
+                    format!("{s} is not a server error status (500 to 599)"),
+                );
+            }
             match r.timeout {
                 Some(0) => errs.push("route", &r.id, "timeout", "must be at least 1 millisecond"),
                 Some(t) if t > MAX_ROUTE_TIMEOUT_MS => errs.push(
@@ -1013,6 +1021,24 @@ mod tests {
         let fields: Vec<String> = errors.iter().map(|e| e.field.clone()).collect();
         assert!(fields.contains(&"read_timeout".to_string()), "{fields:?}");
         assert!(fields.contains(&"timeout".to_string()), "{fields:?}");
+    }
+
+    #[test]
+    fn an_upstream_error_status_is_a_server_error() {
+        let check = |status: u16| {
+            let yaml = format!(
+                "services:\n- {{id: s, host: h, port: 1}}\nroutes:\n- {{id: r, service: s, upstream_error_status: {status}}}\n"
+            );
+            Config::parse(yaml.as_bytes())
+                .unwrap()
+                .validate(&crate::Registry::builtin())
+                .map_err(|errors| errors.iter().map(|e| e.field.clone()).collect::<Vec<_>>())
+        };
+        assert!(check(503).is_ok());
+        assert!(check(500).is_ok());
+        for bad in [200, 404, 499, 600, 0] {
+            assert_eq!(check(bad).unwrap_err(), ["upstream_error_status"], "{bad}");
+        }
     }
     use crate::config::Config;
 

@@ -718,6 +718,7 @@ impl Translator<'_> {
                     excluded_hosts: Vec::new(),
                     mirrors: Vec::new(),
                     timeout: None,
+                    upstream_error_status: None,
                 })
             }
             Err((reason, m)) => {

@@ -99,6 +99,8 @@ pub struct CompiledRoute {
     pub mirrors: Box<[CompiledMirror]>,
     /// The budget for the answer's head, over every try.
     pub timeout: Option<Duration>,
+    /// Answered when no try got an answer from the upstream.
+    pub upstream_error: StatusCode,
 }
 
 /// A service, ready for requests.
@@ -394,8 +396,13 @@ impl Runtime {
                         })
                     })
                     .collect::<Result<Box<[_]>, _>>()?;
+                let upstream_error = r
+                    .upstream_error_status
+                    .and_then(|s| StatusCode::from_u16(s).ok())
+                    .unwrap_or(StatusCode::BAD_GATEWAY);
                 Ok(CompiledRoute {
                     mirrors,
+                    upstream_error,
                     timeout: r.timeout.map(Duration::from_millis),
                     id: r.id.as_str().into(),
                     strip_path: r.strip_path,

@@ -204,6 +204,10 @@ pub struct Route {
     /// budget retries share); past it, `504`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout: Option<u64>,
+    /// The status answered when no try got an answer from the upstream (refused, reset before
+    /// the answer's head); 502 unless set. Timeouts stay 504.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub upstream_error_status: Option<u16>,
 }
 
 /// TLS routing by server name: connections whose ClientHello names one of `hosts` go to a

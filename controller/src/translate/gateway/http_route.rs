@@ -1203,6 +1203,9 @@ pub(super) fn new_route(
         excluded_hosts: Vec::new(),
         mirrors: Vec::new(),
         timeout: None,
+        // Envoy-based gateways answer 503 when the backend cannot be reached, and the
+        // conformance suite (HTTPRouteRetryConnectionError) accepts 500 or 503 only.
+        upstream_error_status: Some(503),
     }
 }
 

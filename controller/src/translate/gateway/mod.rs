@@ -35,7 +35,7 @@ use status::{ClassStatus, Cond, RouteParentStatus};
 
 /// The conformance features Weir supports, as `GatewayClass.status.supportedFeatures` lists
 /// them (sorted, as the spec asks).
-pub const SUPPORTED_FEATURES: [&str; 40] = [
+pub const SUPPORTED_FEATURES: [&str; 41] = [
     "BackendTLSPolicy",
     "BackendTLSPolicySANValidation",
     "GRPCRoute",
@@ -71,6 +71,7 @@ pub const SUPPORTED_FEATURES: [&str; 40] = [
     "HTTPRouteResponseHeaderModification",
     "HTTPRouteRetry",
     "HTTPRouteRetryBackendTimeout",
+    "HTTPRouteRetryConnectionError",
     "HTTPRouteSchemeRedirect",
     "ReferenceGrant",
     "TLSRoute",

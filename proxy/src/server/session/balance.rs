@@ -72,7 +72,7 @@ impl<'t> Session<'t> {
                 let status = if tries.last_timeout {
                     StatusCode::GATEWAY_TIMEOUT
                 } else {
-                    StatusCode::BAD_GATEWAY
+                    plan.route.upstream_error
                 };
                 return Err(bad_gateway(status));
             }
@@ -296,7 +296,7 @@ impl<'t> Session<'t> {
                         self.request = Some(r.request());
                         tries.again(peer, false)
                     }
-                    None => Err(bad_gateway(StatusCode::BAD_GATEWAY)),
+                    None => Err(bad_gateway(plan.route.upstream_error)),
                 }
             }
         }

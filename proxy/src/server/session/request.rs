@@ -511,6 +511,7 @@ mod tests {
         CompiledRoute {
             mirrors: Box::new([]),
             timeout: None,
+            upstream_error: StatusCode::BAD_GATEWAY,
             id: "r".into(),
             strip_path: strip,
             preserve_host: false,
