@@ -2040,8 +2040,19 @@ spec:
 /// A TLS backend for passthrough: a certificate for `names` from `ca`, answering every
 /// connection's first request with `HTTP/1.1 200` and body `name`.
 fn tls_backend(ca: &common::ca::Ca, names: &[&str], name: &'static str) -> u16 {
+    tls_backend_for(ca, names, name, None)
+}
+
+/// The same, requiring a client certificate signed by `clients` when given.
+fn tls_backend_for(
+    ca: &common::ca::Ca,
+    names: &[&str],
+    name: &'static str,
+    clients: Option<&common::ca::Ca>,
+) -> u16 {
     let leaf = ca.leaf(names, rcgen::ExtendedKeyUsagePurpose::ServerAuth);
-    let acceptor = tokio_rustls::TlsAcceptor::from(std::sync::Arc::new(leaf.server_config(&[])));
+    let config = leaf.server_config_for(&[], clients);
+    let acceptor = tokio_rustls::TlsAcceptor::from(std::sync::Arc::new(config));
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     listener.set_nonblocking(true).unwrap();
     let port = listener.local_addr().unwrap().port();
@@ -2326,9 +2337,10 @@ spec:
     let r = bed.request(&c, "tls.example", "/san", &[]).await;
     assert_eq!(r.status, 200);
     assert_eq!(&r.body[..], b"verified-backend");
-    // The certificate does not name the policy's host name: Weir refuses the backend.
+    // The certificate does not name the policy's host name: Weir refuses the backend (503, a
+    // Gateway API route's answer for a backend it cannot reach).
     let r = bed.request(&c, "tls.example", "/host-mismatch", &[]).await;
-    assert_eq!(r.status, 502);
+    assert_eq!(r.status, 503);
     // Without a policy the backend is spoken to in plain HTTP, which it does not understand.
     let r = bed.request(&c, "tls.example", "/plain", &[]).await;
     assert_ne!(r.status, 200);
@@ -2358,6 +2370,150 @@ spec:
         "same-namespace",
     );
     assert_eq!(cond_of(&route["conditions"], "ResolvedRefs").0, "False");
+}
+
+/// GatewayBackendClientCertificate: a Gateway's `spec.tls.backend.clientCertificateRef` is
+/// presented to the backends its routes reach over TLS (GatewayTLSBackendClientCertificate),
+/// and a reference that cannot be used leaves the Gateway accepted with `ResolvedRefs: False`
+/// and the spec's reason (GatewayInvalidTLSBackendConfiguration).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gateways_present_their_client_certificate_to_tls_backends() {
+    let ca = common::ca::Ca::new("backend TLS test CA");
+    let clients = common::ca::Ca::new("client certificates CA");
+    let leaf = clients.leaf(
+        &["gateway.example"],
+        rcgen::ExtendedKeyUsagePurpose::ClientAuth,
+    );
+    let strict = tls_backend_for(&ca, &["abc.example.com"], "mtls-backend", Some(&clients));
+    let gateway = |name: &str, reference: &str| {
+        format!(
+            "apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {{name: {name}, namespace: gateway-conformance-infra}}
+spec:
+  gatewayClassName: weir
+  listeners: [{{name: http, port: 80, protocol: HTTP, hostname: {name}.example, allowedRoutes: {{namespaces: {{from: Same}}}}}}]
+  tls: {{backend: {{clientCertificateRef: {reference}}}}}
+---
+"
+        )
+    };
+    let mut case = String::new();
+    case += &gateway("with-cert", "{group: '', kind: Secret, name: client-cert}");
+    case += &gateway(
+        "nonexistent",
+        "{group: '', kind: Secret, name: nonexistent-certificate}",
+    );
+    case += &gateway(
+        "wrong-group",
+        "{group: wrong.group.company.io, kind: Secret, name: client-cert}",
+    );
+    case += &gateway(
+        "wrong-kind",
+        "{group: '', kind: WrongKind, name: client-cert}",
+    );
+    case += &gateway(
+        "malformed",
+        "{group: '', kind: Secret, name: malformed-client-certificate}",
+    );
+    case += &gateway(
+        "no-grant",
+        "{group: '', kind: Secret, name: client-cert, namespace: gateway-conformance-web-backend}",
+    );
+    case += &format!(
+        "apiVersion: v1
+kind: Secret
+metadata: {{name: client-cert, namespace: {ns}}}
+type: kubernetes.io/tls
+stringData:
+  tls.crt: {crt}
+  tls.key: {key}
+---
+apiVersion: v1
+kind: Secret
+metadata: {{name: client-cert, namespace: gateway-conformance-web-backend}}
+type: kubernetes.io/tls
+stringData:
+  tls.crt: {crt}
+  tls.key: {key}
+---
+apiVersion: v1
+kind: Secret
+metadata: {{name: malformed-client-certificate, namespace: {ns}}}
+type: Opaque
+data: {{}}
+---
+apiVersion: v1
+kind: ConfigMap
+metadata: {{name: backend-ca, namespace: {ns}}}
+data:
+  ca.crt: {ca}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: BackendTLSPolicy
+metadata: {{name: mtls, namespace: {ns}}}
+spec:
+  targetRefs: [{{group: '', kind: Service, name: tls-backend-with-client-cert-validation}}]
+  validation: {{caCertificateRefs: [{{group: '', kind: ConfigMap, name: backend-ca}}], hostname: abc.example.com}}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {{name: with-cert, namespace: {ns}}}
+spec:
+  parentRefs: [{{name: with-cert}}]
+  rules: [{{backendRefs: [{{name: tls-backend-with-client-cert-validation, port: 8080}}]}}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {{name: without-cert, namespace: {ns}}}
+spec:
+  parentRefs: [{{name: nonexistent}}]
+  rules: [{{backendRefs: [{{name: tls-backend-with-client-cert-validation, port: 8080}}]}}]
+---
+{service}",
+        ns = "gateway-conformance-infra",
+        crt = common::ca::block(&leaf.pem, 4),
+        key = common::ca::block(&leaf.key_pem, 4),
+        ca = common::ca::block(&ca.pem(), 4),
+        service = backend_service(
+            "gateway-conformance-infra",
+            "tls-backend-with-client-cert-validation",
+            strict
+        ),
+    );
+    let bed = Bed::start(&case);
+    let c = client();
+    bed.route_status(&c, "gateway-conformance-infra/with-cert")
+        .await;
+    let s = bed
+        .route_status(&c, "gateway-conformance-infra/without-cert")
+        .await;
+    let r = bed.request(&c, "with-cert.example", "/", &[]).await;
+    assert_eq!(r.status, 200);
+    assert_eq!(&r.body[..], b"mtls-backend");
+    // The same backend through a Gateway without a usable client certificate: the backend
+    // refuses the handshake.
+    let r = bed.request(&c, "nonexistent.example", "/", &[]).await;
+    assert_eq!(r.status, 503);
+    let gateways = &s["gateways"];
+    let good = &gateways["gateway-conformance-infra/with-cert"]["conditions"];
+    assert_eq!(cond_of(good, "ResolvedRefs"), yes("ResolvedRefs"));
+    assert_eq!(cond_of(good, "Accepted"), yes("Accepted"));
+    for (name, reason) in [
+        ("nonexistent", "InvalidClientCertificateRef"),
+        ("wrong-group", "InvalidClientCertificateRef"),
+        ("wrong-kind", "InvalidClientCertificateRef"),
+        ("malformed", "InvalidClientCertificateRef"),
+        ("no-grant", "RefNotPermitted"),
+    ] {
+        let conds = &gateways[format!("gateway-conformance-infra/{name}")]["conditions"];
+        assert_eq!(
+            cond_of(conds, "ResolvedRefs"),
+            no(reason),
+            "{name}: {conds:#}"
+        );
+        assert_eq!(cond_of(conds, "Accepted"), yes("Accepted"), "{name}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -68,6 +68,28 @@ pub struct GatewaySpec {
     /// Requested addresses.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub addresses: Vec<serde_json::Value>,
+    /// TLS settings of the Gateway as a whole.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls: Option<GatewayTls>,
+}
+
+/// A Gateway's TLS settings (`spec.tls`).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct GatewayTls {
+    /// Towards backends.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backend: Option<GatewayBackendTls>,
+}
+
+/// How the Gateway speaks TLS to backends (`spec.tls.backend`).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct GatewayBackendTls {
+    /// The client certificate presented to backends that BackendTLSPolicies make TLS ones
+    /// (a Secret with `tls.crt` and `tls.key`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_certificate_ref: Option<ObjectReference>,
 }
 
 /// One listener of a Gateway.

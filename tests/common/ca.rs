@@ -58,12 +58,31 @@ impl Leaf {
     /// A rustls server configuration serving this certificate, without client authentication,
     /// agreeing to `alpn`.
     pub fn server_config(&self, alpn: &[&[u8]]) -> rustls::ServerConfig {
+        self.server_config_for(alpn, None)
+    }
+
+    /// The same, requiring a client certificate signed by `clients` when given.
+    pub fn server_config_for(&self, alpn: &[&[u8]], clients: Option<&Ca>) -> rustls::ServerConfig {
         let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
         let key = PrivateKeyDer::try_from(self.key_der.clone()).unwrap();
-        let mut config = rustls::ServerConfig::builder_with_provider(provider)
+        let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
             .with_safe_default_protocol_versions()
-            .unwrap()
-            .with_no_client_auth()
+            .unwrap();
+        let builder = match clients {
+            None => builder.with_no_client_auth(),
+            Some(ca) => {
+                let mut roots = rustls::RootCertStore::empty();
+                roots.add(ca.issuer.der().clone()).unwrap();
+                let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+                    std::sync::Arc::new(roots),
+                    provider,
+                )
+                .build()
+                .unwrap();
+                builder.with_client_cert_verifier(verifier)
+            }
+        };
+        let mut config = builder
             .with_single_cert(vec![self.der.clone()], key)
             .unwrap();
         config.alpn_protocols = alpn.iter().map(|a| a.to_vec()).collect();

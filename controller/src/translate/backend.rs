@@ -454,8 +454,13 @@ impl Translator<'_> {
     }
 
     /// The client certificate chain and key of an Upstream's
-    /// `spec.tls.clientCertificateSecret` (a `kubernetes.io/tls` Secret).
-    fn client_certificate(&self, namespace: &str, name: &str) -> Result<(String, String), String> {
+    /// `spec.tls.clientCertificateSecret`, or a Gateway's `spec.tls.backend` (a
+    /// `kubernetes.io/tls` Secret).
+    pub(super) fn client_certificate(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<(String, String), String> {
         let skey = Key::new(namespace, name);
         match self.store.secrets.get(&skey) {
             None => Err(format!("Secret {skey} not found")),

@@ -163,6 +163,8 @@ struct Translator<'a> {
     route_gateways: Vec<Key>,
     /// BackendTLSPolicies already reported.
     checked_policies: BTreeSet<Key>,
+    /// The client certificate each Gateway presents to TLS backends (`spec.tls.backend`).
+    backend_client_certs: BTreeMap<Key, weir_proxy::config::ClientCertificate>,
 }
 
 impl<'a> Translator<'a> {
@@ -206,6 +208,7 @@ impl<'a> Translator<'a> {
             service_index: HashMap::new(),
             route_gateways: Vec::new(),
             checked_policies: BTreeSet::new(),
+            backend_client_certs: BTreeMap::new(),
         }
     }
 

@@ -18,8 +18,10 @@ use crate::problem::Reason;
 use crate::store::{Key, Kind};
 use crate::translate::{obj, Translator};
 
-/// A policy's TLS settings for one Service port, or why it cannot be applied.
-pub(super) type Applied = Result<(Key, ServiceTls), Key>;
+/// A policy's TLS settings for one Service port (with a label that tells its variants apart:
+/// the policy, and the Gateway whose client certificate is presented), or the policy that
+/// cannot be applied.
+pub(super) type Applied = Result<(String, ServiceTls), Key>;
 
 impl Translator<'_> {
     /// The BackendTLSPolicy for port `port` (named `port_name`) of Service `namespace/name`:
@@ -109,7 +111,23 @@ impl Translator<'_> {
             }
         }
         Some(match result {
-            Ok(tls) => Ok((key, tls)),
+            Ok(mut tls) => {
+                // The first of the route's Gateways that has a client certificate presents
+                // it (a route served by several Gateways with different ones gets one of
+                // them: its backends are shared).
+                let client = self
+                    .route_gateways
+                    .iter()
+                    .find_map(|g| Some((g, self.backend_client_certs.get(g)?)));
+                let label = match client {
+                    Some((g, cert)) => {
+                        tls.client_certificate = Some(cert.clone());
+                        format!("{key}+client-of={g}")
+                    }
+                    None => key.to_string(),
+                };
+                Ok((label, tls))
+            }
             Err(_) => Err(key),
         })
     }

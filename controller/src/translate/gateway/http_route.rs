@@ -427,7 +427,7 @@ impl Translator<'_> {
             None => Ok(id),
             Some(Ok((policy, tls))) => {
                 let edits = ServiceEdits {
-                    tls: Some((policy.to_string(), Box::new(tls))),
+                    tls: Some((policy, Box::new(tls))),
                     ..Default::default()
                 };
                 Ok(self.service_variant(&id, &edits))

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use weir_crds::gateway::{Gateway, Listener, ObjectReference, RouteGroupKind, GROUP};
-use weir_proxy::config::{Certificate, ClientProtocol};
+use weir_proxy::config::{Certificate, ClientCertificate, ClientProtocol};
 
 use super::status::{Cond, GatewayStatus, ListenerStatus};
 use crate::store::Key;
@@ -280,6 +280,70 @@ impl Translator<'_> {
             }),
         }
         Ok(())
+    }
+
+    /// The Gateway's `spec.tls.backend.clientCertificateRef`: `None` when there is none, else
+    /// its `ResolvedRefs` condition; a usable certificate is kept for the BackendTLSPolicies
+    /// of the Gateway's routes. A bad reference is reported, and the Gateway stays accepted.
+    pub(super) fn backend_client_certificate(&mut self, key: &Key, gw: &Gateway) -> Option<Cond> {
+        let r = gw
+            .spec
+            .tls
+            .as_ref()?
+            .backend
+            .as_ref()?
+            .client_certificate_ref
+            .as_ref()?;
+        let cond = match self.gateway_client_certificate(key, r) {
+            Ok(cert) => {
+                self.backend_client_certs.insert(key.clone(), cert);
+                Cond::yes("ResolvedRefs", "ResolvedRefs")
+            }
+            Err((reason, m)) => {
+                self.problem(
+                    crate::translate::obj(crate::store::Kind::Gateway, key),
+                    crate::problem::Reason::InvalidBackendTls,
+                    "spec.tls.backend.clientCertificateRef",
+                    format!("{m}; backends are spoken to without a client certificate"),
+                );
+                Cond::no("ResolvedRefs", reason, m)
+            }
+        };
+        Some(cond)
+    }
+
+    /// Reads the client certificate Secret `r` names for Gateway `key`.
+    fn gateway_client_certificate(
+        &self,
+        key: &Key,
+        r: &ObjectReference,
+    ) -> Result<ClientCertificate, (&'static str, String)> {
+        let bad = |m: String| ("InvalidClientCertificateRef", m);
+        let group = r.group.as_deref().unwrap_or("");
+        let kind = r.kind.as_deref().unwrap_or("Secret");
+        if !group.is_empty() || kind != "Secret" {
+            return Err(bad(format!(
+                "clientCertificateRef is a {group}/{kind}; only core Secrets are read"
+            )));
+        }
+        let ns = r.namespace.as_deref().unwrap_or(&key.namespace);
+        if ns != key.namespace
+            && !self.granted(
+                ("gateway", "Gateway", &key.namespace),
+                ("", "Secret", ns, &r.name),
+            )
+        {
+            return Err((
+                "RefNotPermitted",
+                format!(
+                    "Secret {ns}/{} is in another namespace and no ReferenceGrant there allows \
+                     Gateways of {}",
+                    r.name, key.namespace
+                ),
+            ));
+        }
+        let (cert, key_pem) = self.client_certificate(ns, &r.name).map_err(bad)?;
+        Ok(ClientCertificate { cert, key: key_pem })
     }
 
     /// Whether a ReferenceGrant in the target's namespace lets objects of `from` (group short

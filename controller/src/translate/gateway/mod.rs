@@ -35,7 +35,7 @@ use status::{ClassStatus, Cond, RouteParentStatus};
 
 /// The conformance features Weir supports, as `GatewayClass.status.supportedFeatures` lists
 /// them (sorted, as the spec asks).
-pub const SUPPORTED_FEATURES: [&str; 41] = [
+pub const SUPPORTED_FEATURES: [&str; 42] = [
     "BackendTLSPolicy",
     "BackendTLSPolicySANValidation",
     "GRPCRoute",
@@ -43,6 +43,7 @@ pub const SUPPORTED_FEATURES: [&str; 41] = [
     "GRPCRouteRequestHeaderModifier",
     "Gateway",
     "GatewayAddressEmpty",
+    "GatewayBackendClientCertificate",
     "GatewayHTTPListenerIsolation",
     "GatewayHTTPSListenerDetectMisdirectedRequests",
     "HTTPRoute",
@@ -83,6 +84,8 @@ pub const SUPPORTED_FEATURES: [&str; 41] = [
 pub(super) struct GatewayEval {
     key: Key,
     listeners: Vec<ListenerEval>,
+    /// `ResolvedRefs` of `spec.tls.backend.clientCertificateRef`, when there is one.
+    backend_tls: Option<Cond>,
 }
 
 /// Where one parentRef of a route attached: the listeners (by index) and, for each, the
@@ -131,9 +134,11 @@ impl Translator<'_> {
                 continue;
             }
             let listeners = self.listeners(key, gw);
+            let backend_tls = self.backend_client_certificate(key, gw);
             gateways.push(GatewayEval {
                 key: key.clone(),
                 listeners,
+                backend_tls,
             });
         }
         self.http_routes(&mut gateways);
@@ -142,6 +147,9 @@ impl Translator<'_> {
         for g in &gateways {
             let gw = &store.gateways[&g.key];
             let mut status = listeners::gateway_status(gw.metadata.generation, &g.listeners);
+            if let Some(c) = &g.backend_tls {
+                status.conditions.push(c.clone());
+            }
             // Weir is reached at its Service's addresses; it cannot take others. An address
             // without a value asks for any address of its type, which those are.
             let named = gw.spec.addresses.iter().any(|a| {
@@ -393,6 +401,50 @@ spec: {{ports: [{{port: 8443}}]}}
         );
         let status = &t.gateway_api.tls_routes["demo/db-console"].parents[0];
         assert!(status.conditions.iter().all(|c| c.holds()), "{status:?}");
+    }
+
+    /// The Gateway with a backend client certificate of docs/gateway-api.md, translated.
+    #[test]
+    fn the_documented_backend_client_certificate_resolves() {
+        let doc = include_str!("../../../../docs/gateway-api.md");
+        let at = doc
+            .find("clientCertificateRef: {kind: Secret")
+            .expect("the example");
+        let start = doc[..at].rfind("```yaml\n").expect("its block") + "```yaml\n".len();
+        let yaml = &doc[start..start + doc[start..].find("```").unwrap()];
+        let pem = |f: &str| {
+            let text = std::fs::read_to_string(format!(
+                "{}/../tests/fixtures/tls/{f}",
+                env!("CARGO_MANIFEST_DIR")
+            ))
+            .unwrap();
+            text.lines()
+                .map(|l| format!("    {l}\n"))
+                .collect::<String>()
+        };
+        let yaml = format!(
+            "{yaml}---
+apiVersion: gateway.networking.k8s.io/v1
+kind: GatewayClass
+metadata: {{name: weir}}
+spec: {{controllerName: weir.dev/gateway-controller}}
+---
+apiVersion: v1
+kind: Secret
+metadata: {{name: gateway-client, namespace: demo}}
+type: kubernetes.io/tls
+stringData:
+  tls.crt: |
+{}  tls.key: |
+{}",
+            pem("a.example.test.crt"),
+            pem("a.example.test.key")
+        );
+        let t = translated(&yaml);
+        assert!(t.problems.is_empty(), "{:?}", t.problems);
+        let gw = &t.gateway_api.gateways["demo/edge"];
+        let resolved = gw.conditions.iter().find(|c| c.type_ == "ResolvedRefs");
+        assert!(resolved.is_some_and(|c| c.holds()), "{gw:?}");
     }
 
     #[test]
