@@ -2610,6 +2610,144 @@ spec:
     );
 }
 
+/// HTTPRouteHTTPSListenerDetectMisdirectedRequests: four HTTPS listeners sharing one Secret
+/// (one without a host name); a request whose Host belongs to another listener than its SNI
+/// gets 421, over HTTP/2 as the suite sends it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_host_of_another_listener_is_misdirected_even_with_one_certificate() {
+    let ca = common::ca::Ca::new("misdirected requests CA");
+    let names = [
+        "example.org",
+        "second-example.org",
+        "*.wildcard.org",
+        "unknown-example.org",
+    ];
+    let leaf = ca.leaf(&names, rcgen::ExtendedKeyUsagePurpose::ServerAuth);
+    let listener = |name: &str, host: Option<&str>| {
+        let host = host.map_or(String::new(), |h| format!("hostname: '{h}', "));
+        format!(
+            "  - {{name: {name}, port: 443, protocol: HTTPS, {host}tls: {{certificateRefs: [{{name: tls-validity-checks-certificate}}]}}}}\n"
+        )
+    };
+    let route = |n: usize, section: &str, hosts: &str, backend: &str| {
+        format!(
+            "apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {{name: misdirected-{n}, namespace: gateway-conformance-infra}}
+spec:
+  parentRefs: [{{name: same-namespace-with-https-listener, sectionName: {section}}}]
+  {hosts}
+  rules:
+  - matches: [{{path: {{type: PathPrefix, value: /detect-misdirected-requests}}}}]
+    backendRefs: [{{name: {backend}, port: 8080}}]
+---
+"
+        )
+    };
+    let mut case = format!(
+        "apiVersion: v1
+kind: Secret
+metadata: {{name: tls-validity-checks-certificate, namespace: gateway-conformance-infra}}
+type: kubernetes.io/tls
+stringData:
+  tls.crt: {crt}
+  tls.key: {key}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {{name: same-namespace-with-https-listener, namespace: gateway-conformance-infra}}
+spec:
+  gatewayClassName: weir
+  listeners:
+{l1}{l2}{l3}{l4}---
+",
+        crt = common::ca::block(&leaf.pem, 4),
+        key = common::ca::block(&leaf.key_pem, 4),
+        l1 = listener("https", None),
+        l2 = listener("https-with-hostname", Some("second-example.org")),
+        l3 = listener("https-with-wildcard-hostname", Some("*.wildcard.org")),
+        l4 = listener(
+            "https-with-specific-hostname",
+            Some("fourth-example.wildcard.org")
+        ),
+    );
+    case += &route(1, "https", "hostnames: [example.org]", "infra-backend-v1");
+    case += &route(2, "https-with-hostname", "", "infra-backend-v2");
+    case += &route(3, "https-with-wildcard-hostname", "", "infra-backend-v3");
+    case += &route(4, "https-with-specific-hostname", "", "infra-backend-v1");
+    let bed = Bed::start_with(&case, &["--tls-listen", "x"]);
+    let c = client();
+    bed.route_status(&c, "gateway-conformance-infra/misdirected-4")
+        .await;
+    let port = bed.tls_port.unwrap();
+    let v1 = Some("infra-backend-v1");
+    let (v2, v3) = (Some("infra-backend-v2"), Some("infra-backend-v3"));
+    // (SNI, Host, status, backend) as the upstream case has them.
+    let cases = [
+        ("example.org", "example.org", 200, v1),
+        ("example.org", "second-example.org", 421, None),
+        ("example.org", "unknown-example.org", 404, None),
+        ("second-example.org", "second-example.org", 200, v2),
+        ("second-example.org", "example.org", 421, None),
+        ("second-example.org", "unknown-example.org", 421, None),
+        (
+            "third-example.wildcard.org",
+            "third-example.wildcard.org",
+            200,
+            v3,
+        ),
+        (
+            "third-example.wildcard.org",
+            "fith-example.wildcard.org",
+            200,
+            v3,
+        ),
+        (
+            "third-example.wildcard.org",
+            "fourth-example.wildcard.org",
+            421,
+            None,
+        ),
+        (
+            "third-example.wildcard.org",
+            "second-example.org",
+            421,
+            None,
+        ),
+        (
+            "third-example.wildcard.org",
+            "unknown-example.org",
+            421,
+            None,
+        ),
+        (
+            "fourth-example.wildcard.org",
+            "fourth-example.wildcard.org",
+            200,
+            v1,
+        ),
+        (
+            "fourth-example.wildcard.org",
+            "fith-example.wildcard.org",
+            421,
+            None,
+        ),
+        ("unknown-example.org", "example.org", 200, v1),
+        ("unknown-example.org", "unknown-example.org", 404, None),
+    ];
+    let connector = common::tls::connector_trusting(ca.issuer.der().clone(), &["h2"]);
+    for (sni, host, status, backend) in cases {
+        let got =
+            common::tls::exchange(&connector, port, sni, host, "/detect-misdirected-requests")
+                .await
+                .unwrap_or_else(|e| panic!("{sni} / {host}: {e}"));
+        assert_eq!(got.resp.status, status, "SNI {sni}, Host {host}");
+        if let Some(b) = backend {
+            served_by(&got.resp, b);
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_request_for_another_certificates_host_is_misdirected() {
     let case = format!(

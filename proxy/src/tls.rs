@@ -134,11 +134,6 @@ impl CertStore {
             .cloned()
     }
 
-    /// The certificate of a name itself (exact, then wildcard), without the default.
-    pub fn find_own(&self, server_name: &str) -> Option<Arc<CertifiedKey>> {
-        self.find_named(Some(server_name)).cloned()
-    }
-
     fn find_named(&self, server_name: Option<&str>) -> Option<&Arc<CertifiedKey>> {
         let found = server_name.and_then(|name| {
             let lower;

@@ -31,8 +31,16 @@ pub struct TlsResp {
 
 /// A TLS client trusting the fixtures' CA, offering `alpn`.
 pub fn connector(alpn: &[&str]) -> tokio_rustls::TlsConnector {
+    connector_trusting(fixture_der("ca.crt"), alpn)
+}
+
+/// A TLS client trusting `ca`, offering `alpn`.
+pub fn connector_trusting(
+    ca: CertificateDer<'static>,
+    alpn: &[&str],
+) -> tokio_rustls::TlsConnector {
     let mut roots = rustls::RootCertStore::empty();
-    roots.add(fixture_der("ca.crt")).unwrap();
+    roots.add(ca).unwrap();
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let mut config = rustls::ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
@@ -63,7 +71,17 @@ pub async fn get_with_host(
     path: &str,
     alpn: &[&str],
 ) -> Result<TlsResp, String> {
-    let connector = connector(alpn);
+    exchange(&connector(alpn), port, server_name, host, path).await
+}
+
+/// [`get_with_host`] through `connector`.
+pub async fn exchange(
+    connector: &tokio_rustls::TlsConnector,
+    port: u16,
+    server_name: &str,
+    host: &str,
+    path: &str,
+) -> Result<TlsResp, String> {
     let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port))
         .await
         .map_err(|e| e.to_string())?;

@@ -260,8 +260,14 @@ impl Translator<'_> {
         if !serve {
             return Ok(());
         }
+        // One entry per listener host name, even where listeners share a Secret: the proxy
+        // answers 421 to a request whose Host belongs to another entry than its SNI
+        // (GatewayHTTPSListenerDetectMisdirectedRequests).
         let (id, snis) = match &l.hostname {
-            Some(h) if !h.is_empty() => (skey.to_string(), vec![h.to_ascii_lowercase()]),
+            Some(h) if !h.is_empty() => {
+                let h = h.to_ascii_lowercase();
+                (format!("{skey}#{h}"), vec![h])
+            }
             _ => (format!("{skey}#default"), Vec::new()),
         };
         match self.config.certificates.iter_mut().find(|c| c.id == id) {

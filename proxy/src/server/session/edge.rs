@@ -109,10 +109,12 @@ impl<'t> Session<'t> {
     }
 }
 
-/// Whether a request over TLS names a host with a certificate of its own other than the one
-/// the connection's server name got (HTTP/2 connection reuse across hosts): it gets 421, so
-/// that the client opens a connection for that host. Hosts without their own certificate are
-/// not refused.
+/// Whether a request over TLS names a host whose certificate (its own, else the default one)
+/// is not the one the connection's server name got (HTTP/2 connection reuse across hosts, or
+/// a Host other than the SNI): it gets 421, so that the client opens a connection for that
+/// host. A Host that no certificate covers (no default) is not refused. Each Gateway listener
+/// host name gets a certificate entry of its own, so this is the Gateway API's "the request
+/// belongs to another listener" too.
 fn misdirected(conn: &ConnInfo, rt: &Runtime, host: &str) -> bool {
     let Some(sni) = conn.sni.as_deref() else {
         return false;
@@ -120,7 +122,7 @@ fn misdirected(conn: &ConnInfo, rt: &Runtime, host: &str) -> bool {
     let host = crate::router::strip_port(host);
     !host.is_empty()
         && !host.eq_ignore_ascii_case(sni)
-        && match (rt.certs.find_own(host), rt.certs.find(Some(sni))) {
+        && match (rt.certs.find(Some(host)), rt.certs.find(Some(sni))) {
             (Some(asked), Some(got)) => !Arc::ptr_eq(&asked, &got),
             (Some(_), None) => true,
             (None, _) => false,
