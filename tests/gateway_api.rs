@@ -2051,6 +2051,15 @@ fn tls_backend_for(
     clients: Option<&common::ca::Ca>,
 ) -> u16 {
     let leaf = ca.leaf(names, rcgen::ExtendedKeyUsagePurpose::ServerAuth);
+    tls_backend_serving(&leaf, name, clients)
+}
+
+/// A TLS backend serving `leaf`, requiring a client certificate signed by `clients` when given.
+fn tls_backend_serving(
+    leaf: &common::ca::Leaf,
+    name: &'static str,
+    clients: Option<&common::ca::Ca>,
+) -> u16 {
     let config = leaf.server_config_for(&[], clients);
     let acceptor = tokio_rustls::TlsAcceptor::from(std::sync::Arc::new(config));
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
@@ -2370,6 +2379,100 @@ spec:
         "same-namespace",
     );
     assert_eq!(cond_of(&route["conditions"], "ResolvedRefs").0, "False");
+}
+
+/// BackendTLSPolicySANValidation's cases: `subjectAltNames` of type `Hostname` and `URI`
+/// (a SPIFFE identity), alone and together; any one listed name the certificate carries will
+/// do, and a certificate carrying none of them is refused (503).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn backend_tls_policies_match_hostname_and_uri_subject_alt_names() {
+    let ca = common::ca::Ca::new("SAN validation CA");
+    let leaf = ca.leaf_with_uris(
+        &["abc.example.com"],
+        &["spiffe://abc.example.com/test-identity"],
+        rcgen::ExtendedKeyUsagePurpose::ServerAuth,
+    );
+    let port = tls_backend_serving(&leaf, "san-backend", None);
+    // (policy and Service name, subjectAltNames, answered)
+    let policies = [
+        ("san-host", "[{type: Hostname, hostname: abc.example.com}]", 200),
+        ("san-host-mismatch", "[{type: Hostname, hostname: dce.example.com}]", 503),
+        ("san-uri", "[{type: URI, uri: 'spiffe://abc.example.com/test-identity'}]", 200),
+        ("san-uri-mismatch", "[{type: URI, uri: 'spiffe://def.example.com/test-identity'}]", 503),
+        (
+            "san-both",
+            "[{type: Hostname, hostname: dce.example.com}, {type: URI, uri: 'spiffe://abc.example.com/test-identity'}]",
+            200,
+        ),
+        (
+            "san-neither",
+            "[{type: Hostname, hostname: dce.example.com}, {type: URI, uri: 'spiffe://def.example.com/test-identity'}]",
+            503,
+        ),
+    ];
+    let ns = "gateway-conformance-infra";
+    let mut case = format!(
+        "apiVersion: v1
+kind: ConfigMap
+metadata: {{name: backend-ca, namespace: {ns}}}
+data:
+  ca.crt: {}
+---
+",
+        common::ca::block(&ca.pem(), 4)
+    );
+    let mut rules = String::new();
+    for (name, sans, _) in policies {
+        case += &format!(
+            "apiVersion: gateway.networking.k8s.io/v1
+kind: BackendTLSPolicy
+metadata: {{name: {name}, namespace: {ns}}}
+spec:
+  targetRefs: [{{group: '', kind: Service, name: {name}}}]
+  validation:
+    caCertificateRefs: [{{group: '', kind: ConfigMap, name: backend-ca}}]
+    hostname: abc.example.com
+    subjectAltNames: {sans}
+---
+{}---
+",
+            backend_service(ns, name, port)
+        );
+        rules += &format!(
+            "  - matches: [{{path: {{type: Exact, value: /{name}}}}}]
+    backendRefs: [{{name: {name}, port: 8080}}]
+"
+        );
+    }
+    case += &format!(
+        "apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {{name: san-validation, namespace: {ns}}}
+spec:
+  parentRefs: [{{name: same-namespace}}]
+  rules:
+{rules}"
+    );
+    let bed = Bed::start(&case);
+    let c = client();
+    let s = bed
+        .route_status(&c, "gateway-conformance-infra/san-validation")
+        .await;
+    for (name, _, want) in policies {
+        let r = bed
+            .request(&c, "san.example", &format!("/{name}"), &[])
+            .await;
+        assert_eq!(r.status, want, "{name}");
+        if want == 200 {
+            assert_eq!(&r.body[..], b"san-backend", "{name}");
+        }
+        let policy = &s["backendTLSPolicies"][format!("{ns}/{name}")]["ancestors"][0];
+        assert_eq!(
+            cond_of(&policy["conditions"], "Accepted"),
+            yes("Accepted"),
+            "{name}"
+        );
+    }
 }
 
 /// GatewayBackendClientCertificate: a Gateway's `spec.tls.backend.clientCertificateRef` is

@@ -39,8 +39,22 @@ impl Ca {
 
     /// A certificate for `names`, for the purpose `eku`.
     pub fn leaf(&self, names: &[&str], eku: ExtendedKeyUsagePurpose) -> Leaf {
+        self.leaf_with_uris(names, &[], eku)
+    }
+
+    /// A certificate for `names` and the URI names `uris`, for the purpose `eku`.
+    pub fn leaf_with_uris(
+        &self,
+        names: &[&str],
+        uris: &[&str],
+        eku: ExtendedKeyUsagePurpose,
+    ) -> Leaf {
         let names: Vec<String> = names.iter().map(|n| n.to_string()).collect();
         let mut params = CertificateParams::new(names).unwrap();
+        for u in uris {
+            let uri = rcgen::string::Ia5String::try_from(u.to_string()).unwrap();
+            params.subject_alt_names.push(rcgen::SanType::URI(uri));
+        }
         params.distinguished_name.push(DnType::CommonName, "leaf");
         params.extended_key_usages = vec![eku];
         let key = KeyPair::generate().unwrap();

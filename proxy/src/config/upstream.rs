@@ -310,7 +310,8 @@ pub struct ServiceTls {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub alpn: Option<Alpn>,
     /// Names the target's certificate may carry instead of the server name: any one will do
-    /// (DNS names or IP addresses); empty, the server name.
+    /// (DNS names, IP addresses, or URIs such as `spiffe://domain/workload`, matched exactly
+    /// against the certificate's URI names); empty, the server name.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub subject_alt_names: Vec<String>,
 }

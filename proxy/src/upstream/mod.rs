@@ -29,7 +29,7 @@ pub use pool::{
 };
 pub use stream::Stream;
 pub(crate) use tls::tls_error;
-pub use tls::{check_service_tls, tls_settings, Alpn, TlsClient, TlsSettings};
+pub use tls::{check_san_uri, check_service_tls, tls_settings, Alpn, TlsClient, TlsSettings};
 
 /// A response body from an upstream, over either protocol.
 pub enum ResponseBody {

@@ -112,25 +112,32 @@ impl TlsClient {
                 None => webpki,
                 Some(max) => Arc::new(DepthLimited {
                     inner: webpki,
-                    roots,
+                    roots: roots.clone(),
                     max,
                 }),
             };
             let verifier = if settings.names.is_empty() {
                 verifier
             } else {
-                let names = settings
-                    .names
-                    .iter()
-                    .map(|n| {
-                        ServerName::try_from(n.to_string()).map_err(|_| {
-                            format!("subject_alt_names: {n:?} is not a DNS name or an IP address")
-                        })
-                    })
-                    .collect::<Result<Vec<_>, _>>()?;
+                let mut names = Vec::new();
+                let mut uris = Vec::new();
+                for n in &settings.names {
+                    if n.contains("://") {
+                        uris.push(check_san_uri(n)?);
+                        continue;
+                    }
+                    names.push(ServerName::try_from(n.to_string()).map_err(|_| {
+                        format!(
+                            "subject_alt_names: {n:?} is not a DNS name, an IP address or a URI"
+                        )
+                    })?);
+                }
                 Arc::new(AnyName {
                     inner: verifier,
                     names,
+                    uris,
+                    roots,
+                    max: settings.verify_depth,
                 })
             };
             builder
@@ -332,12 +339,104 @@ impl ResolvesClientCert for ClientCert {
     }
 }
 
+/// A `subject_alt_names` entry that is a URI (`spiffe://trust-domain/workload`): one
+/// absolute URI without spaces, compared byte for byte with the certificate's URI names.
+pub fn check_san_uri(n: &str) -> Result<String, String> {
+    let scheme_ok = |s: &str| {
+        s.starts_with(|c: char| c.is_ascii_alphabetic())
+            && s.chars()
+                .all(|c| c.is_ascii_alphanumeric() || "+-.".contains(c))
+    };
+    let ok = !n.chars().any(|c| c.is_whitespace() || c.is_control())
+        && n.split_once("://")
+            .is_some_and(|(scheme, rest)| scheme_ok(scheme) && !rest.is_empty())
+        && n.parse::<http::Uri>().is_ok();
+    if ok {
+        Ok(n.to_string())
+    } else {
+        Err(format!("subject_alt_names: {n:?} is not an absolute URI"))
+    }
+}
+
 /// Verification against a list of accepted names instead of the server name sent (a
-/// BackendTLSPolicy's `subjectAltNames`): the chain as always, and any one name.
+/// BackendTLSPolicy's `subjectAltNames`): the chain as always, and any one name (DNS names and
+/// IP addresses as webpki checks them, URIs among the certificate's URI names).
 #[derive(Debug)]
 struct AnyName {
     inner: Arc<dyn ServerCertVerifier>,
     names: Vec<ServerName<'static>>,
+    uris: Vec<String>,
+    /// For the chain of a certificate accepted by URI (webpki checks it without a name).
+    roots: Arc<RootCertStore>,
+    /// Most intermediates allowed (`verify_depth`).
+    max: Option<u8>,
+}
+
+impl AnyName {
+    /// The chain verified as for any name, then one of `uris` among the certificate's.
+    fn verify_uri(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        let bad = |e: CertificateError| rustls::Error::InvalidCertificate(e);
+        let cert = webpki::EndEntityCert::try_from(end_entity)
+            .map_err(|_| bad(CertificateError::BadEncoding))?;
+        let max = self.max.map(usize::from);
+        let within = |path: &webpki::VerifiedPath<'_>| match max {
+            Some(m) if path.intermediate_certificates().count() > m => {
+                Err(webpki::Error::MaximumPathDepthExceeded)
+            }
+            _ => Ok(()),
+        };
+        cert.verify_for_usage(
+            provider().signature_verification_algorithms.all,
+            &self.roots.roots,
+            intermediates,
+            now,
+            webpki::KeyUsage::server_auth(),
+            None,
+            Some(&within),
+        )
+        .map_err(|e| {
+            bad(match e {
+                webpki::Error::UnknownIssuer => CertificateError::UnknownIssuer,
+                webpki::Error::CertExpired { .. } => CertificateError::Expired,
+                webpki::Error::CertNotValidYet { .. } => CertificateError::NotValidYet,
+                other => CertificateError::Other(OtherError(Arc::new(other))),
+            })
+        })?;
+        if certificate_uris(end_entity)
+            .iter()
+            .any(|u| self.uris.iter().any(|want| want == u))
+        {
+            Ok(ServerCertVerified::assertion())
+        } else {
+            Err(bad(CertificateError::NotValidForName))
+        }
+    }
+}
+
+/// The URI names of a certificate's subject alternative names (none when it cannot be read:
+/// webpki has already accepted its chain, so that only means no names).
+fn certificate_uris(der: &CertificateDer<'_>) -> Vec<String> {
+    use x509_parser::extensions::GeneralName;
+    let Ok((_, cert)) = x509_parser::parse_x509_certificate(der.as_ref()) else {
+        return Vec::new();
+    };
+    match cert.subject_alternative_name() {
+        Ok(Some(san)) => san
+            .value
+            .general_names
+            .iter()
+            .filter_map(|n| match n {
+                GeneralName::URI(u) => Some(u.to_string()),
+                _ => None,
+            })
+            .collect(),
+        _ => Vec::new(),
+    }
 }
 
 impl ServerCertVerifier for AnyName {
@@ -355,6 +454,12 @@ impl ServerCertVerifier for AnyName {
                 .inner
                 .verify_server_cert(end_entity, intermediates, name, ocsp_response, now)
             {
+                Ok(v) => return Ok(v),
+                Err(e) => last = Some(e),
+            }
+        }
+        if !self.uris.is_empty() {
+            match self.verify_uri(end_entity, intermediates, now) {
                 Ok(v) => return Ok(v),
                 Err(e) => last = Some(e),
             }

@@ -738,6 +738,18 @@ fn bad_settings_name_the_field() {
         ..base.clone()
     });
     assert!(e.starts_with("client_certificate.cert: "), "{e}");
+    for bad in ["not a name", "spiffe://a b/c", "://nothing"] {
+        let e = err(TlsSettings {
+            names: vec![bad.into()],
+            ..base.clone()
+        });
+        assert!(e.starts_with("subject_alt_names: "), "{bad}: {e}");
+    }
+    assert!(TlsClient::new(TlsSettings {
+        names: vec!["spiffe://a.example/w".into(), "b.example".into()],
+        ..base.clone()
+    })
+    .is_ok());
     // Debug output (logs) never shows a PEM, the client key least of all.
     let with_key = TlsSettings {
         client_cert: Some((client.pem.into(), client.key_pem.clone().into())),

@@ -166,10 +166,21 @@ impl Translator<'_> {
                     let m = format!("hostname {:?} is not a DNS name", h.unwrap_or_default());
                     return fail(self, &field, "InvalidKind", m);
                 }
+                ("URI", _) => match san.uri.as_deref() {
+                    Some(u)
+                        if u.contains("://") && weir_proxy::upstream::check_san_uri(u).is_ok() =>
+                    {
+                        names.push(u.to_string())
+                    }
+                    u => {
+                        let m = format!("uri {:?} is not an absolute URI", u.unwrap_or_default());
+                        return fail(self, &field, "InvalidKind", m);
+                    }
+                },
                 (other, _) => {
                     let m = format!(
                         "subject alternative names of type {other:?} are not served by this \
-                         version of Weir (Hostname is)"
+                         version of Weir (Hostname and URI are)"
                     );
                     return fail(self, &field, "InvalidKind", m);
                 }
