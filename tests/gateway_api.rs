@@ -31,7 +31,7 @@ metadata: {name: gateway-conformance-infra, labels: {gateway-conformance: infra}
 ---
 apiVersion: v1
 kind: Namespace
-metadata: {name: gateway-conformance-web-backend, labels: {gateway-conformance: web-backend}}
+metadata: {name: gateway-conformance-web-backend, labels: {gateway-conformance: backend}}
 ---
 apiVersion: v1
 kind: Namespace
@@ -787,8 +787,41 @@ kind: HTTPRoute
 metadata: {name: cross-namespace, namespace: gateway-conformance-web-backend}
 spec:
   parentRefs: [{name: backend-namespaces, namespace: gateway-conformance-infra}]
+  hostnames: [web.example]
   rules:
   - backendRefs: [{name: web-backend, port: 8080}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: infra-not-selected, namespace: gateway-conformance-infra}
+spec:
+  parentRefs: [{name: backend-namespaces}]
+  hostnames: [infra-not-selected.example]
+  rules:
+  - backendRefs: [{name: infra-backend-v1, port: 8080}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: by-namespace-name, namespace: gateway-conformance-infra}
+spec:
+  gatewayClassName: weir
+  listeners:
+  - name: http
+    port: 80
+    protocol: HTTP
+    hostname: by-name.example
+    allowedRoutes:
+      namespaces:
+        from: Selector
+        selector: {matchLabels: {kubernetes.io/metadata.name: gateway-conformance-app-backend}}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: by-name, namespace: gateway-conformance-app-backend}
+spec:
+  parentRefs: [{name: by-namespace-name, namespace: gateway-conformance-infra}]
+  rules:
+  - backendRefs: [{name: app-backend-v1, port: 8080}]
 ---
 apiVersion: gateway.networking.k8s.io/v1
 kind: HTTPRoute
@@ -843,13 +876,40 @@ spec:
         .await;
     let accepted =
         |route: &str, gw: &str| cond_of(&parent(&s, route, gw)["conditions"], "Accepted");
-    // The web-backend namespace is not labelled for backend-namespaces' selector.
+    // HTTPRouteCrossNamespace: the web-backend namespace is labelled for backend-namespaces'
+    // selector; the infra namespace is not.
+    let cross = parent(
+        &s,
+        "gateway-conformance-web-backend/cross-namespace",
+        "backend-namespaces",
+    );
+    assert_eq!(cond_of(&cross["conditions"], "Accepted"), yes("Accepted"));
+    assert_eq!(
+        cond_of(&cross["conditions"], "ResolvedRefs"),
+        yes("ResolvedRefs")
+    );
+    served_by(
+        &bed.request(&c, "web.example", "/", &[]).await,
+        "web-backend",
+    );
     assert_eq!(
         accepted(
-            "gateway-conformance-web-backend/cross-namespace",
+            "gateway-conformance-infra/infra-not-selected",
             "backend-namespaces"
         ),
         no("NotAllowedByListeners")
+    );
+    // Namespaces selected by name: the label the API server sets, present in standalone too.
+    assert_eq!(
+        accepted(
+            "gateway-conformance-app-backend/by-name",
+            "by-namespace-name"
+        ),
+        yes("Accepted")
+    );
+    served_by(
+        &bed.request(&c, "by-name.example", "/", &[]).await,
+        "app-backend-v1",
     );
     assert_eq!(
         accepted(

@@ -286,12 +286,17 @@ impl Translator<'_> {
             listeners::From::All => true,
             listeners::From::Same => l.namespace == route.namespace,
             listeners::From::Selector(sel) => {
-                let labels = self
+                let mut labels = self
                     .store
                     .namespaces
                     .get(&route.namespace)
                     .map(|n| n.labels().clone())
                     .unwrap_or_default();
+                // The API server sets this label on every Namespace; manifests read from a
+                // folder (standalone mode) may lack it, and selecting by it is common.
+                labels
+                    .entry("kubernetes.io/metadata.name".into())
+                    .or_insert_with(|| route.namespace.clone());
                 listeners::selects(sel, &labels)
             }
         }
