@@ -165,6 +165,8 @@ struct Translator<'a> {
     checked_policies: BTreeSet<Key>,
     /// The client certificate each Gateway presents to TLS backends (`spec.tls.backend`).
     backend_client_certs: BTreeMap<Key, weir_proxy::config::ClientCertificate>,
+    /// BackendTLSPolicies that lose a conflict (computed once, on first use).
+    tls_conflicts: Option<BTreeSet<Key>>,
 }
 
 impl<'a> Translator<'a> {
@@ -209,6 +211,7 @@ impl<'a> Translator<'a> {
             route_gateways: Vec::new(),
             checked_policies: BTreeSet::new(),
             backend_client_certs: BTreeMap::new(),
+            tls_conflicts: None,
         }
     }
 

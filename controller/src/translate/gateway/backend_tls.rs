@@ -34,7 +34,8 @@ impl Translator<'_> {
         port_name: Option<&str>,
     ) -> Option<Applied> {
         let store = self.store;
-        let mut candidates: Vec<(&Key, &BackendTLSPolicy)> = store
+        let conflicts = self.tls_conflicts.get_or_insert_with(|| conflicts(store));
+        let (mut candidates, lost): (Vec<(&Key, &BackendTLSPolicy)>, Vec<_>) = store
             .backend_tls_policies
             .iter()
             .filter(|(k, p)| {
@@ -48,7 +49,13 @@ impl Translator<'_> {
                                 .is_none_or(|s| Some(s) == port_name)
                     })
             })
-            .collect();
+            .partition(|(k, _)| !conflicts.contains(*k));
+        for (key, policy) in lost {
+            let m = "another BackendTLSPolicy, older (or first by name), targets the same \
+                     Service and sectionName"
+                .to_string();
+            self.record_ancestors(key, policy, vec![Cond::no("Accepted", "Conflicted", m)]);
+        }
         let specific = |p: &BackendTLSPolicy| {
             p.spec
                 .target_refs
@@ -64,16 +71,7 @@ impl Translator<'_> {
         });
         let (key, policy) = candidates.first().copied()?;
         let key = key.clone();
-        let gateways = self.route_gateways.clone();
         let result = self.policy_tls(&key, policy);
-        let status = self
-            .gateway_status
-            .backend_tls_policies
-            .entry(key.to_string())
-            .or_insert_with(|| PolicyStatus {
-                observed_generation: policy.metadata.generation,
-                ancestors: Vec::new(),
-            });
         let conditions = match &result {
             Ok(_) => vec![
                 Cond::yes("Accepted", "Accepted"),
@@ -84,6 +82,41 @@ impl Translator<'_> {
                 Cond::no("ResolvedRefs", reason, m.clone()),
             ],
         };
+        self.record_ancestors(&key, policy, conditions);
+        Some(match result {
+            Ok(mut tls) => {
+                // The first of the route's Gateways that has a client certificate presents
+                // it (a route served by several Gateways with different ones gets one of
+                // them: its backends are shared).
+                let client = self
+                    .route_gateways
+                    .iter()
+                    .find_map(|g| Some((g, self.backend_client_certs.get(g)?)));
+                let label = match client {
+                    Some((g, cert)) => {
+                        tls.client_certificate = Some(cert.clone());
+                        format!("{key}+client-of={g}")
+                    }
+                    None => key.to_string(),
+                };
+                Ok((label, tls))
+            }
+            Err(_) => Err(key),
+        })
+    }
+
+    /// Records `conditions` for the Gateways of the route being translated among `policy`'s
+    /// ancestors (once per Gateway).
+    fn record_ancestors(&mut self, key: &Key, policy: &BackendTLSPolicy, conditions: Vec<Cond>) {
+        let gateways = self.route_gateways.clone();
+        let status = self
+            .gateway_status
+            .backend_tls_policies
+            .entry(key.to_string())
+            .or_insert_with(|| PolicyStatus {
+                observed_generation: policy.metadata.generation,
+                ancestors: Vec::new(),
+            });
         let known: BTreeSet<Key> = status
             .ancestors
             .iter()
@@ -110,26 +143,6 @@ impl Translator<'_> {
                 });
             }
         }
-        Some(match result {
-            Ok(mut tls) => {
-                // The first of the route's Gateways that has a client certificate presents
-                // it (a route served by several Gateways with different ones gets one of
-                // them: its backends are shared).
-                let client = self
-                    .route_gateways
-                    .iter()
-                    .find_map(|g| Some((g, self.backend_client_certs.get(g)?)));
-                let label = match client {
-                    Some((g, cert)) => {
-                        tls.client_certificate = Some(cert.clone());
-                        format!("{key}+client-of={g}")
-                    }
-                    None => key.to_string(),
-                };
-                Ok((label, tls))
-            }
-            Err(_) => Err(key),
-        })
     }
 
     /// The TLS settings a policy asks for, or (reason, message) when it cannot be applied
@@ -264,4 +277,40 @@ impl Translator<'_> {
         }
         Ok(tls)
     }
+}
+
+/// The BackendTLSPolicies that lose a conflict: of those naming the same Service and
+/// `sectionName` (or both none), all but the oldest (then first by namespace and name).
+fn conflicts(store: &crate::store::Store) -> BTreeSet<Key> {
+    let mut first: std::collections::BTreeMap<(String, &str, Option<&str>), (Option<_>, &Key)> =
+        std::collections::BTreeMap::new();
+    let mut lost = BTreeSet::new();
+    for (key, p) in &store.backend_tls_policies {
+        let ts = p.metadata.creation_timestamp.as_ref().map(|t| t.0);
+        for t in p
+            .spec
+            .target_refs
+            .iter()
+            .filter(|t| t.group.is_empty() && t.kind == "Service")
+        {
+            let target = (
+                key.namespace.clone(),
+                t.name.as_str(),
+                t.section_name.as_deref(),
+            );
+            match first.get_mut(&target) {
+                None => {
+                    first.insert(target, (ts, key));
+                }
+                Some(winner) if (ts, key) < (winner.0, winner.1) => {
+                    lost.insert(winner.1.clone());
+                    *winner = (ts, key);
+                }
+                Some(_) => {
+                    lost.insert(key.clone());
+                }
+            }
+        }
+    }
+    lost
 }

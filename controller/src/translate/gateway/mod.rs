@@ -452,6 +452,113 @@ stringData:
         assert!(resolved.is_some_and(|c| c.holds()), "{gw:?}");
     }
 
+    /// BackendTLSPolicyConflictResolution: of two policies naming the same Service and
+    /// sectionName the older applies and the other is `Conflicted`; a policy naming a port and
+    /// one naming the whole Service do not conflict.
+    #[test]
+    fn backend_tls_policies_for_the_same_target_conflict() {
+        let ca = std::fs::read_to_string(format!(
+            "{}/../tests/fixtures/tls/ca.crt",
+            env!("CARGO_MANIFEST_DIR")
+        ))
+        .unwrap();
+        let ca: String = ca.lines().map(|l| format!("    {l}\n")).collect();
+        let policy = |name: &str, ts: &str, service: &str, section: Option<&str>, host: &str| {
+            let section = section.map_or(String::new(), |s| format!(", sectionName: {s}"));
+            format!(
+                "apiVersion: gateway.networking.k8s.io/v1
+kind: BackendTLSPolicy
+metadata: {{name: {name}, namespace: shop, creationTimestamp: '{ts}'}}
+spec:
+  targetRefs: [{{group: '', kind: Service, name: {service}{section}}}]
+  validation: {{caCertificateRefs: [{{group: '', kind: ConfigMap, name: ca}}], hostname: {host}}}
+---
+"
+            )
+        };
+        let mut yaml = format!(
+            "{BASE}apiVersion: v1
+kind: ConfigMap
+metadata: {{name: ca, namespace: shop}}
+data:
+  ca.crt: |
+{ca}---
+apiVersion: v1
+kind: Service
+metadata: {{name: c, namespace: shop}}
+spec: {{ports: [{{name: https-1, port: 443}}, {{name: https-2, port: 8443}}]}}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {{name: r, namespace: shop}}
+spec:
+  parentRefs: [{{name: gw}}]
+  hostnames: [shop.example.com]
+  rules:
+  - matches: [{{path: {{type: Exact, value: /a}}}}]
+    backendRefs: [{{name: a, port: 8080}}]
+  - matches: [{{path: {{type: Exact, value: /c1}}}}]
+    backendRefs: [{{name: c, port: 443}}]
+  - matches: [{{path: {{type: Exact, value: /c2}}}}]
+    backendRefs: [{{name: c, port: 8443}}]
+---
+"
+        );
+        yaml += &policy(
+            "a-new",
+            "2026-01-02T00:00:00Z",
+            "a",
+            None,
+            "new.example.com",
+        );
+        yaml += &policy(
+            "a-old",
+            "2026-01-01T00:00:00Z",
+            "a",
+            None,
+            "old.example.com",
+        );
+        yaml += &policy(
+            "c-port",
+            "2026-01-02T00:00:00Z",
+            "c",
+            Some("https-1"),
+            "port.example.com",
+        );
+        yaml += &policy(
+            "c-all",
+            "2026-01-01T00:00:00Z",
+            "c",
+            None,
+            "all.example.com",
+        );
+        let t = translated(&yaml);
+        let accepted = |name: &str| {
+            let p = &t.gateway_api.backend_tls_policies[&format!("shop/{name}")];
+            let c = p.ancestors[0]
+                .conditions
+                .iter()
+                .find(|c| c.type_ == "Accepted")
+                .unwrap();
+            (c.status, c.reason.clone())
+        };
+        assert_eq!(accepted("a-old"), ("True", "Accepted".to_string()));
+        assert_eq!(accepted("a-new"), ("False", "Conflicted".to_string()));
+        assert_eq!(accepted("c-port"), ("True", "Accepted".to_string()));
+        assert_eq!(accepted("c-all"), ("True", "Accepted".to_string()));
+        let sni = |service_prefix: &str| {
+            t.config
+                .services
+                .iter()
+                .filter(|s| s.id.starts_with(service_prefix))
+                .filter_map(|s| s.tls.as_ref()?.sni.clone())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(sni("shop/a:8080"), ["old.example.com"]);
+        assert_eq!(sni("shop/c:443"), ["port.example.com"]);
+        assert_eq!(sni("shop/c:8443"), ["all.example.com"]);
+    }
+
     #[test]
     fn grpc_mirrors_are_grpc_calls_too() {
         let yaml = format!(
