@@ -234,6 +234,21 @@ fn parent<'a>(s: &'a Value, route: &str, gateway: &str) -> &'a Value {
 }
 
 /// Asserts which backend answered (and that it answered 200).
+/// Asserts that `route` is accepted by `gateway` with every reference resolved.
+fn route_ok(s: &Value, route: &str, gateway: &str) {
+    let p = parent(s, route, gateway);
+    assert_eq!(
+        cond_of(&p["conditions"], "Accepted"),
+        yes("Accepted"),
+        "{route}"
+    );
+    assert_eq!(
+        cond_of(&p["conditions"], "ResolvedRefs"),
+        yes("ResolvedRefs"),
+        "{route}"
+    );
+}
+
 fn served_by(r: &Resp, backend: &str) {
     assert_eq!(r.status, 200, "{:?}", String::from_utf8_lossy(&r.body));
     assert_eq!(r.echo_name().as_deref(), Some(backend), "{}", r.json());
@@ -1383,8 +1398,9 @@ spec:
 ";
     let bed = Bed::start(case);
     let c = client();
-    bed.route_status(&c, "gateway-conformance-infra/retries-connection-error")
-        .await;
+    let route = "gateway-conformance-infra/retries-connection-error";
+    let s = bed.route_status(&c, route).await;
+    route_ok(&s, route, "same-namespace");
     let path = "/retry/no-status-code-attempts-3";
     let r = bed
         .request(
@@ -2518,6 +2534,11 @@ spec:
     let s = bed
         .route_status(&c, "gateway-conformance-infra/san-validation")
         .await;
+    route_ok(
+        &s,
+        "gateway-conformance-infra/san-validation",
+        "same-namespace",
+    );
     for (name, _, want) in policies {
         let r = bed
             .request(&c, "san.example", &format!("/{name}"), &[])
@@ -2651,6 +2672,9 @@ spec:
     let s = bed
         .route_status(&c, "gateway-conformance-infra/without-cert")
         .await;
+    route_ok(&s, "gateway-conformance-infra/with-cert", "with-cert");
+    let policy = &s["backendTLSPolicies"]["gateway-conformance-infra/mtls"]["ancestors"][0];
+    assert_eq!(cond_of(&policy["conditions"], "Accepted"), yes("Accepted"));
     let r = bed.request(&c, "with-cert.example", "/", &[]).await;
     assert_eq!(r.status, 200);
     assert_eq!(&r.body[..], b"mtls-backend");
@@ -2840,8 +2864,13 @@ spec:
     case += &route(4, "https-with-specific-hostname", "", "infra-backend-v1");
     let bed = Bed::start_with(&case, &["--tls-listen", "x"]);
     let c = client();
-    bed.route_status(&c, "gateway-conformance-infra/misdirected-4")
+    let s = bed
+        .route_status(&c, "gateway-conformance-infra/misdirected-4")
         .await;
+    for n in 1..=4 {
+        let route = format!("gateway-conformance-infra/misdirected-{n}");
+        route_ok(&s, &route, "same-namespace-with-https-listener");
+    }
     let port = bed.tls_port.unwrap();
     let v1 = Some("infra-backend-v1");
     let (v2, v3) = (Some("infra-backend-v2"), Some("infra-backend-v3"));
@@ -3136,4 +3165,56 @@ spec:
             .is_err(),
         "the Secret not granted is not served"
     );
+}
+
+/// tests/conformance/cases.tsv, which scripts/conformance-report.py turns into the report: each
+/// Weir test it names exists, a `full` case names one, and each feature Weir claims has a case.
+#[test]
+fn the_conformance_case_map_names_real_tests() {
+    let root = env!("CARGO_MANIFEST_DIR");
+    let read = |p: &str| std::fs::read_to_string(format!("{root}/{p}")).unwrap();
+    let e2e = read("tests/gateway_api.rs");
+    let controller = read("tests/gateway_controller.rs");
+    let units: String = std::fs::read_dir(format!("{root}/controller/src/translate/gateway"))
+        .unwrap()
+        .map(|e| std::fs::read_to_string(e.unwrap().path()).unwrap())
+        .collect();
+    let claimed = read("controller/src/translate/gateway/mod.rs");
+    let mut features = std::collections::BTreeSet::new();
+    let mut cases = 0;
+    let map = read("tests/conformance/cases.tsv");
+    for line in map.lines() {
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        cases += 1;
+        let cols: Vec<&str> = line.split('\t').collect();
+        assert!(cols.len() >= 4, "{line}");
+        let (name, coverage, tests) = (cols[0], cols[2], cols[3]);
+        features.extend(cols[1].split(' '));
+        assert!(
+            ["full", "partial", "none", "n/a"].contains(&coverage),
+            "{name}: {coverage}"
+        );
+        assert!(
+            coverage != "full" || tests != "-",
+            "{name}: full without a test"
+        );
+        for t in tests.split(',').filter(|t| *t != "-") {
+            let (file, f) = t.split_once("::").expect("file::fn");
+            let found = match file {
+                "gateway_api" => e2e.contains(&format!("fn {f}(")),
+                "gateway_controller" => controller.contains(&format!("fn {f}(")),
+                "unit" => units.contains(&format!("fn {f}(")),
+                other => panic!("{name}: unknown test file {other}"),
+            };
+            assert!(found, "{name}: no test {t}");
+        }
+    }
+    assert!(cases >= 100, "{cases} cases");
+    let list = &claimed[claimed.find("pub const SUPPORTED_FEATURES").unwrap()..];
+    let list = &list[..list.find("];").unwrap()];
+    for f in list.split('"').skip(1).step_by(2) {
+        assert!(features.contains(f), "claimed feature {f} has no case");
+    }
 }
