@@ -681,6 +681,43 @@ spec:
     }
 }
 
+/// HTTPRoute303Redirect, HTTPRoute307Redirect and HTTPRoute308Redirect: the status asked for,
+/// the request's own path kept (a `POST` answered 303, as a form's "see other" is).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redirects_answer_303_307_and_308_as_asked() {
+    let case = "\
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: redirect-codes, namespace: gateway-conformance-infra}
+spec:
+  parentRefs: [{name: same-namespace}]
+  rules:
+  - matches: [{path: {type: PathPrefix, value: /see-other}}]
+    filters: [{type: RequestRedirect, requestRedirect: {statusCode: 303}}]
+  - matches: [{path: {type: PathPrefix, value: /temporary}}]
+    filters: [{type: RequestRedirect, requestRedirect: {statusCode: 307}}]
+  - matches: [{path: {type: PathPrefix, value: /permanent}}]
+    filters: [{type: RequestRedirect, requestRedirect: {statusCode: 308}}]
+";
+    let bed = Bed::start(case);
+    let c = client();
+    let route = "gateway-conformance-infra/redirect-codes";
+    let s = bed.route_status(&c, route).await;
+    route_ok(&s, route, "same-namespace");
+    for (method, path, status) in [
+        ("POST", "/see-other", 303),
+        ("GET", "/temporary", 307),
+        ("GET", "/permanent", 308),
+    ] {
+        let url = bed.weir.url(path);
+        let r = send(&c, method, &url, &[("host", "codes.example")], "").await;
+        assert_eq!(r.status, status, "{method} {path}");
+        let want = format!("http://codes.example{path}");
+        assert_eq!(r.header("location"), Some(want.as_str()), "{path}");
+        assert_eq!(r.echo_name(), None, "{path}: answered by the gateway");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn url_rewrites_change_what_the_backend_sees() {
     let case = "\
@@ -1362,8 +1399,10 @@ spec:
 ";
     let bed = Bed::start(case);
     let c = client();
-    bed.route_status(&c, "gateway-conformance-infra/retries")
+    let s = bed
+        .route_status(&c, "gateway-conformance-infra/retries")
         .await;
+    route_ok(&s, "gateway-conformance-infra/retries", "same-namespace");
     // (path, status the backend fails with, failures before it recovers, status expected)
     let cases = [
         ("/retry/code-500-attempts-3", 500, 2, 200),
@@ -1373,6 +1412,10 @@ spec:
         ("/retry/code-all-attempts-2", 500, 3, 500),
         ("/retry/code-all-attempts-2", 502, 1, 200),
         ("/retry/code-all-attempts-2", 502, 3, 502),
+        ("/retry/code-all-attempts-2", 503, 1, 200),
+        ("/retry/code-all-attempts-2", 503, 3, 503),
+        ("/retry/code-all-attempts-2", 504, 1, 200),
+        ("/retry/code-all-attempts-2", 504, 3, 504),
     ];
     for (i, (path, code, fail, want)) in cases.into_iter().enumerate() {
         let uri = format!("{path}?status={code}&fail={fail}&key=case-{i}");
@@ -2723,13 +2766,14 @@ spec:
 ";
     let bed = Bed::start(case);
     let c = client();
-    bed.route_status(&c, "gateway-conformance-infra/retries-with-timeouts")
-        .await;
+    let route = "gateway-conformance-infra/retries-with-timeouts";
+    let s = bed.route_status(&c, route).await;
+    route_ok(&s, route, "same-namespace");
     // (path, the backend's failing answers: status, how many, delay; what the client gets)
     let cases = [
-        ("/retry/backend-request-timeout-200ms", 200, 2, 300, 200),
-        ("/retry/backend-request-timeout-200ms", 200, 3, 300, 504),
-        ("/retry/request-timeout-200ms", 500, 1, 100, 200),
+        ("/retry/backend-request-timeout-200ms", 500, 2, 300, 200),
+        ("/retry/backend-request-timeout-200ms", 500, 3, 300, 504),
+        ("/retry/request-timeout-200ms", 500, 1, 0, 200),
         ("/retry/request-timeout-200ms", 500, 4, 100, 504),
     ];
     for (i, (path, code, fail, delay, want)) in cases.into_iter().enumerate() {
