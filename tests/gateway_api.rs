@@ -645,8 +645,7 @@ spec:
     let s = bed
         .route_status(&c, "gateway-conformance-infra/redirect")
         .await;
-    let p = parent(&s, "gateway-conformance-infra/redirect", "same-namespace");
-    assert_eq!(cond_of(&p["conditions"], "Accepted"), yes("Accepted"));
+    route_ok(&s, "gateway-conformance-infra/redirect", "same-namespace");
     let cases = [
         (
             "/hostname-redirect",
@@ -3065,6 +3064,51 @@ spec:
     );
 }
 
+/// HTTPRouteMatching: one route, a path-or-header rule per backend; a prefix matches whole
+/// path elements only.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_route_matches_paths_or_headers_per_rule() {
+    let case = "\
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: matching, namespace: gateway-conformance-infra}
+spec:
+  parentRefs: [{name: same-namespace}]
+  rules:
+  - matches:
+    - path: {type: PathPrefix, value: /}
+    - headers: [{name: version, value: one}]
+    backendRefs: [{name: infra-backend-v1, port: 8080}]
+  - matches:
+    - path: {type: PathPrefix, value: /v2}
+    - headers: [{name: version, value: two}]
+    backendRefs: [{name: infra-backend-v2, port: 8080}]
+";
+    let bed = Bed::start(case);
+    let c = client();
+    let route = "gateway-conformance-infra/matching";
+    let s = bed.route_status(&c, route).await;
+    route_ok(&s, route, "same-namespace");
+    let (v1, v2) = ("infra-backend-v1", "infra-backend-v2");
+    let cases: &[(&str, Headers, &str)] = &[
+        ("/", &[], v1),
+        ("/example", &[], v1),
+        ("/", &[("Version", "one")], v1),
+        ("/v2", &[], v2),
+        ("/v2/example", &[], v2),
+        ("/", &[("Version", "two")], v2),
+        ("/v2/", &[], v2),
+        ("/v2example", &[], v1),
+        ("/foo/v2/example", &[], v1),
+    ];
+    for (path, headers, backend) in cases {
+        served_by(
+            &bed.request(&c, "any.example", path, headers).await,
+            backend,
+        );
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn matches_compete_across_routes_of_one_host() {
     let case = "\
@@ -3094,8 +3138,13 @@ spec:
 ";
     let bed = Bed::start(case);
     let c = client();
-    bed.route_status(&c, "gateway-conformance-infra/matching-part2")
+    let s = bed
+        .route_status(&c, "gateway-conformance-infra/matching-part2")
         .await;
+    for route in ["matching-part1", "matching-part2"] {
+        let route = format!("gateway-conformance-infra/{route}");
+        route_ok(&s, &route, "same-namespace");
+    }
     let cases: &[(&str, &str, Headers, &str)] = &[
         ("example.com", "/", &[], "infra-backend-v1"),
         ("example.com", "/example", &[], "infra-backend-v1"),
