@@ -3064,6 +3064,70 @@ spec:
     );
 }
 
+/// HTTPRouteExactPathMatching and HTTPRoutePathMatchOrder: an `Exact` path is neither a
+/// prefix nor case-insensitive nor trailing-slash tolerant; Exact beats PathPrefix, and the
+/// longest prefix wins.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exact_paths_and_the_order_of_path_matches() {
+    let case = "\
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: exact-matching, namespace: gateway-conformance-infra}
+spec:
+  parentRefs: [{name: same-namespace}]
+  rules:
+  - matches: [{path: {type: Exact, value: /one}}]
+    backendRefs: [{name: infra-backend-v1, port: 8080}]
+  - matches: [{path: {type: Exact, value: /two}}]
+    backendRefs: [{name: infra-backend-v2, port: 8080}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: path-matching-order, namespace: gateway-conformance-infra}
+spec:
+  parentRefs: [{name: same-namespace}]
+  rules:
+  - matches: [{path: {type: Exact, value: /match}}]
+    backendRefs: [{name: infra-backend-v1, port: 8080}]
+  - matches: [{path: {type: Exact, value: /match/exact}}]
+    backendRefs: [{name: infra-backend-v2, port: 8080}]
+  - matches: [{path: {type: Exact, value: /match/exact/one}}]
+    backendRefs: [{name: infra-backend-v3, port: 8080}]
+  - matches: [{path: {type: PathPrefix, value: /match/}}]
+    backendRefs: [{name: infra-backend-v3, port: 8080}]
+  - matches: [{path: {type: PathPrefix, value: /match/prefix/}}]
+    backendRefs: [{name: infra-backend-v1, port: 8080}]
+  - matches: [{path: {type: PathPrefix, value: /match/prefix/one}}]
+    backendRefs: [{name: infra-backend-v2, port: 8080}]
+";
+    let bed = Bed::start(case);
+    let c = client();
+    let s = bed
+        .route_status(&c, "gateway-conformance-infra/path-matching-order")
+        .await;
+    for route in ["exact-matching", "path-matching-order"] {
+        let route = format!("gateway-conformance-infra/{route}");
+        route_ok(&s, &route, "same-namespace");
+    }
+    let (v1, v2, v3) = ("infra-backend-v1", "infra-backend-v2", "infra-backend-v3");
+    for (path, backend) in [
+        ("/one", v1),
+        ("/two", v2),
+        ("/match/exact/one", v3),
+        ("/match/exact", v2),
+        ("/match", v1),
+        ("/match/prefix/one/any", v2),
+        ("/match/prefix/any", v1),
+        ("/match/any", v3),
+    ] {
+        served_by(&bed.request(&c, "any.example", path, &[]).await, backend);
+    }
+    for path in ["/", "/one/example", "/two/", "/Two"] {
+        let r = bed.request(&c, "any.example", path, &[]).await;
+        assert_eq!(r.status, 404, "{path}");
+    }
+}
+
 /// HTTPRouteMatching: one route, a path-or-header rule per backend; a prefix matches whole
 /// path elements only.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
