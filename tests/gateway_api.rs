@@ -3064,6 +3064,172 @@ spec:
     );
 }
 
+/// The values of request header `name` (lower case) the echo backend saw, in order: one per
+/// header line, or per comma-separated element of one line.
+fn seen_values(j: &Value, name: &str) -> Vec<String> {
+    let split = |s: &str| {
+        s.split(',')
+            .map(|v| v.trim().to_string())
+            .collect::<Vec<_>>()
+    };
+    match &j["headers"][name] {
+        Value::String(s) => split(s),
+        Value::Array(a) => a
+            .iter()
+            .filter_map(|v| v.as_str())
+            .flat_map(split)
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// HTTPRouteRequestHeaderModifier: `set` replaces, `add` appends to what the client sent,
+/// `remove` drops; several of each in one filter; names in any case.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn request_header_modifiers_set_add_and_remove_as_upstream_sends_them() {
+    let case = "\
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: request-header-modifier, namespace: gateway-conformance-infra}
+spec:
+  parentRefs: [{name: same-namespace}]
+  rules:
+  - matches: [{path: {type: PathPrefix, value: /set}}]
+    filters:
+    - {type: RequestHeaderModifier, requestHeaderModifier: {set: [{name: X-Header-Set, value: set-overwrites-values}]}}
+    backendRefs: [{name: infra-backend-v1, port: 8080}]
+  - matches: [{path: {type: PathPrefix, value: /add}}]
+    filters:
+    - {type: RequestHeaderModifier, requestHeaderModifier: {add: [{name: X-Header-Add, value: add-appends-values}]}}
+    backendRefs: [{name: infra-backend-v1, port: 8080}]
+  - matches: [{path: {type: PathPrefix, value: /remove}}]
+    filters:
+    - {type: RequestHeaderModifier, requestHeaderModifier: {remove: [X-Header-Remove]}}
+    backendRefs: [{name: infra-backend-v1, port: 8080}]
+  - matches: [{path: {type: PathPrefix, value: /multiple}}]
+    filters:
+    - type: RequestHeaderModifier
+      requestHeaderModifier:
+        set: [{name: X-Header-Set-1, value: header-set-1}, {name: X-Header-Set-2, value: header-set-2}]
+        add:
+        - {name: X-Header-Add-1, value: header-add-1}
+        - {name: X-Header-Add-2, value: header-add-2}
+        - {name: X-Header-Add-3, value: header-add-3}
+        remove: [X-Header-Remove-1, X-Header-Remove-2]
+    backendRefs: [{name: infra-backend-v1, port: 8080}]
+  - matches: [{path: {type: PathPrefix, value: /case-insensitivity}}]
+    filters:
+    - type: RequestHeaderModifier
+      requestHeaderModifier:
+        set: [{name: X-Header-Set, value: header-set}]
+        add: [{name: X-Header-Add, value: header-add}]
+        remove: [X-Header-Remove]
+    backendRefs: [{name: infra-backend-v1, port: 8080}]
+";
+    let bed = Bed::start(case);
+    let c = client();
+    let route = "gateway-conformance-infra/request-header-modifier";
+    let s = bed.route_status(&c, route).await;
+    route_ok(&s, route, "same-namespace");
+    // (path, headers sent, headers the backend must see, headers it must not)
+    type Case<'a> = (&'a str, Headers<'a>, Headers<'a>, &'a [&'a str]);
+    let cases: &[Case] = &[
+        (
+            "/set",
+            &[("Some-Other-Header", "val")],
+            &[
+                ("some-other-header", "val"),
+                ("x-header-set", "set-overwrites-values"),
+            ],
+            &[],
+        ),
+        (
+            "/set",
+            &[
+                ("Some-Other-Header", "val"),
+                ("X-Header-Set", "some-other-value"),
+            ],
+            &[
+                ("some-other-header", "val"),
+                ("x-header-set", "set-overwrites-values"),
+            ],
+            &[],
+        ),
+        (
+            "/add",
+            &[("Some-Other-Header", "val")],
+            &[
+                ("some-other-header", "val"),
+                ("x-header-add", "add-appends-values"),
+            ],
+            &[],
+        ),
+        (
+            "/add",
+            &[
+                ("Some-Other-Header", "val"),
+                ("X-Header-Add", "some-other-value"),
+            ],
+            &[
+                ("some-other-header", "val"),
+                ("x-header-add", "some-other-value,add-appends-values"),
+            ],
+            &[],
+        ),
+        (
+            "/remove",
+            &[("X-Header-Remove", "val")],
+            &[],
+            &["x-header-remove"],
+        ),
+        (
+            "/multiple",
+            &[
+                ("X-Header-Set-2", "set-val-2"),
+                ("X-Header-Add-2", "add-val-2"),
+                ("X-Header-Remove-2", "remove-val-2"),
+                ("Another-Header", "another-header-val"),
+            ],
+            &[
+                ("x-header-set-1", "header-set-1"),
+                ("x-header-set-2", "header-set-2"),
+                ("x-header-add-1", "header-add-1"),
+                ("x-header-add-2", "add-val-2,header-add-2"),
+                ("x-header-add-3", "header-add-3"),
+                ("another-header", "another-header-val"),
+            ],
+            &["x-header-remove-1", "x-header-remove-2"],
+        ),
+        (
+            "/case-insensitivity",
+            &[
+                ("x-header-set", "original-val-set"),
+                ("x-header-add", "original-val-add"),
+                ("x-header-remove", "original-val-remove"),
+                ("Another-Header", "another-header-val"),
+            ],
+            &[
+                ("x-header-set", "header-set"),
+                ("x-header-add", "original-val-add,header-add"),
+                ("another-header", "another-header-val"),
+            ],
+            &["x-header-remove"],
+        ),
+    ];
+    for (path, sent, want, absent) in cases {
+        let r = bed.request(&c, "headers.example", path, sent).await;
+        served_by(&r, "infra-backend-v1");
+        let j = r.json();
+        for (name, value) in *want {
+            let want: Vec<String> = value.split(',').map(str::to_string).collect();
+            assert_eq!(seen_values(&j, name), want, "{path}: {name} in {j}");
+        }
+        for name in *absent {
+            assert!(j["headers"].get(name).is_none(), "{path}: {name} in {j}");
+        }
+    }
+}
+
 /// HTTPRouteExactPathMatching and HTTPRoutePathMatchOrder: an `Exact` path is neither a
 /// prefix nor case-insensitive nor trailing-slash tolerant; Exact beats PathPrefix, and the
 /// longest prefix wins.
