@@ -2842,7 +2842,8 @@ spec:
 
 /// HTTPRouteHTTPSListenerDetectMisdirectedRequests: four HTTPS listeners sharing one Secret
 /// (one without a host name); a request whose Host belongs to another listener than its SNI
-/// gets 421, over HTTP/2 as the suite sends it.
+/// gets 421, over HTTP/2 as the suite sends it. Also HTTPRouteHTTPSListener, on the same
+/// Gateway.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_host_of_another_listener_is_misdirected_even_with_one_certificate() {
     let ca = common::ca::Ca::new("misdirected requests CA");
@@ -2905,6 +2906,22 @@ spec:
     case += &route(2, "https-with-hostname", "", "infra-backend-v2");
     case += &route(3, "https-with-wildcard-hostname", "", "infra-backend-v3");
     case += &route(4, "https-with-specific-hostname", "", "infra-backend-v1");
+    // HTTPRouteHTTPSListener's routes, on the same Gateway.
+    case += "apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: httproute-https-test, namespace: gateway-conformance-infra}
+spec:
+  parentRefs: [{name: same-namespace-with-https-listener}]
+  hostnames: [example.org]
+  rules: [{backendRefs: [{name: infra-backend-v1, port: 8080}]}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: httproute-https-test-no-hostname, namespace: gateway-conformance-infra}
+spec:
+  parentRefs: [{name: same-namespace-with-https-listener, sectionName: https-with-hostname}]
+  rules: [{backendRefs: [{name: infra-backend-v2, port: 8080}]}]
+";
     let bed = Bed::start_with(&case, &["--tls-listen", "x"]);
     let c = client();
     let s = bed
@@ -2912,6 +2929,10 @@ spec:
         .await;
     for n in 1..=4 {
         let route = format!("gateway-conformance-infra/misdirected-{n}");
+        route_ok(&s, &route, "same-namespace-with-https-listener");
+    }
+    for route in ["httproute-https-test", "httproute-https-test-no-hostname"] {
+        let route = format!("gateway-conformance-infra/{route}");
         route_ok(&s, &route, "same-namespace-with-https-listener");
     }
     let port = bed.tls_port.unwrap();
@@ -2977,6 +2998,20 @@ spec:
                 .await
                 .unwrap_or_else(|e| panic!("{sni} / {host}: {e}"));
         assert_eq!(got.resp.status, status, "SNI {sni}, Host {host}");
+        if let Some(b) = backend {
+            served_by(&got.resp, b);
+        }
+    }
+    // HTTPRouteHTTPSListener: SNI and Host alike, path `/`.
+    for (host, status, backend) in [
+        ("example.org", 200, v1),
+        ("unknown-example.org", 404, None),
+        ("second-example.org", 200, v2),
+    ] {
+        let got = common::tls::exchange(&connector, port, host, host, "/")
+            .await
+            .unwrap_or_else(|e| panic!("{host}: {e}"));
+        assert_eq!(got.resp.status, status, "{host}");
         if let Some(b) = backend {
             served_by(&got.resp, b);
         }
