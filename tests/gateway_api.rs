@@ -1503,6 +1503,64 @@ async fn grpc_call(
     (status, text(&head, "x-echo-name"), grpc_status, seen)
 }
 
+/// GRPCRouteHeaderMatching: rules by metadata only; more headers outrank fewer; several
+/// matches of one rule are ORed; what matches nothing is `UNIMPLEMENTED`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grpc_routes_match_metadata_as_upstream_sends_it() {
+    let case = "\
+apiVersion: gateway.networking.k8s.io/v1
+kind: GRPCRoute
+metadata: {name: grpc-header-matching, namespace: gateway-conformance-infra}
+spec:
+  parentRefs: [{name: same-namespace}]
+  rules:
+  - matches: [{headers: [{name: version, value: one}]}]
+    backendRefs: [{name: infra-backend-v1, port: 8080}]
+  - matches: [{headers: [{name: version, value: two}]}]
+    backendRefs: [{name: infra-backend-v2, port: 8080}]
+  - matches: [{headers: [{name: version, value: two}, {name: color, value: orange}]}]
+    backendRefs: [{name: infra-backend-v1, port: 8080}]
+  - matches: [{headers: [{name: color, value: blue}]}, {headers: [{name: color, value: green}]}]
+    backendRefs: [{name: infra-backend-v1, port: 8080}]
+  - matches: [{headers: [{name: color, value: red}]}, {headers: [{name: color, value: yellow}]}]
+    backendRefs: [{name: infra-backend-v2, port: 8080}]
+";
+    let bed = Bed::start(case);
+    let c = client();
+    let route = "gateway-conformance-infra/grpc-header-matching";
+    let s = bed
+        .status_when(&c, |s| s["grpcRoutes"].get(route).is_some())
+        .await;
+    let p = &s["grpcRoutes"][route]["parents"][0];
+    assert_eq!(cond_of(&p["conditions"], "Accepted"), yes("Accepted"));
+    assert_eq!(
+        cond_of(&p["conditions"], "ResolvedRefs"),
+        yes("ResolvedRefs")
+    );
+    wait_ready(&c, &bed.weir).await;
+    let (v1, v2) = (Some("infra-backend-v1"), Some("infra-backend-v2"));
+    let cases: &[(Headers, Option<&str>)] = &[
+        (&[("version", "one")], v1),
+        (&[("version", "two")], v2),
+        (&[("version", "two"), ("color", "orange")], v1),
+        (&[("version", "two"), ("color", "blue")], v2),
+        (&[("color", "orange")], None),
+        (&[("some-other-header", "one")], None),
+        (&[("color", "blue")], v1),
+        (&[("color", "green")], v1),
+        (&[("color", "red")], v2),
+        (&[("color", "yellow")], v2),
+        (&[("color", "purple")], None),
+    ];
+    let echo = "/gateway_api_conformance.echo_basic.grpcecho.GrpcEcho/Echo";
+    for (headers, backend) in cases {
+        let (_, name, grpc_status, _) = grpc_call(&bed, echo, headers).await;
+        assert_eq!(name.as_deref(), *backend, "{headers:?}");
+        let want = if backend.is_some() { "0" } else { "12" };
+        assert_eq!(grpc_status.as_deref(), Some(want), "{headers:?}");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn grpc_routes_match_services_methods_and_headers() {
     let case = "\
