@@ -1503,6 +1503,42 @@ async fn grpc_call(
     (status, text(&head, "x-echo-name"), grpc_status, seen)
 }
 
+/// GRPCRouteNamedRule: a rule's `name` is accepted and changes nothing about serving.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grpc_named_rules_are_served() {
+    let case = "\
+apiVersion: gateway.networking.k8s.io/v1
+kind: GRPCRoute
+metadata: {name: grpc-named-rules, namespace: gateway-conformance-infra}
+spec:
+  parentRefs: [{name: same-namespace}]
+  rules:
+  - name: named-rule
+    matches: [{method: {service: gateway_api_conformance.echo_basic.grpcecho.GrpcEcho, method: Echo}}]
+    backendRefs: [{name: infra-backend-v1, port: 8080}]
+  - matches: [{method: {service: gateway_api_conformance.echo_basic.grpcecho.GrpcEcho, method: EchoTwo}}]
+    backendRefs: [{name: infra-backend-v2, port: 8080}]
+";
+    let bed = Bed::start(case);
+    let c = client();
+    let route = "gateway-conformance-infra/grpc-named-rules";
+    let s = bed
+        .status_when(&c, |s| s["grpcRoutes"].get(route).is_some())
+        .await;
+    let p = &s["grpcRoutes"][route]["parents"][0];
+    assert_eq!(cond_of(&p["conditions"], "Accepted"), yes("Accepted"));
+    wait_ready(&c, &bed.weir).await;
+    let svc = "/gateway_api_conformance.echo_basic.grpcecho.GrpcEcho";
+    for (method, backend) in [
+        ("Echo", "infra-backend-v1"),
+        ("EchoTwo", "infra-backend-v2"),
+    ] {
+        let (_, name, grpc_status, _) = grpc_call(&bed, &format!("{svc}/{method}"), &[]).await;
+        assert_eq!(name.as_deref(), Some(backend), "{method}");
+        assert_eq!(grpc_status.as_deref(), Some("0"), "{method}");
+    }
+}
+
 /// GRPCRouteHeaderMatching: rules by metadata only; more headers outrank fewer; several
 /// matches of one rule are ORed; what matches nothing is `UNIMPLEMENTED`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
