@@ -680,6 +680,149 @@ spec:
     }
 }
 
+/// HTTPRouteRedirectPath, HTTPRouteRedirectPort and HTTPRouteRedirectScheme: each part
+/// alone and with a host name or a status, the rest of the URL kept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redirects_replace_path_port_and_scheme_as_upstream_asks() {
+    let case = "\
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: redirect-path, namespace: gateway-conformance-infra}
+spec:
+  parentRefs: [{name: same-namespace}]
+  rules:
+  - matches: [{path: {type: PathPrefix, value: /original-prefix}}]
+    filters: [{type: RequestRedirect, requestRedirect: {path: {type: ReplacePrefixMatch, replacePrefixMatch: /replacement-prefix}}}]
+    backendRefs: [{name: infra-backend-v1, port: 8080}]
+  - matches: [{path: {type: PathPrefix, value: /full}}]
+    filters: [{type: RequestRedirect, requestRedirect: {path: {type: ReplaceFullPath, replaceFullPath: /full-path-replacement}}}]
+    backendRefs: [{name: infra-backend-v1, port: 8080}]
+  - matches: [{path: {type: PathPrefix, value: /path-and-host}}]
+    filters: [{type: RequestRedirect, requestRedirect: {hostname: example.org, path: {type: ReplacePrefixMatch, replacePrefixMatch: /replacement-prefix}}}]
+    backendRefs: [{name: infra-backend-v1, port: 8080}]
+  - matches: [{path: {type: PathPrefix, value: /path-and-status}}]
+    filters: [{type: RequestRedirect, requestRedirect: {path: {type: ReplacePrefixMatch, replacePrefixMatch: /replacement-prefix}, statusCode: 301}}]
+    backendRefs: [{name: infra-backend-v1, port: 8080}]
+  - matches: [{path: {type: PathPrefix, value: /full-path-and-host}}]
+    filters: [{type: RequestRedirect, requestRedirect: {hostname: example.org, path: {type: ReplaceFullPath, replaceFullPath: /replacement-full}}}]
+    backendRefs: [{name: infra-backend-v1, port: 8080}]
+  - matches: [{path: {type: PathPrefix, value: /full-path-and-status}}]
+    filters: [{type: RequestRedirect, requestRedirect: {path: {type: ReplaceFullPath, replaceFullPath: /replacement-full}, statusCode: 301}}]
+    backendRefs: [{name: infra-backend-v1, port: 8080}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: redirect-port, namespace: gateway-conformance-infra}
+spec:
+  parentRefs: [{name: same-namespace}]
+  rules:
+  - matches: [{path: {type: PathPrefix, value: /port}}]
+    filters: [{type: RequestRedirect, requestRedirect: {port: 8083}}]
+    backendRefs: [{name: infra-backend-v1, port: 8080}]
+  - matches: [{path: {type: PathPrefix, value: /port-and-host}}]
+    filters: [{type: RequestRedirect, requestRedirect: {hostname: example.org, port: 8083}}]
+    backendRefs: [{name: infra-backend-v1, port: 8080}]
+  - matches: [{path: {type: PathPrefix, value: /port-and-status}}]
+    filters: [{type: RequestRedirect, requestRedirect: {port: 8083, statusCode: 301}}]
+    backendRefs: [{name: infra-backend-v1, port: 8080}]
+  - matches: [{path: {type: PathPrefix, value: /port-and-host-and-status}}]
+    filters: [{type: RequestRedirect, requestRedirect: {port: 8083, hostname: example.org, statusCode: 302}}]
+    backendRefs: [{name: infra-backend-v1, port: 8080}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: redirect-scheme, namespace: gateway-conformance-infra}
+spec:
+  parentRefs: [{name: same-namespace}]
+  rules:
+  - matches: [{path: {type: PathPrefix, value: /scheme}}]
+    filters: [{type: RequestRedirect, requestRedirect: {scheme: https}}]
+    backendRefs: [{name: infra-backend-v1, port: 8080}]
+  - matches: [{path: {type: PathPrefix, value: /scheme-and-host}}]
+    filters: [{type: RequestRedirect, requestRedirect: {hostname: example.org, scheme: https}}]
+    backendRefs: [{name: infra-backend-v1, port: 8080}]
+  - matches: [{path: {type: PathPrefix, value: /scheme-and-status}}]
+    filters: [{type: RequestRedirect, requestRedirect: {scheme: https, statusCode: 301}}]
+    backendRefs: [{name: infra-backend-v1, port: 8080}]
+  - matches: [{path: {type: PathPrefix, value: /scheme-and-host-and-status}}]
+    filters: [{type: RequestRedirect, requestRedirect: {scheme: https, statusCode: 302, hostname: example.org}}]
+    backendRefs: [{name: infra-backend-v1, port: 8080}]
+---
+";
+    let bed = Bed::start(case);
+    let c = client();
+    let s = bed
+        .route_status(&c, "gateway-conformance-infra/redirect-scheme")
+        .await;
+    for route in ["redirect-path", "redirect-port", "redirect-scheme"] {
+        let route = format!("gateway-conformance-infra/{route}");
+        route_ok(&s, &route, "same-namespace");
+    }
+    let h = "http://redirect.example";
+    let cases = [
+        (
+            "/original-prefix/lemon",
+            302,
+            format!("{h}/replacement-prefix/lemon"),
+        ),
+        (
+            "/full/path/original",
+            302,
+            format!("{h}/full-path-replacement"),
+        ),
+        (
+            "/path-and-host",
+            302,
+            "http://example.org/replacement-prefix".into(),
+        ),
+        ("/path-and-status", 301, format!("{h}/replacement-prefix")),
+        (
+            "/full-path-and-host",
+            302,
+            "http://example.org/replacement-full".into(),
+        ),
+        (
+            "/full-path-and-status",
+            301,
+            format!("{h}/replacement-full"),
+        ),
+        ("/port", 302, format!("{h}:8083/port")),
+        (
+            "/port-and-host",
+            302,
+            "http://example.org:8083/port-and-host".into(),
+        ),
+        ("/port-and-status", 301, format!("{h}:8083/port-and-status")),
+        (
+            "/port-and-host-and-status",
+            302,
+            "http://example.org:8083/port-and-host-and-status".into(),
+        ),
+        ("/scheme", 302, "https://redirect.example/scheme".into()),
+        (
+            "/scheme-and-host",
+            302,
+            "https://example.org/scheme-and-host".into(),
+        ),
+        (
+            "/scheme-and-status",
+            301,
+            "https://redirect.example/scheme-and-status".into(),
+        ),
+        (
+            "/scheme-and-host-and-status",
+            302,
+            "https://example.org/scheme-and-host-and-status".into(),
+        ),
+    ];
+    for (path, status, location) in cases {
+        let r = bed.request(&c, "redirect.example", path, &[]).await;
+        assert_eq!(r.status, status, "{path}");
+        assert_eq!(r.header("location"), Some(location.as_str()), "{path}");
+        assert_eq!(r.echo_name(), None, "{path}: answered by the gateway");
+    }
+}
+
 /// HTTPRoute303Redirect, HTTPRoute307Redirect and HTTPRoute308Redirect: the status asked for,
 /// the request's own path kept (a `POST` answered 303, as a form's "see other" is).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
