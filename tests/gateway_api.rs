@@ -3502,6 +3502,142 @@ spec:
     }
 }
 
+/// HTTPRouteHeaderMatching: rules by headers only; more headers outrank fewer; several
+/// matches of one rule are ORed; header names in any case.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn header_matches_as_upstream_sends_them() {
+    let case = "\
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: header-matching, namespace: gateway-conformance-infra}
+spec:
+  parentRefs: [{name: same-namespace}]
+  rules:
+  - matches: [{headers: [{name: version, value: one}]}]
+    backendRefs: [{name: infra-backend-v1, port: 8080}]
+  - matches: [{headers: [{name: version, value: two}]}]
+    backendRefs: [{name: infra-backend-v2, port: 8080}]
+  - matches: [{headers: [{name: version, value: two}, {name: color, value: orange}]}]
+    backendRefs: [{name: infra-backend-v1, port: 8080}]
+  - matches: [{headers: [{name: color, value: blue}]}, {headers: [{name: color, value: green}]}]
+    backendRefs: [{name: infra-backend-v1, port: 8080}]
+  - matches: [{headers: [{name: color, value: red}]}, {headers: [{name: color, value: yellow}]}]
+    backendRefs: [{name: infra-backend-v2, port: 8080}]
+";
+    let bed = Bed::start(case);
+    let c = client();
+    let route = "gateway-conformance-infra/header-matching";
+    let s = bed.route_status(&c, route).await;
+    route_ok(&s, route, "same-namespace");
+    let (v1, v2) = (Some("infra-backend-v1"), Some("infra-backend-v2"));
+    let cases: &[(Headers, Option<&str>)] = &[
+        (&[("Version", "one")], v1),
+        (&[("Version", "two")], v2),
+        (&[("Version", "two"), ("Color", "orange")], v1),
+        (&[("Version", "two"), ("Color", "blue")], v2),
+        (&[("Color", "orange")], None),
+        (&[("Some-Other-Header", "one")], None),
+        (&[("Color", "blue")], v1),
+        (&[("Color", "green")], v1),
+        (&[("Color", "red")], v2),
+        (&[("Color", "yellow")], v2),
+        (&[("Color", "purple")], None),
+    ];
+    for (headers, backend) in cases {
+        let r = bed.request(&c, "any.example", "/", headers).await;
+        match backend {
+            Some(b) => served_by(&r, b),
+            None => assert_eq!(r.status, 404, "{headers:?}"),
+        }
+    }
+}
+
+/// HTTPRouteQueryParamMatching: query parameters alone and with paths and headers, in the
+/// spec's precedence (path, then headers, then query parameters); names and values case
+/// sensitive; several matches of one rule ORed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn query_param_matches_as_upstream_sends_them() {
+    let case = "\
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: query-param-matching, namespace: gateway-conformance-infra}
+spec:
+  parentRefs: [{name: same-namespace}]
+  rules:
+  - matches: [{queryParams: [{name: animal, value: whale}]}]
+    backendRefs: [{name: infra-backend-v1, port: 8080}]
+  - matches: [{queryParams: [{name: animal, value: dolphin}]}]
+    backendRefs: [{name: infra-backend-v2, port: 8080}]
+  - matches:
+    - queryParams: [{name: animal, value: dolphin}, {name: color, value: blue}]
+    - queryParams: [{name: ANIMAL, value: Whale}]
+    backendRefs: [{name: infra-backend-v3, port: 8080}]
+  - matches: [{path: {type: PathPrefix, value: /path1}, queryParams: [{name: animal, value: whale}]}]
+    backendRefs: [{name: infra-backend-v1, port: 8080}]
+  - matches: [{headers: [{name: version, value: one}], queryParams: [{name: animal, value: whale}]}]
+    backendRefs: [{name: infra-backend-v2, port: 8080}]
+  - matches:
+    - path: {type: PathPrefix, value: /path2}
+      headers: [{name: version, value: two}]
+      queryParams: [{name: animal, value: whale}]
+    backendRefs: [{name: infra-backend-v3, port: 8080}]
+  - matches:
+    - path: {type: PathPrefix, value: /path3}
+      queryParams: [{name: animal, value: shark}]
+    - path: {type: PathPrefix, value: /path4}
+      headers: [{name: version, value: three}]
+      queryParams: [{name: animal, value: kraken}]
+    backendRefs: [{name: infra-backend-v1, port: 8080}]
+  - matches: [{path: {type: PathPrefix, value: /path5}}]
+    backendRefs: [{name: infra-backend-v1, port: 8080}]
+  - matches: [{queryParams: [{name: animal, value: hydra}]}]
+    backendRefs: [{name: infra-backend-v2, port: 8080}]
+  - matches: [{headers: [{name: version, value: four}]}]
+    backendRefs: [{name: infra-backend-v3, port: 8080}]
+";
+    let bed = Bed::start(case);
+    let c = client();
+    let route = "gateway-conformance-infra/query-param-matching";
+    let s = bed.route_status(&c, route).await;
+    route_ok(&s, route, "same-namespace");
+    let (v1, v2, v3) = (
+        Some("infra-backend-v1"),
+        Some("infra-backend-v2"),
+        Some("infra-backend-v3"),
+    );
+    let cases: &[(&str, Headers, Option<&str>)] = &[
+        ("/?animal=whale", &[], v1),
+        ("/?animal=dolphin", &[], v2),
+        ("/?animal=dolphin&color=blue", &[], v3),
+        ("/?ANIMAL=Whale", &[], v3),
+        ("/?animal=whale&otherparam=irrelevant", &[], v1),
+        ("/?animal=dolphin&color=yellow", &[], v2),
+        ("/?color=blue", &[], None),
+        ("/?animal=dog", &[], None),
+        ("/?animal=whaledolphin", &[], None),
+        ("/", &[], None),
+        ("/path1?animal=whale", &[], v1),
+        ("/?animal=whale", &[("version", "one")], v2),
+        ("/path2?animal=whale", &[("version", "two")], v3),
+        ("/path3?animal=shark", &[], v1),
+        ("/path4?animal=kraken", &[("version", "three")], v1),
+        ("/?animal=shark", &[], None),
+        ("/path4?animal=kraken", &[], None),
+        ("/path5?animal=hydra", &[], v1),
+        ("/?animal=hydra", &[("version", "four")], v3),
+    ];
+    for (path, headers, backend) in cases {
+        let r = bed.request(&c, "any.example", path, headers).await;
+        match backend {
+            Some(b) => {
+                assert_eq!(r.status, 200, "{path} {headers:?}");
+                assert_eq!(r.echo_name().as_deref(), Some(*b), "{path} {headers:?}");
+            }
+            None => assert_eq!(r.status, 404, "{path} {headers:?}"),
+        }
+    }
+}
+
 /// HTTPRouteExactPathMatching and HTTPRoutePathMatchOrder: an `Exact` path is neither a
 /// prefix nor case-insensitive nor trailing-slash tolerant; Exact beats PathPrefix, and the
 /// longest prefix wins.
