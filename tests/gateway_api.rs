@@ -3638,6 +3638,82 @@ spec:
     }
 }
 
+/// HTTPRouteMethodMatching: methods alone and with paths and headers, in the spec's
+/// precedence (path, then method, then headers).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn method_matches_as_upstream_sends_them() {
+    let case = "\
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: method-matching, namespace: gateway-conformance-infra}
+spec:
+  parentRefs: [{name: same-namespace}]
+  rules:
+  - matches: [{method: POST}]
+    backendRefs: [{name: infra-backend-v1, port: 8080}]
+  - matches: [{method: GET}]
+    backendRefs: [{name: infra-backend-v2, port: 8080}]
+  - matches: [{path: {type: PathPrefix, value: /path1}, method: GET}]
+    backendRefs: [{name: infra-backend-v1, port: 8080}]
+  - matches: [{headers: [{name: version, value: one}], method: PUT}]
+    backendRefs: [{name: infra-backend-v2, port: 8080}]
+  - matches: [{path: {type: PathPrefix, value: /path2}, headers: [{name: version, value: two}], method: POST}]
+    backendRefs: [{name: infra-backend-v3, port: 8080}]
+  - matches:
+    - {path: {type: PathPrefix, value: /path3}, method: PATCH}
+    - {path: {type: PathPrefix, value: /path4}, headers: [{name: version, value: three}], method: DELETE}
+    backendRefs: [{name: infra-backend-v1, port: 8080}]
+  - matches: [{path: {type: PathPrefix, value: /path5}}]
+    backendRefs: [{name: infra-backend-v1, port: 8080}]
+  - matches: [{method: PATCH}]
+    backendRefs: [{name: infra-backend-v2, port: 8080}]
+  - matches: [{headers: [{name: version, value: four}]}]
+    backendRefs: [{name: infra-backend-v3, port: 8080}]
+";
+    let bed = Bed::start(case);
+    let c = client();
+    let route = "gateway-conformance-infra/method-matching";
+    let s = bed.route_status(&c, route).await;
+    route_ok(&s, route, "same-namespace");
+    let (v1, v2, v3) = (
+        Some("infra-backend-v1"),
+        Some("infra-backend-v2"),
+        Some("infra-backend-v3"),
+    );
+    let cases: &[(&str, &str, Option<&str>, Option<&str>)] = &[
+        ("POST", "/", None, v1),
+        ("GET", "/", None, v2),
+        ("HEAD", "/", None, None),
+        ("GET", "/path1", None, v1),
+        ("PUT", "/", Some("one"), v2),
+        ("POST", "/path2", Some("two"), v3),
+        ("PATCH", "/path3", None, v1),
+        ("DELETE", "/path4", Some("three"), v1),
+        ("PUT", "/", None, None),
+        ("DELETE", "/path4", None, None),
+        ("PATCH", "/path5", None, v1),
+        ("PATCH", "/", Some("four"), v2),
+    ];
+    for (method, path, version, backend) in cases {
+        let mut headers = vec![("host", "any.example")];
+        if let Some(v) = version {
+            headers.push(("version", v));
+        }
+        let r = send(&c, method, &bed.weir.url(path), &headers, "").await;
+        match backend {
+            Some(b) => {
+                assert_eq!(r.status, 200, "{method} {path} {version:?}");
+                assert_eq!(
+                    r.echo_name().as_deref(),
+                    Some(*b),
+                    "{method} {path} {version:?}"
+                );
+            }
+            None => assert_eq!(r.status, 404, "{method} {path} {version:?}"),
+        }
+    }
+}
+
 /// HTTPRouteExactPathMatching and HTTPRoutePathMatchOrder: an `Exact` path is neither a
 /// prefix nor case-insensitive nor trailing-slash tolerant; Exact beats PathPrefix, and the
 /// longest prefix wins.
