@@ -1646,6 +1646,48 @@ async fn grpc_call(
     (status, text(&head, "x-echo-name"), grpc_status, seen)
 }
 
+/// GRPCRouteWeight: unary calls shared 70/30/0 by weight.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grpc_weights_share_calls() {
+    let case = "\
+apiVersion: gateway.networking.k8s.io/v1
+kind: GRPCRoute
+metadata: {name: weighted-backends, namespace: gateway-conformance-infra}
+spec:
+  parentRefs: [{name: same-namespace}]
+  rules:
+  - backendRefs:
+    - {name: infra-backend-v1, port: 8080, weight: 70}
+    - {name: infra-backend-v2, port: 8080, weight: 30}
+    - {name: infra-backend-v3, port: 8080, weight: 0}
+";
+    let bed = Bed::start(case);
+    let c = client();
+    let route = "gateway-conformance-infra/weighted-backends";
+    let s = bed
+        .status_when(&c, |s| s["grpcRoutes"].get(route).is_some())
+        .await;
+    let p = &s["grpcRoutes"][route]["parents"][0];
+    assert_eq!(cond_of(&p["conditions"], "Accepted"), yes("Accepted"));
+    assert_eq!(
+        cond_of(&p["conditions"], "ResolvedRefs"),
+        yes("ResolvedRefs")
+    );
+    wait_ready(&c, &bed.weir).await;
+    let echo = "/gateway_api_conformance.echo_basic.grpcecho.GrpcEcho/Echo";
+    let mut seen = BTreeMap::new();
+    for _ in 0..500 {
+        let (_, name, grpc_status, _) = grpc_call(&bed, echo, &[]).await;
+        assert_eq!(grpc_status.as_deref(), Some("0"));
+        *seen.entry(name.unwrap()).or_insert(0) += 1;
+    }
+    assert_shares(
+        &seen,
+        500,
+        &[("infra-backend-v1", 70.0), ("infra-backend-v2", 30.0)],
+    );
+}
+
 /// GRPCRouteNamedRule: a rule's `name` is accepted and changes nothing about serving.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn grpc_named_rules_are_served() {
@@ -3711,6 +3753,78 @@ spec:
             }
             None => assert_eq!(r.status, 404, "{method} {path} {version:?}"),
         }
+    }
+}
+
+/// Counts which backend answered each of `n` answers, and checks the shares against `want`
+/// (backend, percent) within the suite's tolerance (5 points of 500 requests).
+fn assert_shares(seen: &BTreeMap<String, usize>, n: usize, want: &[(&str, f64)]) {
+    for (backend, percent) in want {
+        let got = *seen.get(*backend).unwrap_or(&0) as f64 * 100.0 / n as f64;
+        assert!(
+            (got - percent).abs() <= 5.0,
+            "{backend}: {got}% of {n}, want {percent}%: {seen:?}"
+        );
+    }
+    let known: Vec<&str> = want.iter().map(|(b, _)| *b).collect();
+    assert!(seen.keys().all(|b| known.contains(&b.as_str())), "{seen:?}");
+}
+
+/// HTTPRouteWeight and HTTPRouteNamedRule: 500 requests shared 70/30/0 by weight; a named
+/// rule and an unnamed one both served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn weights_share_requests_and_named_rules_are_served() {
+    let case = "\
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: weighted-backends, namespace: gateway-conformance-infra}
+spec:
+  parentRefs: [{name: same-namespace}]
+  hostnames: [weights.example]
+  rules:
+  - backendRefs:
+    - {name: infra-backend-v1, port: 8080, weight: 70}
+    - {name: infra-backend-v2, port: 8080, weight: 30}
+    - {name: infra-backend-v3, port: 8080, weight: 0}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: http-named-rules, namespace: gateway-conformance-infra}
+spec:
+  parentRefs: [{name: same-namespace}]
+  hostnames: [named.example]
+  rules:
+  - name: named-rule
+    matches: [{path: {type: PathPrefix, value: /named}}]
+    backendRefs: [{name: infra-backend-v1, port: 8080}]
+  - matches: [{path: {type: PathPrefix, value: /unnamed}}]
+    backendRefs: [{name: infra-backend-v2, port: 8080}]
+";
+    let bed = Bed::start(case);
+    let c = client();
+    let s = bed
+        .route_status(&c, "gateway-conformance-infra/http-named-rules")
+        .await;
+    for route in ["weighted-backends", "http-named-rules"] {
+        let route = format!("gateway-conformance-infra/{route}");
+        route_ok(&s, &route, "same-namespace");
+    }
+    let mut seen = BTreeMap::new();
+    for _ in 0..500 {
+        let r = bed.request(&c, "weights.example", "/", &[]).await;
+        assert_eq!(r.status, 200);
+        *seen.entry(r.echo_name().unwrap()).or_insert(0) += 1;
+    }
+    assert_shares(
+        &seen,
+        500,
+        &[("infra-backend-v1", 70.0), ("infra-backend-v2", 30.0)],
+    );
+    for (path, backend) in [
+        ("/named", "infra-backend-v1"),
+        ("/unnamed", "infra-backend-v2"),
+    ] {
+        served_by(&bed.request(&c, "named.example", path, &[]).await, backend);
     }
 }
 
