@@ -3828,6 +3828,59 @@ spec:
     }
 }
 
+/// HTTPRouteTimeoutRequest and HTTPRouteTimeoutBackendRequest: a 500 ms budget answers a
+/// backend that takes a second with 504; `0s` turns either off.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn request_and_backend_timeouts_as_upstream_sends_them() {
+    let case = "\
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: request-timeout, namespace: gateway-conformance-infra}
+spec:
+  parentRefs: [{name: same-namespace}]
+  rules:
+  - matches: [{path: {type: PathPrefix, value: /request-timeout}}]
+    backendRefs: [{name: infra-backend-v1, port: 8080}]
+    timeouts: {request: 500ms}
+  - matches: [{path: {type: PathPrefix, value: /disable-request-timeout}}]
+    backendRefs: [{name: infra-backend-v1, port: 8080}]
+    timeouts: {request: 0s}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: backend-request-timeout, namespace: gateway-conformance-infra}
+spec:
+  parentRefs: [{name: same-namespace}]
+  rules:
+  - matches: [{path: {type: PathPrefix, value: /backend-timeout}}]
+    backendRefs: [{name: infra-backend-v1, port: 8080}]
+    timeouts: {backendRequest: 500ms}
+  - matches: [{path: {type: PathPrefix, value: /disable-backend-timeout}}]
+    backendRefs: [{name: infra-backend-v1, port: 8080}]
+    timeouts: {backendRequest: 0s}
+";
+    let bed = Bed::start(case);
+    let c = client();
+    let s = bed
+        .route_status(&c, "gateway-conformance-infra/backend-request-timeout")
+        .await;
+    for route in ["request-timeout", "backend-request-timeout"] {
+        let route = format!("gateway-conformance-infra/{route}");
+        route_ok(&s, &route, "same-namespace");
+    }
+    for (path, status) in [
+        ("/request-timeout", 200),
+        ("/request-timeout?delay_ms=1000", 504),
+        ("/disable-request-timeout?delay_ms=1000", 200),
+        ("/backend-timeout", 200),
+        ("/backend-timeout?delay_ms=1000", 504),
+        ("/disable-backend-timeout?delay_ms=1000", 200),
+    ] {
+        let r = bed.request(&c, "timeouts.example", path, &[]).await;
+        assert_eq!(r.status, status, "{path}");
+    }
+}
+
 /// HTTPRouteExactPathMatching and HTTPRoutePathMatchOrder: an `Exact` path is neither a
 /// prefix nor case-insensitive nor trailing-slash tolerant; Exact beats PathPrefix, and the
 /// longest prefix wins.
