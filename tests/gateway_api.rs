@@ -3881,6 +3881,193 @@ spec:
     }
 }
 
+/// HTTPRouteRewritePath and HTTPRouteRewriteHost: prefix, full-path and host rewrites, alone
+/// and with a header modifier in the same rule.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rewrites_as_upstream_sends_them() {
+    let case = "\
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: rewrite-path, namespace: gateway-conformance-infra}
+spec:
+  parentRefs: [{name: same-namespace}]
+  hostnames: [path.example]
+  rules:
+  - matches: [{path: {type: PathPrefix, value: /prefix/one}}]
+    filters:
+    - {type: URLRewrite, urlRewrite: {path: {type: ReplacePrefixMatch, replacePrefixMatch: /one}}}
+    backendRefs: [{name: infra-backend-v1, port: 8080}]
+  - matches: [{path: {type: PathPrefix, value: /strip-prefix}}]
+    filters:
+    - {type: URLRewrite, urlRewrite: {path: {type: ReplacePrefixMatch, replacePrefixMatch: /}}}
+    backendRefs: [{name: infra-backend-v1, port: 8080}]
+  - matches: [{path: {type: PathPrefix, value: /full/one}}]
+    filters:
+    - {type: URLRewrite, urlRewrite: {path: {type: ReplaceFullPath, replaceFullPath: /one}}}
+    backendRefs: [{name: infra-backend-v1, port: 8080}]
+  - matches: [{path: {type: PathPrefix, value: /full/rewrite-path-and-modify-headers}}]
+    filters:
+    - {type: URLRewrite, urlRewrite: {path: {type: ReplaceFullPath, replaceFullPath: /test}}}
+    - type: RequestHeaderModifier
+      requestHeaderModifier:
+        set: [{name: X-Header-Set, value: set-overwrites-values}]
+        add: [{name: X-Header-Add, value: header-val-1}, {name: X-Header-Add-Append, value: header-val-2}]
+        remove: [X-Header-Remove]
+    backendRefs: [{name: infra-backend-v1, port: 8080}]
+  - matches: [{path: {type: PathPrefix, value: /prefix/rewrite-path-and-modify-headers}}]
+    filters:
+    - {type: URLRewrite, urlRewrite: {path: {type: ReplacePrefixMatch, replacePrefixMatch: /prefix}}}
+    - type: RequestHeaderModifier
+      requestHeaderModifier:
+        set: [{name: X-Header-Set, value: set-overwrites-values}]
+        add: [{name: X-Header-Add, value: header-val-1}, {name: X-Header-Add-Append, value: header-val-2}]
+        remove: [X-Header-Remove]
+    backendRefs: [{name: infra-backend-v1, port: 8080}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: rewrite-host, namespace: gateway-conformance-infra}
+spec:
+  parentRefs: [{name: same-namespace}]
+  hostnames: [rewrite.example]
+  rules:
+  - matches: [{path: {type: PathPrefix, value: /one}}]
+    filters: [{type: URLRewrite, urlRewrite: {hostname: one.example.org}}]
+    backendRefs: [{name: infra-backend-v1, port: 8080}]
+  - filters: [{type: URLRewrite, urlRewrite: {hostname: example.org}}]
+    backendRefs: [{name: infra-backend-v2, port: 8080}]
+  - matches: [{path: {type: PathPrefix, value: /rewrite-host-and-modify-headers}}]
+    filters:
+    - {type: URLRewrite, urlRewrite: {hostname: test.example.org}}
+    - type: RequestHeaderModifier
+      requestHeaderModifier:
+        set: [{name: X-Header-Set, value: set-overwrites-values}]
+        add: [{name: X-Header-Add, value: header-val-1}, {name: X-Header-Add-Append, value: header-val-2}]
+        remove: [X-Header-Remove]
+    backendRefs: [{name: infra-backend-v2, port: 8080}]
+";
+    let bed = Bed::start(case);
+    let c = client();
+    let s = bed
+        .route_status(&c, "gateway-conformance-infra/rewrite-host")
+        .await;
+    for route in ["rewrite-path", "rewrite-host"] {
+        let route = format!("gateway-conformance-infra/{route}");
+        route_ok(&s, &route, "same-namespace");
+    }
+    let (v1, v2) = ("infra-backend-v1", "infra-backend-v2");
+    let sent: Headers = &[
+        ("X-Header-Remove", "remove-val"),
+        ("X-Header-Add-Append", "append-val-1"),
+        ("X-Header-Set", "set-val"),
+    ];
+    // (Host, path, headers sent, backend, path and Host it sees, whether the modifier ran)
+    let cases: &[(&str, &str, Headers, &str, &str, &str, bool)] = &[
+        (
+            "path.example",
+            "/prefix/one/two",
+            &[],
+            v1,
+            "/one/two",
+            "path.example",
+            false,
+        ),
+        (
+            "path.example",
+            "/strip-prefix/three",
+            &[],
+            v1,
+            "/three",
+            "path.example",
+            false,
+        ),
+        (
+            "path.example",
+            "/strip-prefix",
+            &[],
+            v1,
+            "/",
+            "path.example",
+            false,
+        ),
+        (
+            "path.example",
+            "/full/one/two",
+            &[],
+            v1,
+            "/one",
+            "path.example",
+            false,
+        ),
+        (
+            "path.example",
+            "/full/rewrite-path-and-modify-headers/test",
+            sent,
+            v1,
+            "/test",
+            "path.example",
+            true,
+        ),
+        (
+            "path.example",
+            "/prefix/rewrite-path-and-modify-headers/one",
+            sent,
+            v1,
+            "/prefix/one",
+            "path.example",
+            true,
+        ),
+        (
+            "rewrite.example",
+            "/one",
+            &[],
+            v1,
+            "/one",
+            "one.example.org",
+            false,
+        ),
+        (
+            "rewrite.example",
+            "/two",
+            &[],
+            v2,
+            "/two",
+            "example.org",
+            false,
+        ),
+        (
+            "rewrite.example",
+            "/rewrite-host-and-modify-headers",
+            sent,
+            v2,
+            "/rewrite-host-and-modify-headers",
+            "test.example.org",
+            true,
+        ),
+    ];
+    for (host, path, headers, backend, want_path, want_host, modified) in cases {
+        let r = bed.request(&c, host, path, headers).await;
+        served_by(&r, backend);
+        let j = r.json();
+        assert_eq!(j["path"], *want_path, "{path}");
+        assert_eq!(j["host"], *want_host, "{path}");
+        if *modified {
+            assert_eq!(seen_values(&j, "x-header-add"), ["header-val-1"], "{j}");
+            assert_eq!(
+                seen_values(&j, "x-header-add-append"),
+                ["append-val-1", "header-val-2"],
+                "{j}"
+            );
+            assert_eq!(
+                seen_values(&j, "x-header-set"),
+                ["set-overwrites-values"],
+                "{j}"
+            );
+            assert!(j["headers"].get("x-header-remove").is_none(), "{j}");
+        }
+    }
+}
+
 /// HTTPRouteExactPathMatching and HTTPRoutePathMatchOrder: an `Exact` path is neither a
 /// prefix nor case-insensitive nor trailing-slash tolerant; Exact beats PathPrefix, and the
 /// longest prefix wins.
