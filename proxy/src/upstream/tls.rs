@@ -381,25 +381,7 @@ impl AnyName {
         now: UnixTime,
     ) -> Result<ServerCertVerified, rustls::Error> {
         let bad = |e: CertificateError| rustls::Error::InvalidCertificate(e);
-        let cert = webpki::EndEntityCert::try_from(end_entity)
-            .map_err(|_| bad(CertificateError::BadEncoding))?;
-        let max = self.max.map(usize::from);
-        let within = |path: &webpki::VerifiedPath<'_>| match max {
-            Some(m) if path.intermediate_certificates().count() > m => {
-                Err(webpki::Error::MaximumPathDepthExceeded)
-            }
-            _ => Ok(()),
-        };
-        cert.verify_for_usage(
-            provider().signature_verification_algorithms.all,
-            &self.roots.roots,
-            intermediates,
-            now,
-            webpki::KeyUsage::server_auth(),
-            None,
-            Some(&within),
-        )
-        .map_err(|e| {
+        verify_chain(end_entity, intermediates, &self.roots, now, self.max).map_err(|e| {
             bad(match e {
                 webpki::Error::UnknownIssuer => CertificateError::UnknownIssuer,
                 webpki::Error::CertExpired { .. } => CertificateError::Expired,
@@ -416,6 +398,35 @@ impl AnyName {
             Err(bad(CertificateError::NotValidForName))
         }
     }
+}
+
+/// webpki's verification of a server certificate's chain to `roots`, whatever its names,
+/// through at most `max` intermediates when given.
+fn verify_chain(
+    end_entity: &CertificateDer<'_>,
+    intermediates: &[CertificateDer<'_>],
+    roots: &RootCertStore,
+    now: UnixTime,
+    max: Option<u8>,
+) -> Result<(), webpki::Error> {
+    let cert = webpki::EndEntityCert::try_from(end_entity)?;
+    let max = max.map(usize::from);
+    let within = |path: &webpki::VerifiedPath<'_>| match max {
+        Some(m) if path.intermediate_certificates().count() > m => {
+            Err(webpki::Error::MaximumPathDepthExceeded)
+        }
+        _ => Ok(()),
+    };
+    cert.verify_for_usage(
+        provider().signature_verification_algorithms.all,
+        &roots.roots,
+        intermediates,
+        now,
+        webpki::KeyUsage::server_auth(),
+        None,
+        Some(&within),
+    )
+    .map(drop)
 }
 
 /// The URI names of a certificate's subject alternative names (none when it cannot be read:
@@ -552,25 +563,9 @@ impl ServerCertVerifier for DepthLimited {
                 TooDeep { max: self.max },
             ))))
         };
-        let cert = webpki::EndEntityCert::try_from(end_entity).map_err(|_| too_deep())?;
-        let within = |path: &webpki::VerifiedPath<'_>| {
-            if path.intermediate_certificates().count() <= max {
-                Ok(())
-            } else {
-                Err(webpki::Error::MaximumPathDepthExceeded)
-            }
-        };
-        cert.verify_for_usage(
-            provider().signature_verification_algorithms.all,
-            &self.roots.roots,
-            intermediates,
-            now,
-            webpki::KeyUsage::server_auth(),
-            None,
-            Some(&within),
-        )
-        .map(|_| verified)
-        .map_err(|_| too_deep())
+        verify_chain(end_entity, intermediates, &self.roots, now, Some(self.max))
+            .map(|_| verified)
+            .map_err(|_| too_deep())
     }
 
     fn verify_tls12_signature(

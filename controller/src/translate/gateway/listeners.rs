@@ -225,29 +225,12 @@ impl Translator<'_> {
                 "a listener that terminates TLS needs tls.certificateRefs".into(),
             ));
         };
-        let group = r.group.as_deref().unwrap_or("");
-        let kind = r.kind.as_deref().unwrap_or("Secret");
-        if !group.is_empty() || kind != "Secret" {
-            return Err(bad(format!(
-                "certificateRefs[0] is a {group}/{kind}; only core Secrets are read"
-            )));
-        }
-        let ns = r.namespace.as_deref().unwrap_or(&key.namespace);
-        if ns != key.namespace
-            && !self.granted(
-                ("gateway", "Gateway", &key.namespace),
-                ("", "Secret", ns, &r.name),
-            )
-        {
-            return Err(Cond::no(
-                "ResolvedRefs",
-                "RefNotPermitted",
-                format!(
-                    "Secret {ns}/{} is in another namespace and no ReferenceGrant there allows Gateways of {}",
-                    r.name, key.namespace
-                ),
-            ));
-        }
+        let ns = self
+            .gateway_secret_ref(key, r, "certificateRefs[0]")
+            .map_err(|e| match e {
+                RefError::NotSecret(m) => bad(m),
+                RefError::NotPermitted(m) => Cond::no("ResolvedRefs", "RefNotPermitted", m),
+            })?;
         let skey = Key::new(ns, r.name.as_str());
         let pair = match self.store.secrets.get(&skey) {
             None => Err(format!("Secret {skey} not found")),
@@ -325,11 +308,29 @@ impl Translator<'_> {
         r: &ObjectReference,
     ) -> Result<ClientCertificate, (&'static str, String)> {
         let bad = |m: String| ("InvalidClientCertificateRef", m);
+        let ns = self
+            .gateway_secret_ref(key, r, "clientCertificateRef")
+            .map_err(|e| match e {
+                RefError::NotSecret(m) => bad(m),
+                RefError::NotPermitted(m) => ("RefNotPermitted", m),
+            })?;
+        let (cert, key_pem) = self.client_certificate(ns, &r.name).map_err(bad)?;
+        Ok(ClientCertificate { cert, key: key_pem })
+    }
+
+    /// The namespace of the Secret that Gateway `key`'s reference `r` (named `field` in
+    /// messages) names, once it is a core Secret the Gateway may read.
+    fn gateway_secret_ref<'r>(
+        &self,
+        key: &'r Key,
+        r: &'r ObjectReference,
+        field: &str,
+    ) -> Result<&'r str, RefError> {
         let group = r.group.as_deref().unwrap_or("");
         let kind = r.kind.as_deref().unwrap_or("Secret");
         if !group.is_empty() || kind != "Secret" {
-            return Err(bad(format!(
-                "clientCertificateRef is a {group}/{kind}; only core Secrets are read"
+            return Err(RefError::NotSecret(format!(
+                "{field} is a {group}/{kind}; only core Secrets are read"
             )));
         }
         let ns = r.namespace.as_deref().unwrap_or(&key.namespace);
@@ -339,17 +340,13 @@ impl Translator<'_> {
                 ("", "Secret", ns, &r.name),
             )
         {
-            return Err((
-                "RefNotPermitted",
-                format!(
-                    "Secret {ns}/{} is in another namespace and no ReferenceGrant there allows \
-                     Gateways of {}",
-                    r.name, key.namespace
-                ),
-            ));
+            return Err(RefError::NotPermitted(format!(
+                "Secret {ns}/{} is in another namespace and no ReferenceGrant there allows \
+                 Gateways of {}",
+                r.name, key.namespace
+            )));
         }
-        let (cert, key_pem) = self.client_certificate(ns, &r.name).map_err(bad)?;
-        Ok(ClientCertificate { cert, key: key_pem })
+        Ok(ns)
     }
 
     /// Whether a ReferenceGrant in the target's namespace lets objects of `from` (group short
@@ -374,6 +371,14 @@ impl Translator<'_> {
                     })
             })
     }
+}
+
+/// Why a Gateway's Secret reference cannot be read.
+enum RefError {
+    /// Not a core Secret.
+    NotSecret(String),
+    /// In another namespace, without a ReferenceGrant.
+    NotPermitted(String),
 }
 
 /// Whether a label selector selects `labels` (`matchLabels` and `matchExpressions`).
