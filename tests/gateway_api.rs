@@ -4068,6 +4068,135 @@ spec:
     }
 }
 
+/// GatewayInvalidTLSConfiguration and GatewayInvalidRouteKind: a listener whose certificate
+/// reference cannot be used (missing, another group or kind, a malformed Secret) or whose
+/// route kinds are unknown says so in `ResolvedRefs`, with the kinds it supports and no routes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn listener_references_that_cannot_be_used_as_upstream_reports_them() {
+    let case = "\
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: gateway-certificate-nonexistent-secret, namespace: gateway-conformance-infra}
+spec:
+  gatewayClassName: weir
+  listeners:
+  - {name: https, port: 443, protocol: HTTPS, tls: {certificateRefs: [{group: '', kind: Secret, name: nonexistent-certificate}]}}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: gateway-certificate-unsupported-group, namespace: gateway-conformance-infra}
+spec:
+  gatewayClassName: weir
+  listeners:
+  - {name: https, port: 443, protocol: HTTPS, tls: {certificateRefs: [{group: wrong.group.company.io, kind: Secret, name: tls-validity-checks-certificate}]}}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: gateway-certificate-unsupported-kind, namespace: gateway-conformance-infra}
+spec:
+  gatewayClassName: weir
+  listeners:
+  - {name: https, port: 443, protocol: HTTPS, tls: {certificateRefs: [{group: '', kind: WrongKind, name: tls-validity-checks-certificate}]}}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: gateway-certificate-malformed-secret, namespace: gateway-conformance-infra}
+spec:
+  gatewayClassName: weir
+  listeners:
+  - {name: https, port: 443, protocol: HTTPS, tls: {certificateRefs: [{group: '', kind: Secret, name: malformed-certificate}]}}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: gateway-only-invalid-route-kind, namespace: gateway-conformance-infra}
+spec:
+  gatewayClassName: weir
+  listeners:
+  - {name: http, port: 80, protocol: HTTP, allowedRoutes: {kinds: [{kind: InvalidRoute}]}}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: gateway-supported-and-invalid-route-kind, namespace: gateway-conformance-infra}
+spec:
+  gatewayClassName: weir
+  listeners:
+  - {name: http, port: 80, protocol: HTTP, allowedRoutes: {kinds: [{kind: InvalidRoute}, {kind: HTTPRoute}]}}
+---
+apiVersion: v1
+kind: Secret
+metadata: {name: malformed-certificate, namespace: gateway-conformance-infra}
+type: kubernetes.io/tls
+data: {tls.crt: SGVsbG8gd29ybGQK, tls.key: SGVsbG8gd29ybGQK}
+";
+    let bed = Bed::start_with(case, &["--tls-listen", "x"]);
+    let c = client();
+    let name = |g: &str| format!("gateway-conformance-infra/{g}");
+    let last = name("gateway-supported-and-invalid-route-kind");
+    let s = bed
+        .status_when(&c, |s| s["gateways"].get(&last).is_some())
+        .await;
+    let http_route =
+        serde_json::json!([{"group": "gateway.networking.k8s.io", "kind": "HTTPRoute"}]);
+    for (gateway, reason, kinds) in [
+        (
+            "gateway-certificate-nonexistent-secret",
+            "InvalidCertificateRef",
+            &http_route,
+        ),
+        (
+            "gateway-certificate-unsupported-group",
+            "InvalidCertificateRef",
+            &http_route,
+        ),
+        (
+            "gateway-certificate-unsupported-kind",
+            "InvalidCertificateRef",
+            &http_route,
+        ),
+        (
+            "gateway-certificate-malformed-secret",
+            "InvalidCertificateRef",
+            &http_route,
+        ),
+        (
+            "gateway-only-invalid-route-kind",
+            "InvalidRouteKinds",
+            &serde_json::json!([]),
+        ),
+        (
+            "gateway-supported-and-invalid-route-kind",
+            "InvalidRouteKinds",
+            &http_route,
+        ),
+    ] {
+        let l = &s["gateways"][name(gateway)]["listeners"][0];
+        assert_eq!(
+            cond_of(&l["conditions"], "ResolvedRefs"),
+            no(reason),
+            "{gateway}: {l:#}"
+        );
+        let kinds_seen: Vec<Value> = l["supportedKinds"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|k| serde_json::json!({"group": k["group"], "kind": k["kind"]}))
+            .collect();
+        // As the suite compares them: the kinds expected are among those listed, and none
+        // is listed where none is expected.
+        let kinds = kinds.as_array().unwrap();
+        assert!(
+            kinds.iter().all(|k| kinds_seen.contains(k)),
+            "{gateway}: {kinds_seen:?}"
+        );
+        assert_eq!(
+            kinds.is_empty(),
+            kinds_seen.is_empty(),
+            "{gateway}: {kinds_seen:?}"
+        );
+        assert_eq!(l["attachedRoutes"], 0, "{gateway}");
+    }
+}
+
 /// HTTPRouteExactPathMatching and HTTPRoutePathMatchOrder: an `Exact` path is neither a
 /// prefix nor case-insensitive nor trailing-slash tolerant; Exact beats PathPrefix, and the
 /// longest prefix wins.
