@@ -2778,6 +2778,103 @@ spec:
     assert_eq!(cond_of(&route["conditions"], "ResolvedRefs").0, "False");
 }
 
+/// BackendTLSPolicyInvalidCACertificateRef and BackendTLSPolicyInvalidKind: a CA reference
+/// to a missing ConfigMap, to one without `ca.crt`, or to another kind leaves the policy not
+/// accepted, with the spec's reasons, and its Services' shares answered 5xx.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn backend_tls_policies_with_unusable_ca_references_as_upstream_reads_them() {
+    let port = free_port();
+    let case = format!(
+        "\
+apiVersion: gateway.networking.k8s.io/v1
+kind: BackendTLSPolicy
+metadata: {{name: nonexistent-ca-certificate-ref, namespace: gateway-conformance-infra}}
+spec:
+  targetRefs: [{{group: '', kind: Service, name: backendtlspolicy-nonexistent-ca-certificate-ref-test}}]
+  validation: {{caCertificateRefs: [{{group: '', kind: ConfigMap, name: nonexistent-ca-certificate}}], hostname: abc.example.com}}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: BackendTLSPolicy
+metadata: {{name: malformed-ca-certificate-ref, namespace: gateway-conformance-infra}}
+spec:
+  targetRefs: [{{group: '', kind: Service, name: backendtlspolicy-malformed-ca-certificate-ref-test}}]
+  validation: {{caCertificateRefs: [{{group: '', kind: ConfigMap, name: malformed-ca-certificate}}], hostname: abc.example.com}}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: BackendTLSPolicy
+metadata: {{name: invalid-kind, namespace: gateway-conformance-infra}}
+spec:
+  targetRefs: [{{group: '', kind: Service, name: backendtlspolicy-invalid-kind-test}}]
+  validation: {{caCertificateRefs: [{{group: invalid.io, kind: InvalidKind, name: invalid-kind}}], hostname: abc.example.com}}
+---
+apiVersion: v1
+kind: ConfigMap
+metadata: {{name: malformed-ca-certificate, namespace: gateway-conformance-infra}}
+data: {{}}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {{name: backendtlspolicy-invalid, namespace: gateway-conformance-infra}}
+spec:
+  parentRefs: [{{name: same-namespace}}]
+  hostnames: [abc.example.com]
+  rules:
+  - matches: [{{path: {{type: Exact, value: /backendtlspolicy-nonexistent-ca-certificate-ref}}}}]
+    backendRefs: [{{name: backendtlspolicy-nonexistent-ca-certificate-ref-test, port: 8080}}]
+  - matches: [{{path: {{type: Exact, value: /backendtlspolicy-malformed-ca-certificate-ref}}}}]
+    backendRefs: [{{name: backendtlspolicy-malformed-ca-certificate-ref-test, port: 8080}}]
+  - matches: [{{path: {{type: Exact, value: /backendtlspolicy-invalid-kind}}}}]
+    backendRefs: [{{name: backendtlspolicy-invalid-kind-test, port: 8080}}]
+---
+{}---
+{}---
+{}",
+        backend_service("gateway-conformance-infra", "backendtlspolicy-nonexistent-ca-certificate-ref-test", port),
+        backend_service("gateway-conformance-infra", "backendtlspolicy-malformed-ca-certificate-ref-test", port),
+        backend_service("gateway-conformance-infra", "backendtlspolicy-invalid-kind-test", port),
+    );
+    let bed = Bed::start(&case);
+    let c = client();
+    let s = bed
+        .route_status(&c, "gateway-conformance-infra/backendtlspolicy-invalid")
+        .await;
+    for (policy, reason) in [
+        ("nonexistent-ca-certificate-ref", "InvalidCACertificateRef"),
+        ("malformed-ca-certificate-ref", "InvalidCACertificateRef"),
+        ("invalid-kind", "InvalidKind"),
+    ] {
+        let p =
+            &s["backendTLSPolicies"][format!("gateway-conformance-infra/{policy}")]["ancestors"][0];
+        assert_eq!(
+            p["ancestorRef"]["name"], "same-namespace",
+            "{policy}: {p:#}"
+        );
+        assert_eq!(
+            cond_of(&p["conditions"], "Accepted"),
+            no("NoValidCACertificate"),
+            "{policy}"
+        );
+        assert_eq!(
+            cond_of(&p["conditions"], "ResolvedRefs"),
+            no(reason),
+            "{policy}"
+        );
+        let r = bed
+            .request(
+                &c,
+                "abc.example.com",
+                &format!("/backendtlspolicy-{policy}"),
+                &[],
+            )
+            .await;
+        assert!(
+            [500, 502, 503].contains(&r.status),
+            "{policy}: {}",
+            r.status
+        );
+    }
+}
+
 /// BackendTLSPolicySANValidation's cases: `subjectAltNames` of type `Hostname` and `URI`
 /// (a SPIFFE identity), alone and together; any one listed name the certificate carries will
 /// do, and a certificate carrying none of them is refused (503).
