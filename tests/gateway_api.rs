@@ -4294,6 +4294,71 @@ data: {tls.crt: SGVsbG8gd29ybGQK, tls.key: SGVsbG8gd29ybGQK}
     }
 }
 
+/// HTTPRouteNoBackendRefs and HTTPRouteInvalidBackendRefUnknownKind: rules without backends
+/// (omitted or empty) answer 500 while the route's refs all resolve; a backendRef of an
+/// unknown kind answers 500 and is reported `InvalidKind`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rules_without_usable_backends_as_upstream_sends_them() {
+    let case = "\
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: omitted-backendrefs, namespace: gateway-conformance-infra}
+spec:
+  parentRefs: [{name: same-namespace}]
+  hostnames: [omitted.example]
+  rules:
+  - matches: [{path: {type: PathPrefix, value: /omitted-no-forward}}]
+  - matches: [{path: {type: PathPrefix, value: /empty-no-forward}}]
+    backendRefs: []
+  - matches: [{path: {type: PathPrefix, value: /}}]
+    backendRefs: [{name: infra-backend-v1, port: 8080}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: invalid-backend-ref-unknown-kind, namespace: gateway-conformance-infra}
+spec:
+  parentRefs: [{name: same-namespace}]
+  hostnames: [unknown.example]
+  rules:
+  - backendRefs: [{group: unknownkind.example.com, kind: NonExistent, name: infra-backend-v1, port: 8080}]
+";
+    let bed = Bed::start(case);
+    let c = client();
+    let s = bed
+        .route_status(
+            &c,
+            "gateway-conformance-infra/invalid-backend-ref-unknown-kind",
+        )
+        .await;
+    route_ok(
+        &s,
+        "gateway-conformance-infra/omitted-backendrefs",
+        "same-namespace",
+    );
+    let p = parent(
+        &s,
+        "gateway-conformance-infra/invalid-backend-ref-unknown-kind",
+        "same-namespace",
+    );
+    assert_eq!(cond_of(&p["conditions"], "Accepted"), yes("Accepted"));
+    assert_eq!(cond_of(&p["conditions"], "ResolvedRefs"), no("InvalidKind"));
+    served_by(
+        &bed.request(&c, "omitted.example", "/forward", &[]).await,
+        "infra-backend-v1",
+    );
+    for (host, path) in [
+        ("omitted.example", "/omitted-no-forward"),
+        ("omitted.example", "/empty-no-forward"),
+        ("unknown.example", "/v2"),
+    ] {
+        assert_eq!(
+            bed.request(&c, host, path, &[]).await.status,
+            500,
+            "{host}{path}"
+        );
+    }
+}
+
 /// HTTPRouteExactPathMatching and HTTPRoutePathMatchOrder: an `Exact` path is neither a
 /// prefix nor case-insensitive nor trailing-slash tolerant; Exact beats PathPrefix, and the
 /// longest prefix wins.
