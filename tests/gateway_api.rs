@@ -2524,6 +2524,108 @@ async fn tls_call(port: u16, ca: &common::ca::Ca, sni: &str) -> Result<String, S
         .to_string())
 }
 
+/// TLSRouteSimpleSameNamespace, TLSRouteInvalidBackendRefNonexistent and
+/// TLSRouteInvalidBackendRefUnknownKind: a connection for the route's name reaches the TLS
+/// backend untouched; a route whose only backend is missing or of an unknown kind is reported
+/// so, and its connections are refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_routes_as_upstream_connects_them() {
+    let ca = common::ca::Ca::new("TLS routes CA");
+    let backend = tls_backend(&ca, &["abc.example.com"], "tcp-backend");
+    let passthrough = |name: &str, host: &str| {
+        format!(
+            "apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {{name: {name}, namespace: gateway-conformance-infra}}
+spec:
+  gatewayClassName: weir
+  listeners:
+  - {{name: tls, port: 443, protocol: TLS, {host}tls: {{mode: Passthrough}}, allowedRoutes: {{kinds: [{{kind: TLSRoute}}]}}}}
+---
+"
+        )
+    };
+    let route = |name: &str, gateway: &str, host: &str, backend: &str| {
+        format!(
+            "apiVersion: gateway.networking.k8s.io/v1alpha2
+kind: TLSRoute
+metadata: {{name: {name}, namespace: gateway-conformance-infra}}
+spec:
+  parentRefs: [{{name: {gateway}}}]
+  hostnames: [{host}]
+  rules: [{{backendRefs: [{backend}]}}]
+---
+"
+        )
+    };
+    let mut case = passthrough("gateway-tlsroute", "hostname: '*.example.com', ");
+    case += &passthrough("gateway-tlsroute-invalid-backend-ref-nonexistent", "");
+    case += &passthrough("gateway-tlsroute-invalid-backend-ref-unknown-kind", "");
+    case += &route(
+        "gateway-conformance-infra-test",
+        "gateway-tlsroute",
+        "abc.example.com",
+        "{name: tcp-backend, port: 8443}",
+    );
+    case += &route(
+        "invalid-backend-ref-nonexistent",
+        "gateway-tlsroute-invalid-backend-ref-nonexistent",
+        "example.com",
+        "{name: nonexistent, port: 443}",
+    );
+    case += &route(
+        "invalid-backend-ref-unknown-kind",
+        "gateway-tlsroute-invalid-backend-ref-unknown-kind",
+        "example.com",
+        "{group: unknownkind.example.com, kind: NonExistent, name: tls-backend, port: 443}",
+    );
+    case += &format!(
+        "apiVersion: v1
+kind: Service
+metadata: {{name: tcp-backend, namespace: gateway-conformance-infra}}
+spec:
+  ports: [{{name: tls, port: 8443, targetPort: 8443}}]
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata:
+  name: tcp-backend-1
+  namespace: gateway-conformance-infra
+  labels: {{kubernetes.io/service-name: tcp-backend}}
+addressType: IPv4
+ports: [{{name: tls, port: {backend}}}]
+endpoints:
+- addresses: [127.0.0.1]
+  conditions: {{ready: true}}
+"
+    );
+    let bed = Bed::start_with(&case, &["--tls-listen", "x"]);
+    let c = client();
+    let name = |r: &str| format!("gateway-conformance-infra/{r}");
+    let last = name("invalid-backend-ref-unknown-kind");
+    let s = bed
+        .status_when(&c, |s| s["tlsRoutes"].get(&last).is_some())
+        .await;
+    wait_ready(&c, &bed.weir).await;
+    let parent_of = |r: &str| s["tlsRoutes"][name(r)]["parents"][0]["conditions"].clone();
+    let ok = parent_of("gateway-conformance-infra-test");
+    assert_eq!(cond_of(&ok, "Accepted"), yes("Accepted"), "{s:#}");
+    assert_eq!(cond_of(&ok, "ResolvedRefs"), yes("ResolvedRefs"));
+    for (r, reason) in [
+        ("invalid-backend-ref-nonexistent", "BackendNotFound"),
+        ("invalid-backend-ref-unknown-kind", "InvalidKind"),
+    ] {
+        let conds = parent_of(r);
+        assert_eq!(cond_of(&conds, "Accepted"), yes("Accepted"), "{r}");
+        assert_eq!(cond_of(&conds, "ResolvedRefs"), no(reason), "{r}");
+    }
+    let port = bed.tls_port.unwrap();
+    let body = tls_call(port, &ca, "abc.example.com").await.unwrap();
+    assert_eq!(body, "tcp-backend");
+    let refused = tls_call(port, &ca, "example.com").await;
+    assert!(refused.is_err(), "{refused:?}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tls_routes_pass_connections_through_by_server_name() {
     let ca = common::ca::Ca::new("passthrough test CA");
