@@ -2524,6 +2524,137 @@ async fn tls_call(port: u16, ca: &common::ca::Ca, sni: &str) -> Result<String, S
         .to_string())
 }
 
+/// TLSRouteInvalidNoMatchingListener and TLSRouteInvalidNoMatchingListenerHostname: a
+/// TLSRoute on a Gateway without a TLS listener is not allowed there, one naming a listener
+/// that does not exist has no parent, one whose names no listener covers is refused for that;
+/// none of them is accepted anywhere.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_routes_without_a_listener_for_them_as_upstream_reads_them() {
+    let case = format!(
+        "\
+{secret}---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {{name: gateway-tlsroute-tls-passthrough-only, namespace: gateway-conformance-infra}}
+spec:
+  gatewayClassName: weir
+  listeners: [{{name: tls-passthrough, port: 443, protocol: TLS, tls: {{mode: Passthrough}}}}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {{name: gateway-tlsroute-http-only, namespace: gateway-conformance-infra}}
+spec:
+  gatewayClassName: weir
+  listeners: [{{name: http, port: 80, protocol: HTTP}}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {{name: gateway-tlsroute-https-only, namespace: gateway-conformance-infra}}
+spec:
+  gatewayClassName: weir
+  listeners:
+  - {{name: https, port: 443, protocol: HTTPS, tls: {{mode: Terminate, certificateRefs: [{{name: tls-validity-checks-certificate}}]}}}}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {{name: gateway-tls-exact-hostname, namespace: gateway-conformance-infra}}
+spec:
+  gatewayClassName: weir
+  listeners:
+  - {{name: tls, port: 443, protocol: TLS, hostname: www.example.com, allowedRoutes: {{kinds: [{{kind: TLSRoute}}]}}, tls: {{mode: Passthrough}}}}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {{name: gateway-tls-wildcard-hostname, namespace: gateway-conformance-infra}}
+spec:
+  gatewayClassName: weir
+  listeners:
+  - {{name: tls, port: 443, protocol: TLS, hostname: '*.example.com', allowedRoutes: {{kinds: [{{kind: TLSRoute}}]}}, tls: {{mode: Passthrough}}}}
+---
+{r1}{r2}{r3}{r4}{r5}",
+        secret = tls_secret(
+            "gateway-conformance-infra",
+            "tls-validity-checks-certificate",
+            "a.example.test"
+        ),
+        r1 = tls_route("tlsroute-not-allowed-protocol-http", "{name: gateway-tlsroute-http-only}", "[tls.example.com]"),
+        r2 = tls_route("tlsroute-not-allowed-protocol-https", "{name: gateway-tlsroute-https-only}", "[tls.example.com]"),
+        r3 = tls_route(
+            "tlsroute-no-matching-section-name",
+            "{name: gateway-tlsroute-tls-passthrough-only, sectionName: nonexistent-listener}",
+            "[tls.example.com]"
+        ),
+        r4 = tls_route("tlsroute-hostname-mismatch-1", "{name: gateway-tls-exact-hostname}", "[www.nomatch.com, '*.nomatch.com']"),
+        r5 = tls_route(
+            "tlsroute-hostname-mismatch-2",
+            "{name: gateway-tls-wildcard-hostname}",
+            "[www.different.com, '*.different.com']"
+        ),
+    );
+    let bed = Bed::start_with(&case, &["--tls-listen", "x"]);
+    let c = client();
+    let name = |r: &str| format!("gateway-conformance-infra/{r}");
+    let last = name("tlsroute-hostname-mismatch-2");
+    let s = bed
+        .status_when(&c, |s| s["tlsRoutes"].get(&last).is_some())
+        .await;
+    for (route, gateway, reason) in [
+        (
+            "tlsroute-not-allowed-protocol-http",
+            "gateway-tlsroute-http-only",
+            "NotAllowedByListeners",
+        ),
+        (
+            "tlsroute-not-allowed-protocol-https",
+            "gateway-tlsroute-https-only",
+            "NotAllowedByListeners",
+        ),
+        (
+            "tlsroute-no-matching-section-name",
+            "gateway-tlsroute-tls-passthrough-only",
+            "NoMatchingParent",
+        ),
+        (
+            "tlsroute-hostname-mismatch-1",
+            "gateway-tls-exact-hostname",
+            "NoMatchingListenerHostname",
+        ),
+        (
+            "tlsroute-hostname-mismatch-2",
+            "gateway-tls-wildcard-hostname",
+            "NoMatchingListenerHostname",
+        ),
+    ] {
+        let parents = s["tlsRoutes"][name(route)]["parents"].as_array().unwrap();
+        let p = parents
+            .iter()
+            .find(|p| p["parentRef"]["name"] == gateway)
+            .unwrap_or_else(|| panic!("{route}: no parent {gateway}: {parents:?}"));
+        assert_eq!(cond_of(&p["conditions"], "Accepted"), no(reason), "{route}");
+        assert!(
+            parents
+                .iter()
+                .all(|p| cond_of(&p["conditions"], "Accepted").0 == "False"),
+            "{route}: accepted somewhere: {parents:?}"
+        );
+    }
+}
+
+/// A TLSRoute named `name` with parentRef `parent` and `hostnames`, to Service `tls-backend`.
+fn tls_route(name: &str, parent: &str, hostnames: &str) -> String {
+    format!(
+        "apiVersion: gateway.networking.k8s.io/v1alpha2
+kind: TLSRoute
+metadata: {{name: {name}, namespace: gateway-conformance-infra}}
+spec:
+  parentRefs: [{parent}]
+  hostnames: {hostnames}
+  rules: [{{backendRefs: [{{name: tls-backend, port: 443}}]}}]
+---
+"
+    )
+}
+
 /// TLSRouteSimpleSameNamespace, TLSRouteInvalidBackendRefNonexistent and
 /// TLSRouteInvalidBackendRefUnknownKind: a connection for the route's name reaches the TLS
 /// backend untouched; a route whose only backend is missing or of an unknown kind is reported
