@@ -4398,6 +4398,100 @@ spec:
     }
 }
 
+/// GatewaySecretReferenceGrantAllInNamespace, GatewaySecretReferenceGrantSpecific and
+/// GatewaySecretMissingReferenceGrant: a certificate in another namespace is read with a
+/// ReferenceGrant for all its Secrets or for that one, and refused without one. Each case
+/// on its own Weir, as the suite applies each alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn certificates_of_other_namespaces_as_upstream_grants_them() {
+    let grant = |name: &str, to: &str| {
+        format!(
+            "apiVersion: gateway.networking.k8s.io/v1beta1
+kind: ReferenceGrant
+metadata: {{name: {name}, namespace: gateway-conformance-web-backend}}
+spec:
+  from: [{{group: gateway.networking.k8s.io, kind: Gateway, namespace: gateway-conformance-infra}}]
+  to: [{to}]
+---
+"
+        )
+    };
+    for (gateway, grant, resolved) in [
+        (
+            "gateway-secret-reference-grant-all-in-namespace",
+            grant(
+                "reference-grant-all-in-namespace",
+                "{group: '', kind: Secret}",
+            ),
+            None,
+        ),
+        (
+            "gateway-secret-reference-grant-specific",
+            grant(
+                "reference-grant-specific",
+                "{group: '', kind: Secret, name: certificate}",
+            ),
+            None,
+        ),
+        (
+            "gateway-secret-missing-reference-grant",
+            String::new(),
+            Some("RefNotPermitted"),
+        ),
+    ] {
+        let case = format!(
+            "{secret}---
+{grant}apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {{name: {gateway}, namespace: gateway-conformance-infra}}
+spec:
+  gatewayClassName: weir
+  listeners:
+  - name: https
+    port: 443
+    protocol: HTTPS
+    allowedRoutes: {{namespaces: {{from: All}}}}
+    tls: {{certificateRefs: [{{group: '', kind: Secret, name: certificate, namespace: gateway-conformance-web-backend}}]}}
+",
+            secret = tls_secret("gateway-conformance-web-backend", "certificate", "a.example.test"),
+        );
+        let bed = Bed::start_with(&case, &["--tls-listen", "x"]);
+        let c = client();
+        let key = format!("gateway-conformance-infra/{gateway}");
+        let s = bed
+            .status_when(&c, |s| s["gateways"].get(&key).is_some())
+            .await;
+        let l = &s["gateways"][&key]["listeners"][0];
+        match resolved {
+            None => {
+                assert_eq!(
+                    cond_of(&l["conditions"], "ResolvedRefs").0,
+                    "True",
+                    "{gateway}: {l:#}"
+                );
+                assert_eq!(
+                    cond_of(&l["conditions"], "Programmed"),
+                    yes("Programmed"),
+                    "{gateway}"
+                );
+            }
+            Some(reason) => {
+                assert_eq!(
+                    cond_of(&l["conditions"], "ResolvedRefs"),
+                    no(reason),
+                    "{gateway}"
+                );
+            }
+        }
+        let kinds = l["supportedKinds"].as_array().unwrap();
+        assert!(
+            kinds.iter().any(|k| k["kind"] == "HTTPRoute"),
+            "{gateway}: {kinds:?}"
+        );
+        assert_eq!(l["attachedRoutes"], 0, "{gateway}");
+    }
+}
+
 /// GatewayInvalidTLSConfiguration and GatewayInvalidRouteKind: a listener whose certificate
 /// reference cannot be used (missing, another group or kind, a malformed Secret) or whose
 /// route kinds are unknown says so in `ResolvedRefs`, with the kinds it supports and no routes.
