@@ -254,6 +254,18 @@ fn served_by(r: &Resp, backend: &str) {
     assert_eq!(r.echo_name().as_deref(), Some(backend), "{}", r.json());
 }
 
+/// Asserts that `backend` answered, or with `None` that no route did (404); `what` names the
+/// request in the message.
+fn served_or_404(r: &Resp, backend: Option<&str>, what: &str) {
+    match backend {
+        Some(b) => {
+            assert_eq!(r.status, 200, "{what}");
+            assert_eq!(r.echo_name().as_deref(), Some(b), "{what}");
+        }
+        None => assert_eq!(r.status, 404, "{what}: {:?}", r.echo_name()),
+    }
+}
+
 const SIMPLE: &str = "\
 apiVersion: gateway.networking.k8s.io/v1
 kind: HTTPRoute
@@ -417,13 +429,7 @@ spec:
     ];
     for (path, headers, want) in cases {
         let r = bed.request(&c, "example.org", path, headers).await;
-        match want {
-            Some(b) => {
-                assert_eq!(r.echo_name().as_deref(), Some(*b), "{path} {headers:?}");
-                assert_eq!(r.status, 200);
-            }
-            None => assert_eq!(r.status, 404, "{path} {headers:?}: {:?}", r.echo_name()),
-        }
+        served_or_404(&r, *want, &format!("{path} {headers:?}"));
     }
     // A method match outranks a header match.
     let r = send(
@@ -518,10 +524,7 @@ spec:
     ];
     for (host, path, want) in cases {
         let r = bed.request(&c, host, path, &[]).await;
-        match want {
-            Some(b) => served_by(&r, b),
-            None => assert_eq!(r.status, 404, "{host}{path}"),
-        }
+        served_or_404(&r, want, &format!("{host}{path}"));
     }
 }
 
@@ -3769,6 +3772,10 @@ spec:
         add: [{name: X-Header-Add, value: header-add}]
         remove: [X-Header-Remove]
     backendRefs: [{name: infra-backend-v1, port: 8080}]
+  - matches: [{path: {type: PathPrefix, value: /set-host}}]
+    filters:
+    - {type: RequestHeaderModifier, requestHeaderModifier: {set: [{name: Host, value: internal.example}]}}
+    backendRefs: [{name: infra-backend-v1, port: 8080}]
 ";
     let bed = Bed::start(case);
     let c = client();
@@ -3872,6 +3879,11 @@ spec:
             assert!(j["headers"].get(name).is_none(), "{path}: {name} in {j}");
         }
     }
+    // Not an upstream case: a `set` of Host replaces the one the backend gets (Host cannot be
+    // removed, so it is never a remove and an add).
+    let r = bed.request(&c, "headers.example", "/set-host", &[]).await;
+    served_by(&r, "infra-backend-v1");
+    assert_eq!(r.json()["host"], "internal.example", "{}", r.json());
 }
 
 /// HTTPRouteHeaderMatching: rules by headers only; more headers outrank fewer; several
@@ -3917,10 +3929,7 @@ spec:
     ];
     for (headers, backend) in cases {
         let r = bed.request(&c, "any.example", "/", headers).await;
-        match backend {
-            Some(b) => served_by(&r, b),
-            None => assert_eq!(r.status, 404, "{headers:?}"),
-        }
+        served_or_404(&r, *backend, &format!("{headers:?}"));
     }
 }
 
@@ -4000,13 +4009,7 @@ spec:
     ];
     for (path, headers, backend) in cases {
         let r = bed.request(&c, "any.example", path, headers).await;
-        match backend {
-            Some(b) => {
-                assert_eq!(r.status, 200, "{path} {headers:?}");
-                assert_eq!(r.echo_name().as_deref(), Some(*b), "{path} {headers:?}");
-            }
-            None => assert_eq!(r.status, 404, "{path} {headers:?}"),
-        }
+        served_or_404(&r, *backend, &format!("{path} {headers:?}"));
     }
 }
 
@@ -4072,17 +4075,7 @@ spec:
             headers.push(("version", v));
         }
         let r = send(&c, method, &bed.weir.url(path), &headers, "").await;
-        match backend {
-            Some(b) => {
-                assert_eq!(r.status, 200, "{method} {path} {version:?}");
-                assert_eq!(
-                    r.echo_name().as_deref(),
-                    Some(*b),
-                    "{method} {path} {version:?}"
-                );
-            }
-            None => assert_eq!(r.status, 404, "{method} {path} {version:?}"),
-        }
+        served_or_404(&r, *backend, &format!("{method} {path} {version:?}"));
     }
 }
 

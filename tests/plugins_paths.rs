@@ -81,6 +81,19 @@ async fn the_documented_examples() {
         upstream_saw(&c, &w.url("/users/42")).await,
         ("/users/42".into(), String::new())
     );
+    drop(w);
+
+    // The second example: replace_prefix.
+    let second = doc_example("rewrite", 1).replace("port: 9001", &format!("port: {}", e.port));
+    let w = Manifests::start(&[("10.yaml", &second)], &[]);
+    assert_eq!(
+        upstream_saw(&c, &w.url("/legacy/orders?page=2")).await,
+        ("/app/orders".into(), "page=2".into())
+    );
+    assert_eq!(
+        upstream_saw(&c, &w.url("/legacy")).await,
+        ("/app".into(), String::new())
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -375,25 +375,44 @@ spec: {ports: [{port: 8080}]}
 ---
 ";
 
-    /// The TLSRoute example of docs/gateway-api.md, translated.
-    #[test]
-    fn the_documented_tls_route_passes_its_host_through() {
+    /// The ```yaml block of docs/gateway-api.md that holds `marker`, with Weir's GatewayClass
+    /// after it.
+    fn documented(marker: &str) -> String {
         let doc = include_str!("../../../../docs/gateway-api.md");
-        let section = &doc[doc.find("## TLSRoutes").expect("the TLSRoutes section")..];
-        let start = section.find("```yaml\n").expect("its example") + "```yaml\n".len();
-        let yaml = &section[start..start + section[start..].find("```").unwrap()];
-        let yaml = format!(
+        let at = doc.find(marker).expect("the example");
+        let start = doc[..at].rfind("```yaml\n").expect("its block") + "```yaml\n".len();
+        let yaml = &doc[start..start + doc[start..].find("```").unwrap()];
+        format!(
             "{yaml}---
 apiVersion: gateway.networking.k8s.io/v1
 kind: GatewayClass
 metadata: {{name: weir}}
 spec: {{controllerName: weir.dev/gateway-controller}}
 ---
-apiVersion: v1
+"
+        )
+    }
+
+    /// A PEM of tests/fixtures/tls, indented as a YAML block scalar's lines (4 spaces).
+    fn fixture_pem(file: &str) -> String {
+        let path = format!(
+            "{}/../tests/fixtures/tls/{file}",
+            env!("CARGO_MANIFEST_DIR")
+        );
+        let text = std::fs::read_to_string(path).unwrap();
+        text.lines().map(|l| format!("    {l}\n")).collect()
+    }
+
+    /// The TLSRoute example of docs/gateway-api.md, translated.
+    #[test]
+    fn the_documented_tls_route_passes_its_host_through() {
+        let yaml = format!(
+            "{}apiVersion: v1
 kind: Service
 metadata: {{name: console, namespace: demo}}
 spec: {{ports: [{{port: 8443}}]}}
-"
+",
+            documented("kind: TLSRoute")
         );
         let t = translated(&yaml);
         assert!(t.problems.is_empty(), "{:?}", t.problems);
@@ -411,30 +430,8 @@ spec: {{ports: [{{port: 8443}}]}}
     /// The Gateway with a backend client certificate of docs/gateway-api.md, translated.
     #[test]
     fn the_documented_backend_client_certificate_resolves() {
-        let doc = include_str!("../../../../docs/gateway-api.md");
-        let at = doc
-            .find("clientCertificateRef: {kind: Secret")
-            .expect("the example");
-        let start = doc[..at].rfind("```yaml\n").expect("its block") + "```yaml\n".len();
-        let yaml = &doc[start..start + doc[start..].find("```").unwrap()];
-        let pem = |f: &str| {
-            let text = std::fs::read_to_string(format!(
-                "{}/../tests/fixtures/tls/{f}",
-                env!("CARGO_MANIFEST_DIR")
-            ))
-            .unwrap();
-            text.lines()
-                .map(|l| format!("    {l}\n"))
-                .collect::<String>()
-        };
         let yaml = format!(
-            "{yaml}---
-apiVersion: gateway.networking.k8s.io/v1
-kind: GatewayClass
-metadata: {{name: weir}}
-spec: {{controllerName: weir.dev/gateway-controller}}
----
-apiVersion: v1
+            "{}apiVersion: v1
 kind: Secret
 metadata: {{name: gateway-client, namespace: demo}}
 type: kubernetes.io/tls
@@ -442,8 +439,9 @@ stringData:
   tls.crt: |
 {}  tls.key: |
 {}",
-            pem("a.example.test.crt"),
-            pem("a.example.test.key")
+            documented("clientCertificateRef: {kind: Secret"),
+            fixture_pem("a.example.test.crt"),
+            fixture_pem("a.example.test.key")
         );
         let t = translated(&yaml);
         assert!(t.problems.is_empty(), "{:?}", t.problems);
@@ -457,12 +455,7 @@ stringData:
     /// one naming the whole Service do not conflict.
     #[test]
     fn backend_tls_policies_for_the_same_target_conflict() {
-        let ca = std::fs::read_to_string(format!(
-            "{}/../tests/fixtures/tls/ca.crt",
-            env!("CARGO_MANIFEST_DIR")
-        ))
-        .unwrap();
-        let ca: String = ca.lines().map(|l| format!("    {l}\n")).collect();
+        let ca = fixture_pem("ca.crt");
         let policy = |name: &str, ts: &str, service: &str, section: Option<&str>, host: &str| {
             let section = section.map_or(String::new(), |s| format!(", sectionName: {s}"));
             format!(
