@@ -1727,17 +1727,8 @@ spec:
     }
 }
 
-/// GRPCRouteHeaderMatching: rules by metadata only; more headers outrank fewer; several
-/// matches of one rule are ORed; what matches nothing is `UNIMPLEMENTED`.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn grpc_routes_match_metadata_as_upstream_sends_it() {
-    let case = "\
-apiVersion: gateway.networking.k8s.io/v1
-kind: GRPCRoute
-metadata: {name: grpc-header-matching, namespace: gateway-conformance-infra}
-spec:
-  parentRefs: [{name: same-namespace}]
-  rules:
+/// The rules of the upstream header-matching cases (HTTPRoute and GRPCRoute alike).
+const HEADER_MATCHING_RULES: &str = "  rules:
   - matches: [{headers: [{name: version, value: one}]}]
     backendRefs: [{name: infra-backend-v1, port: 8080}]
   - matches: [{headers: [{name: version, value: two}]}]
@@ -1749,7 +1740,39 @@ spec:
   - matches: [{headers: [{name: color, value: red}]}, {headers: [{name: color, value: yellow}]}]
     backendRefs: [{name: infra-backend-v2, port: 8080}]
 ";
-    let bed = Bed::start(case);
+
+/// The upstream header-matching cases' requests: headers sent, backend expected (`None`: no
+/// route).
+fn header_matching_cases() -> [(Headers<'static>, Option<&'static str>); 11] {
+    let (v1, v2) = (Some("infra-backend-v1"), Some("infra-backend-v2"));
+    [
+        (&[("Version", "one")], v1),
+        (&[("Version", "two")], v2),
+        (&[("Version", "two"), ("Color", "orange")], v1),
+        (&[("Version", "two"), ("Color", "blue")], v2),
+        (&[("Color", "orange")], None),
+        (&[("Some-Other-Header", "one")], None),
+        (&[("Color", "blue")], v1),
+        (&[("Color", "green")], v1),
+        (&[("Color", "red")], v2),
+        (&[("Color", "yellow")], v2),
+        (&[("Color", "purple")], None),
+    ]
+}
+
+/// GRPCRouteHeaderMatching: rules by metadata only; more headers outrank fewer; several
+/// matches of one rule are ORed; what matches nothing is `UNIMPLEMENTED`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grpc_routes_match_metadata_as_upstream_sends_it() {
+    let case = format!(
+        "apiVersion: gateway.networking.k8s.io/v1
+kind: GRPCRoute
+metadata: {{name: grpc-header-matching, namespace: gateway-conformance-infra}}
+spec:
+  parentRefs: [{{name: same-namespace}}]
+{HEADER_MATCHING_RULES}"
+    );
+    let bed = Bed::start(&case);
     let c = client();
     let route = "gateway-conformance-infra/grpc-header-matching";
     let s = bed
@@ -1762,24 +1785,16 @@ spec:
         yes("ResolvedRefs")
     );
     wait_ready(&c, &bed.weir).await;
-    let (v1, v2) = (Some("infra-backend-v1"), Some("infra-backend-v2"));
-    let cases: &[(Headers, Option<&str>)] = &[
-        (&[("version", "one")], v1),
-        (&[("version", "two")], v2),
-        (&[("version", "two"), ("color", "orange")], v1),
-        (&[("version", "two"), ("color", "blue")], v2),
-        (&[("color", "orange")], None),
-        (&[("some-other-header", "one")], None),
-        (&[("color", "blue")], v1),
-        (&[("color", "green")], v1),
-        (&[("color", "red")], v2),
-        (&[("color", "yellow")], v2),
-        (&[("color", "purple")], None),
-    ];
     let echo = "/gateway_api_conformance.echo_basic.grpcecho.GrpcEcho/Echo";
-    for (headers, backend) in cases {
-        let (_, name, grpc_status, _) = grpc_call(&bed, echo, headers).await;
-        assert_eq!(name.as_deref(), *backend, "{headers:?}");
+    for (headers, backend) in header_matching_cases() {
+        // gRPC metadata names are lower case on the wire (HTTP/2).
+        let lower: Vec<(String, &str)> = headers
+            .iter()
+            .map(|(n, v)| (n.to_ascii_lowercase(), *v))
+            .collect();
+        let headers: Vec<(&str, &str)> = lower.iter().map(|(n, v)| (n.as_str(), *v)).collect();
+        let (_, name, grpc_status, _) = grpc_call(&bed, echo, &headers).await;
+        assert_eq!(name.as_deref(), backend, "{headers:?}");
         let want = if backend.is_some() { "0" } else { "12" };
         assert_eq!(grpc_status.as_deref(), Some(want), "{headers:?}");
     }
@@ -3890,46 +3905,22 @@ spec:
 /// matches of one rule are ORed; header names in any case.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn header_matches_as_upstream_sends_them() {
-    let case = "\
-apiVersion: gateway.networking.k8s.io/v1
+    let case = format!(
+        "apiVersion: gateway.networking.k8s.io/v1
 kind: HTTPRoute
-metadata: {name: header-matching, namespace: gateway-conformance-infra}
+metadata: {{name: header-matching, namespace: gateway-conformance-infra}}
 spec:
-  parentRefs: [{name: same-namespace}]
-  rules:
-  - matches: [{headers: [{name: version, value: one}]}]
-    backendRefs: [{name: infra-backend-v1, port: 8080}]
-  - matches: [{headers: [{name: version, value: two}]}]
-    backendRefs: [{name: infra-backend-v2, port: 8080}]
-  - matches: [{headers: [{name: version, value: two}, {name: color, value: orange}]}]
-    backendRefs: [{name: infra-backend-v1, port: 8080}]
-  - matches: [{headers: [{name: color, value: blue}]}, {headers: [{name: color, value: green}]}]
-    backendRefs: [{name: infra-backend-v1, port: 8080}]
-  - matches: [{headers: [{name: color, value: red}]}, {headers: [{name: color, value: yellow}]}]
-    backendRefs: [{name: infra-backend-v2, port: 8080}]
-";
-    let bed = Bed::start(case);
+  parentRefs: [{{name: same-namespace}}]
+{HEADER_MATCHING_RULES}"
+    );
+    let bed = Bed::start(&case);
     let c = client();
     let route = "gateway-conformance-infra/header-matching";
     let s = bed.route_status(&c, route).await;
     route_ok(&s, route, "same-namespace");
-    let (v1, v2) = (Some("infra-backend-v1"), Some("infra-backend-v2"));
-    let cases: &[(Headers, Option<&str>)] = &[
-        (&[("Version", "one")], v1),
-        (&[("Version", "two")], v2),
-        (&[("Version", "two"), ("Color", "orange")], v1),
-        (&[("Version", "two"), ("Color", "blue")], v2),
-        (&[("Color", "orange")], None),
-        (&[("Some-Other-Header", "one")], None),
-        (&[("Color", "blue")], v1),
-        (&[("Color", "green")], v1),
-        (&[("Color", "red")], v2),
-        (&[("Color", "yellow")], v2),
-        (&[("Color", "purple")], None),
-    ];
-    for (headers, backend) in cases {
+    for (headers, backend) in header_matching_cases() {
         let r = bed.request(&c, "any.example", "/", headers).await;
-        served_or_404(&r, *backend, &format!("{headers:?}"));
+        served_or_404(&r, backend, &format!("{headers:?}"));
     }
 }
 
