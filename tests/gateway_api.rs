@@ -1349,6 +1349,16 @@ spec:
 /// A `kubernetes.io/tls` Secret `namespace/name` holding a fixture certificate and key
 /// (`a.example.test` or `wild.example.test`, from tests/fixtures/tls/).
 fn tls_secret(namespace: &str, name: &str, fixture: &str) -> String {
+    tls_secret_of(
+        namespace,
+        name,
+        &common::tls::fixture(&format!("{fixture}.crt")),
+        &common::tls::fixture(&format!("{fixture}.key")),
+    )
+}
+
+/// A `kubernetes.io/tls` Secret of a PEM certificate and key.
+fn tls_secret_of(namespace: &str, name: &str, cert: &str, key: &str) -> String {
     format!(
         "apiVersion: v1
 kind: Secret
@@ -1360,8 +1370,8 @@ stringData:
   tls.key: |
 {key}
 ",
-        crt = indent(&common::tls::fixture(&format!("{fixture}.crt"))),
-        key = indent(&common::tls::fixture(&format!("{fixture}.key"))),
+        crt = indent(cert),
+        key = indent(key),
     )
 }
 
@@ -4928,6 +4938,444 @@ spec:
             .is_err(),
         "the Secret not granted is not served"
     );
+}
+
+/// The suite's `tls-validity-checks-*` objects for client certificate validation: a server
+/// certificate for `example.org` and `second-example.org`, two client CAs (the default's and
+/// the per-port one's) as ConfigMaps, and a client certificate from each.
+struct ClientCas {
+    server_ca: common::ca::Ca,
+    server: common::ca::Leaf,
+    default_ca: common::ca::Ca,
+    per_port_ca: common::ca::Ca,
+    default_client: common::ca::Leaf,
+    per_port_client: common::ca::Leaf,
+}
+
+impl ClientCas {
+    fn new() -> ClientCas {
+        use rcgen::ExtendedKeyUsagePurpose::{ClientAuth, ServerAuth};
+        let server_ca = common::ca::Ca::new("server CA");
+        let server = server_ca.leaf(&["example.org", "second-example.org"], ServerAuth);
+        let default_ca = common::ca::Ca::new("client CA");
+        let per_port_ca = common::ca::Ca::new("per-port client CA");
+        ClientCas {
+            default_client: default_ca.leaf(&["client"], ClientAuth),
+            per_port_client: per_port_ca.leaf(&["client"], ClientAuth),
+            server_ca,
+            server,
+            default_ca,
+            per_port_ca,
+        }
+    }
+
+    /// The Secret and ConfigMaps, and a ConfigMap with a CA in the web backends' namespace.
+    fn manifests(&self) -> String {
+        let config_map = |ns: &str, name: &str, ca: &common::ca::Ca| {
+            format!(
+                "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: {name}, namespace: {ns}}}\n\
+                 data:\n  ca.crt: |\n{}\n---\n",
+                indent(&ca.pem())
+            )
+        };
+        let infra = "gateway-conformance-infra";
+        format!(
+            "{}---\n{}{}{}",
+            tls_secret_of(
+                infra,
+                "tls-validity-checks-certificate",
+                &self.server.pem,
+                &self.server.key_pem
+            ),
+            config_map(
+                infra,
+                "tls-validity-checks-ca-certificate",
+                &self.default_ca
+            ),
+            config_map(
+                infra,
+                "tls-validity-checks-per-port-ca-certificate",
+                &self.per_port_ca
+            ),
+            config_map(
+                "gateway-conformance-web-backend",
+                "web-backend-cm",
+                &self.default_ca
+            ),
+        )
+    }
+
+    /// `GET /` over TLS to Weir's TLS socket with SNI and Host `host`, presenting `client`:
+    /// the answer or the connection's error, and whether Weir asked for a certificate.
+    async fn call(
+        &self,
+        port: u16,
+        host: &str,
+        client: Option<&common::ca::Leaf>,
+    ) -> (Result<Resp, String>, bool) {
+        self.call_sni(port, host, client, true).await
+    }
+
+    /// [`ClientCas::call`], sending the server name in the handshake only when `sni`.
+    async fn call_sni(
+        &self,
+        port: u16,
+        host: &str,
+        client: Option<&common::ca::Leaf>,
+        sni: bool,
+    ) -> (Result<Resp, String>, bool) {
+        let (connector, asked) = common::tls::connector_presenting(
+            self.server_ca.issuer.der().clone(),
+            client.map(|c| (c.pem.as_str(), c.key_pem.as_str())),
+            sni,
+        );
+        let r = common::tls::exchange(&connector, port, host, host, "/").await;
+        (
+            r.map(|r| r.resp),
+            asked.load(std::sync::atomic::Ordering::SeqCst),
+        )
+    }
+
+    /// Three connections presenting `client` fail, each after Weir asked for a certificate.
+    async fn refused(&self, port: u16, host: &str, client: Option<&common::ca::Leaf>) {
+        for _ in 0..3 {
+            let (r, asked) = self.call(port, host, client).await;
+            assert!(r.is_err(), "{host}: served: {:?}", r.map(|r| r.status));
+            assert!(asked, "{host}: no client certificate asked for");
+        }
+    }
+}
+
+/// The suite's Gateway with client certificate validation, `mode` (a `mode:` line or none)
+/// in both its default and its port 8443 validation, and its two routes.
+fn client_validation_case(gateway: &str, mode: &str) -> String {
+    format!(
+        "\
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {{name: {gateway}, namespace: gateway-conformance-infra}}
+spec:
+  gatewayClassName: weir
+  tls:
+    frontend:
+      default:
+        validation:
+          {mode}
+          caCertificateRefs: [{{kind: ConfigMap, group: '', name: tls-validity-checks-ca-certificate}}]
+      perPort:
+      - port: 8443
+        tls:
+          validation:
+            {mode}
+            caCertificateRefs: [{{kind: ConfigMap, group: '', name: tls-validity-checks-per-port-ca-certificate}}]
+  listeners:
+  - name: https
+    port: 443
+    protocol: HTTPS
+    allowedRoutes: {{namespaces: {{from: Same}}}}
+    tls: {{certificateRefs: [{{group: '', kind: Secret, name: tls-validity-checks-certificate, namespace: gateway-conformance-infra}}]}}
+  - name: https-with-hostname
+    port: 8443
+    hostname: second-example.org
+    protocol: HTTPS
+    allowedRoutes: {{namespaces: {{from: Same}}}}
+    tls: {{certificateRefs: [{{group: '', kind: Secret, name: tls-validity-checks-certificate, namespace: gateway-conformance-infra}}]}}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {{name: {gateway}-test, namespace: gateway-conformance-infra}}
+spec:
+  parentRefs: [{{name: {gateway}}}]
+  hostnames: [example.org]
+  rules: [{{backendRefs: [{{name: infra-backend-v1, port: 8080}}]}}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {{name: {gateway}-test-no-hostname, namespace: gateway-conformance-infra}}
+spec:
+  parentRefs: [{{name: {gateway}, sectionName: https-with-hostname}}]
+  rules: [{{backendRefs: [{{name: infra-backend-v2, port: 8080}}]}}]
+"
+    )
+}
+
+/// A bed for a client validation case with the Gateway's HTTPS listeners of `port` served,
+/// once `route` is accepted there and its listener programmed.
+async fn client_validation_bed(
+    c: &HttpClient,
+    cas: &ClientCas,
+    case: &str,
+    port: &str,
+    route: &str,
+) -> Bed {
+    let case = format!("{}{case}", cas.manifests());
+    let bed = Bed::start_with(&case, &["--tls-listen", "x", "--gateway-https-port", port]);
+    let s = bed.route_status(c, route).await;
+    let gateway = route
+        .trim_end_matches("-no-hostname")
+        .trim_end_matches("-test");
+    route_ok(&s, route, gateway.split('/').nth(1).unwrap());
+    bed
+}
+
+/// GatewayFrontendClientCertificateValidation: an HTTPS listener asks for a client
+/// certificate and serves only one its port's CAs signed (the port's `perPort` entry, else
+/// the default); any other ends the TLS connection, with no HTTP answer. Weir serves the
+/// suite's two ports one run at a time (`--gateway-https-port`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn frontend_client_certificates_as_upstream_validates_them() {
+    let cas = ClientCas::new();
+    let case = client_validation_case("client-validation-default", "");
+    let c = client();
+
+    let route = "gateway-conformance-infra/client-validation-default-test";
+    let bed = client_validation_bed(&c, &cas, &case, "443", route).await;
+    let s = bed.status_when(&c, |_| true).await;
+    let gw = &s["gateways"]["gateway-conformance-infra/client-validation-default"];
+    for type_ in ["Accepted", "ResolvedRefs", "Programmed"] {
+        assert_eq!(
+            cond_of(&gw["listeners"][0]["conditions"], type_),
+            yes(type_),
+            "{gw:#}"
+        );
+    }
+    let port = bed.tls_port.unwrap();
+    let (r, asked) = cas
+        .call(port, "example.org", Some(&cas.default_client))
+        .await;
+    let r = r.unwrap();
+    served_by(&r, "infra-backend-v1");
+    assert_eq!(r.json()["headers"]["host"], "example.org");
+    assert!(asked);
+    cas.refused(port, "example.org", Some(&cas.per_port_client))
+        .await;
+    cas.refused(port, "example.org", None).await;
+    drop(bed);
+
+    // Beside it, another Gateway's listener on the port asks for no client certificate and
+    // serves handshakes without a server name: those cannot reach the protected host.
+    let case = format!(
+        "{case}---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {{name: no-client-validation, namespace: gateway-conformance-infra}}
+spec:
+  gatewayClassName: weir
+  listeners:
+  - name: https
+    port: 8443
+    protocol: HTTPS
+    tls: {{certificateRefs: [{{name: tls-validity-checks-certificate}}]}}
+"
+    );
+    let route = "gateway-conformance-infra/client-validation-default-test-no-hostname";
+    let bed = client_validation_bed(&c, &cas, &case, "8443", route).await;
+    let port = bed.tls_port.unwrap();
+    let (r, asked) = cas
+        .call(port, "second-example.org", Some(&cas.per_port_client))
+        .await;
+    let r = r.unwrap();
+    served_by(&r, "infra-backend-v2");
+    assert_eq!(r.json()["headers"]["host"], "second-example.org");
+    assert!(asked);
+    cas.refused(port, "second-example.org", Some(&cas.default_client))
+        .await;
+    let (r, asked) = cas.call_sni(port, "second-example.org", None, false).await;
+    assert!(!asked, "the default certificate asks for none");
+    assert_eq!(
+        r.unwrap().status,
+        421,
+        "no SNI, no way around the validation"
+    );
+}
+
+/// GatewayFrontendClientCertificateValidationInsecureFallback: with `AllowInsecureFallback`
+/// a certificate is still asked for, and a valid one, another CA's and none are all served;
+/// the Gateway says so with `InsecureFrontendValidationMode`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn frontend_insecure_fallback_as_upstream_validates_it() {
+    let cas = ClientCas::new();
+    let case = client_validation_case(
+        "client-validation-insecure-fallback",
+        "mode: AllowInsecureFallback",
+    );
+    let c = client();
+    for (port, host, route, backend, own, other) in [
+        (
+            "443",
+            "example.org",
+            "client-validation-insecure-fallback-test",
+            "infra-backend-v1",
+            &cas.default_client,
+            &cas.per_port_client,
+        ),
+        (
+            "8443",
+            "second-example.org",
+            "client-validation-insecure-fallback-test-no-hostname",
+            "infra-backend-v2",
+            &cas.per_port_client,
+            &cas.default_client,
+        ),
+    ] {
+        let route = format!("gateway-conformance-infra/{route}");
+        let bed = client_validation_bed(&c, &cas, &case, port, &route).await;
+        let s = bed.status_when(&c, |_| true).await;
+        let gw = &s["gateways"]["gateway-conformance-infra/client-validation-insecure-fallback"];
+        assert_eq!(
+            cond_of(&gw["conditions"], "InsecureFrontendValidationMode"),
+            yes("ConfigurationChanged"),
+            "{gw:#}"
+        );
+        let tls_port = bed.tls_port.unwrap();
+        for (client, asks) in [(Some(own), true), (Some(other), true), (None, true)] {
+            let (r, asked) = cas.call(tls_port, host, client).await;
+            served_by(&r.unwrap(), backend);
+            assert_eq!(asked, asks, "{port}");
+        }
+    }
+}
+
+/// GatewayFrontendInvalidDefaultClientCertificateValidation and
+/// GatewayInvalidFrontendClientCertificateValidation: CA references that cannot be used are
+/// reported on the listeners of their port (`ResolvedRefs` with the reason, and, when none
+/// can, `Accepted: False` with `NoValidCACertificate`); such an HTTPS listener is not served,
+/// while the Gateway's HTTP listener and the listeners of other ports are.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unusable_frontend_validation_as_upstream_reports_it() {
+    let cas = ClientCas::new();
+    let listener = |gw: &Value, name: &str| {
+        gw["listeners"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|l| l["name"] == name)
+            .unwrap_or_else(|| panic!("listener {name}: {gw:#}"))["conditions"]
+            .clone()
+    };
+    let c = client();
+
+    let invalid_default = format!(
+        "{}\
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {{name: invalid-default-client-validation-config, namespace: gateway-conformance-infra}}
+spec:
+  gatewayClassName: weir
+  tls:
+    frontend:
+      default:
+        validation:
+          caCertificateRefs: [{{kind: ConfigMap, group: '', name: does-not-exist}}]
+      perPort:
+      - port: 80
+        tls:
+          validation:
+            caCertificateRefs: [{{kind: ConfigMap, group: '', name: tls-validity-checks-per-port-ca-certificate}}]
+  listeners:
+  - name: https
+    port: 443
+    protocol: HTTPS
+    allowedRoutes: {{namespaces: {{from: Same}}}}
+    tls: {{certificateRefs: [{{group: '', kind: Secret, name: tls-validity-checks-certificate, namespace: gateway-conformance-infra}}]}}
+  - {{name: http, port: 80, protocol: HTTP, allowedRoutes: {{namespaces: {{from: Same}}}}}}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {{name: invalid-default-client-validation-config, namespace: gateway-conformance-infra}}
+spec:
+  parentRefs: [{{name: invalid-default-client-validation-config}}]
+  hostnames: [example.org]
+  rules: [{{backendRefs: [{{name: infra-backend-v1, port: 8080}}]}}]
+",
+        cas.manifests()
+    );
+    let bed = Bed::start_with(&invalid_default, &["--tls-listen", "x"]);
+    let s = bed
+        .route_status(
+            &c,
+            "gateway-conformance-infra/invalid-default-client-validation-config",
+        )
+        .await;
+    let gw = &s["gateways"]["gateway-conformance-infra/invalid-default-client-validation-config"];
+    assert_eq!(cond_of(&gw["conditions"], "Accepted").0, "True", "{gw:#}");
+    assert_eq!(cond_of(&gw["conditions"], "Programmed").0, "True", "{gw:#}");
+    for type_ in ["Accepted", "ResolvedRefs", "Programmed"] {
+        assert_eq!(cond_of(&listener(gw, "http"), type_).0, "True", "{gw:#}");
+    }
+    let https = listener(gw, "https");
+    assert_eq!(
+        cond_of(&https, "ResolvedRefs"),
+        no("InvalidCACertificateRef")
+    );
+    assert_eq!(cond_of(&https, "Accepted"), no("NoValidCACertificate"));
+    assert_eq!(cond_of(&https, "Programmed").0, "False");
+    served_by(
+        &bed.request(&c, "example.org", "/", &[]).await,
+        "infra-backend-v1",
+    );
+    for _ in 0..3 {
+        let (r, _) = cas.call(bed.tls_port.unwrap(), "example.org", None).await;
+        assert!(r.is_err(), "the HTTPS listener is not served");
+    }
+    drop(bed);
+
+    let invalid_refs = format!(
+        "{}\
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {{name: gateway-with-invalid-client-cert-validation, namespace: gateway-conformance-infra}}
+spec:
+  gatewayClassName: weir
+  tls:
+    frontend:
+      default:
+        validation:
+          caCertificateRefs: [{{kind: ConfigMap, group: '', name: tls-validity-checks-ca-certificate}}]
+      perPort:
+      - port: 7443
+        tls: {{validation: {{caCertificateRefs: [{{kind: ConfigMap, group: '', name: non-exisitng-cm}}]}}}}
+      - port: 8443
+        tls: {{validation: {{caCertificateRefs: [{{kind: Service, group: '', name: infra-backend-v2}}]}}}}
+      - port: 6443
+        tls: {{validation: {{caCertificateRefs: [{{kind: ConfigMap, group: '', name: web-backend-cm, namespace: gateway-conformance-web-backend}}]}}}}
+  listeners:
+  - {{name: https, port: 443, protocol: HTTPS, allowedRoutes: {{namespaces: {{from: Same}}}}, tls: {{certificateRefs: [{{name: tls-validity-checks-certificate}}]}}}}
+  - {{name: https-unresolved, port: 7443, hostname: first-example.org, protocol: HTTPS, allowedRoutes: {{namespaces: {{from: Same}}}}, tls: {{certificateRefs: [{{name: tls-validity-checks-certificate}}]}}}}
+  - {{name: https-invalid-kind, port: 8443, hostname: second-example.org, protocol: HTTPS, allowedRoutes: {{namespaces: {{from: Same}}}}, tls: {{certificateRefs: [{{name: tls-validity-checks-certificate}}]}}}}
+  - {{name: https-grant-missing, port: 6443, hostname: fourth-example.org, protocol: HTTPS, allowedRoutes: {{namespaces: {{from: Same}}}}, tls: {{certificateRefs: [{{name: tls-validity-checks-certificate}}]}}}}
+",
+        cas.manifests()
+    );
+    let bed = Bed::start_with(&invalid_refs, &["--tls-listen", "x"]);
+    let s = bed
+        .status_when(&c, |s| {
+            s["gateways"]
+                .get("gateway-conformance-infra/gateway-with-invalid-client-cert-validation")
+                .is_some()
+        })
+        .await;
+    let gw =
+        &s["gateways"]["gateway-conformance-infra/gateway-with-invalid-client-cert-validation"];
+    for type_ in ["Accepted", "ResolvedRefs", "Programmed"] {
+        assert_eq!(cond_of(&listener(gw, "https"), type_), yes(type_), "{gw:#}");
+    }
+    for (name, reason) in [
+        ("https-unresolved", "InvalidCACertificateRef"),
+        ("https-invalid-kind", "InvalidCACertificateKind"),
+        ("https-grant-missing", "RefNotPermitted"),
+    ] {
+        let conds = listener(gw, name);
+        assert_eq!(cond_of(&conds, "ResolvedRefs"), no(reason), "{name}");
+        assert_eq!(
+            cond_of(&conds, "Accepted"),
+            no("NoValidCACertificate"),
+            "{name}"
+        );
+        assert_eq!(cond_of(&conds, "Programmed").0, "False", "{name}");
+    }
+    // The Gateway is served on its valid listener.
+    assert_eq!(cond_of(&gw["conditions"], "Programmed").0, "True", "{gw:#}");
 }
 
 /// tests/conformance/cases.tsv, which scripts/conformance-report.py turns into the report: each

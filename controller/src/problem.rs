@@ -12,6 +12,8 @@ pub enum Reason {
     ServiceNotFound,
     /// A BackendTLSPolicy cannot be applied (its CA or host name).
     InvalidBackendTls,
+    /// A Gateway's client certificate validation names CA certificates that cannot be used.
+    InvalidFrontendTls,
     /// A backend names a port the Service does not have.
     PortNotFound,
     /// A backend is not a Service (resource backends are not supported).
@@ -56,6 +58,7 @@ impl Reason {
             Reason::PortNotFound => "PortNotFound",
             Reason::UnsupportedBackend => "UnsupportedBackend",
             Reason::InvalidBackendTls => "InvalidBackendTLSPolicy",
+            Reason::InvalidFrontendTls => "InvalidFrontendTLS",
             Reason::InvalidAnnotation => "InvalidAnnotation",
             Reason::UnknownAnnotation => "UnknownAnnotation",
             Reason::PluginNotFound => "PluginNotFound",

@@ -80,6 +80,54 @@ pub struct GatewayTls {
     /// Towards backends.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub backend: Option<GatewayBackendTls>,
+    /// Towards clients: the validation of their certificates.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub frontend: Option<FrontendTls>,
+}
+
+/// How the Gateway's HTTPS listeners check client certificates (`spec.tls.frontend`).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct FrontendTls {
+    /// For every HTTPS listener whose port has no `perPort` entry.
+    #[serde(default)]
+    pub default: FrontendTlsConfig,
+    /// Per port, replacing `default` for the HTTPS listeners on that port.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub per_port: Vec<FrontendTlsPortConfig>,
+}
+
+/// One port's frontend TLS settings (`spec.tls.frontend.perPort[]`).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct FrontendTlsPortConfig {
+    /// The listeners' port.
+    #[serde(default)]
+    pub port: i32,
+    /// Their settings.
+    #[serde(default)]
+    pub tls: FrontendTlsConfig,
+}
+
+/// Frontend TLS settings (`default`, or a port's `tls`).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct FrontendTlsConfig {
+    /// Client certificate validation; unset, none is asked for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub validation: Option<FrontendValidation>,
+}
+
+/// Client certificate validation (`validation`).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct FrontendValidation {
+    /// The CA certificates (ConfigMaps with `ca.crt`).
+    #[serde(default)]
+    pub ca_certificate_refs: Vec<ObjectReference>,
+    /// `AllowValidOnly` (the default) or `AllowInsecureFallback`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<String>,
 }
 
 /// How the Gateway speaks TLS to backends (`spec.tls.backend`).

@@ -2,6 +2,8 @@
 //!
 //! Certificates belong to the routing table, so a config push changes them for the next
 //! handshake without a restart; connections already open keep the certificate they got.
+//! A certificate with `client_validation` gets a server configuration of its own, chosen
+//! after the ClientHello, that asks for a client certificate (mutual TLS).
 
 pub mod client_hello;
 
@@ -11,10 +13,12 @@ use std::sync::{Arc, OnceLock};
 use rustls::crypto::CryptoProvider;
 use rustls::pki_types::pem::{self, PemObject};
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
-use rustls::server::{ClientHello, ResolvesServerCert};
+use rustls::server::danger::ClientCertVerifier;
+use rustls::server::{ClientHello, NoClientAuth, ResolvesServerCert, WebPkiClientVerifier};
 use rustls::sign::CertifiedKey;
+use rustls::{RootCertStore, ServerConfig};
 
-use crate::config::Certificate;
+use crate::config::{Certificate, ClientValidation, ClientValidationMode};
 
 /// The crypto provider every TLS object of the proxy is built with (ring).
 pub fn provider() -> Arc<CryptoProvider> {
@@ -81,14 +85,23 @@ pub fn pem_error(e: &pem::Error) -> &'static str {
     }
 }
 
+/// One served certificate, with the server configuration of its handshakes when they ask for
+/// a client certificate.
+struct Served {
+    key: Arc<CertifiedKey>,
+    /// `Some` for a certificate with `client_validation`: its own configuration, built once
+    /// per table, whose verifier checks the client's certificate.
+    mutual: Option<Arc<ServerConfig>>,
+}
+
 /// The certificates of one routing table, indexed by server name.
 #[derive(Default)]
 pub struct CertStore {
-    exact: HashMap<String, Arc<CertifiedKey>>,
+    exact: HashMap<String, Arc<Served>>,
     /// `*.example.com` stored as `example.com`: matches exactly one more label.
-    wildcard: HashMap<String, Arc<CertifiedKey>>,
+    wildcard: HashMap<String, Arc<Served>>,
     /// A certificate without `snis`: served when nothing else matches (or no SNI was sent).
-    default: Option<Arc<CertifiedKey>>,
+    default: Option<Arc<Served>>,
 }
 
 impl std::fmt::Debug for CertStore {
@@ -107,8 +120,21 @@ impl CertStore {
         let mut store = CertStore::default();
         for (i, c) in certs.iter().enumerate() {
             let key = Arc::new(parse_certificate(c).map_err(|(f, m)| (i, f, m))?);
+            let mutual = match &c.client_validation {
+                None => None,
+                Some(v) => {
+                    let verifier =
+                        client_verifier(v).map_err(|m| (i, "client_validation.ca", m))?;
+                    let resolver = Resolver({
+                        let key = key.clone();
+                        move |_: Option<&str>| Some(key.clone())
+                    });
+                    Some(Arc::new(server_config_with(verifier, Arc::new(resolver))))
+                }
+            };
+            let served = Arc::new(Served { key, mutual });
             if c.snis.is_empty() && store.default.is_none() {
-                store.default = Some(key.clone());
+                store.default = Some(served.clone());
             }
             for sni in &c.snis {
                 let sni = sni.to_ascii_lowercase();
@@ -116,7 +142,7 @@ impl CertStore {
                     Some(suffix) => (&mut store.wildcard, suffix.to_string()),
                     None => (&mut store.exact, sni),
                 };
-                map.entry(name).or_insert_with(|| key.clone());
+                map.entry(name).or_insert_with(|| served.clone());
             }
         }
         Ok(store)
@@ -129,12 +155,21 @@ impl CertStore {
 
     /// The certificate for a server name: exact match, then `*.` wildcard, then the default.
     pub fn find(&self, server_name: Option<&str>) -> Option<Arc<CertifiedKey>> {
-        self.find_named(server_name)
-            .or(self.default.as_ref())
-            .cloned()
+        self.served(server_name).map(|s| s.key.clone())
     }
 
-    fn find_named(&self, server_name: Option<&str>) -> Option<&Arc<CertifiedKey>> {
+    /// The server configuration of a handshake for `server_name` when its certificate asks
+    /// for a client certificate; `None` means the shared configuration (no client
+    /// certificate asked for).
+    pub fn mutual_config(&self, server_name: Option<&str>) -> Option<Arc<ServerConfig>> {
+        self.served(server_name).and_then(|s| s.mutual.clone())
+    }
+
+    fn served(&self, server_name: Option<&str>) -> Option<&Arc<Served>> {
+        self.find_named(server_name).or(self.default.as_ref())
+    }
+
+    fn find_named(&self, server_name: Option<&str>) -> Option<&Arc<Served>> {
         let found = server_name.and_then(|name| {
             let lower;
             let name = if name.bytes().any(|b| b.is_ascii_uppercase()) {
@@ -150,6 +185,86 @@ impl CertStore {
             })
         });
         found
+    }
+}
+
+/// The trusted CAs of a PEM bundle (at least one certificate).
+pub fn parse_roots(pem: &str) -> Result<RootCertStore, String> {
+    let certs = CertificateDer::pem_slice_iter(pem.as_bytes())
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| format!("not a PEM certificate bundle: {}", pem_error(&e)))?;
+    if certs.is_empty() {
+        return Err("no `BEGIN CERTIFICATE` block".into());
+    }
+    let mut roots = RootCertStore::empty();
+    for (i, cert) in certs.into_iter().enumerate() {
+        roots
+            .add(cert)
+            .map_err(|e| format!("certificate {} is unusable: {e}", i + 1))?;
+    }
+    Ok(roots)
+}
+
+/// The verifier of client certificates that `v` asks for.
+fn client_verifier(v: &ClientValidation) -> Result<Arc<dyn ClientCertVerifier>, String> {
+    let roots = Arc::new(parse_roots(&v.ca)?);
+    let builder = WebPkiClientVerifier::builder_with_provider(roots, provider());
+    let built = match v.mode {
+        ClientValidationMode::Require => builder.build(),
+        ClientValidationMode::Optional | ClientValidationMode::OptionalNoCa => {
+            builder.allow_unauthenticated().build()
+        }
+    };
+    let verifier = built.map_err(|e| format!("unusable CA certificates: {e}"))?;
+    Ok(match v.mode {
+        ClientValidationMode::OptionalNoCa => Arc::new(AnyClientCert(verifier)),
+        _ => verifier,
+    })
+}
+
+/// `optional_no_ca`: asks for a certificate (naming the CAs) and takes whatever comes. The
+/// handshake's signature is still checked, so a client that sends a certificate holds its key.
+#[derive(Debug)]
+struct AnyClientCert(Arc<dyn ClientCertVerifier>);
+
+impl ClientCertVerifier for AnyClientCert {
+    fn root_hint_subjects(&self) -> &[rustls::DistinguishedName] {
+        self.0.root_hint_subjects()
+    }
+
+    fn client_auth_mandatory(&self) -> bool {
+        false
+    }
+
+    fn verify_client_cert(
+        &self,
+        _end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _now: rustls::pki_types::UnixTime,
+    ) -> Result<rustls::server::danger::ClientCertVerified, rustls::Error> {
+        Ok(rustls::server::danger::ClientCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        self.0.verify_tls12_signature(message, cert, dss)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        self.0.verify_tls13_signature(message, cert, dss)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.0.supported_verify_schemes()
     }
 }
 
@@ -172,11 +287,18 @@ where
 }
 
 /// A server configuration that takes its certificates from `resolve` and offers h2 and HTTP/1.1.
-pub fn server_config(resolver: Arc<dyn ResolvesServerCert>) -> rustls::ServerConfig {
-    let mut config = rustls::ServerConfig::builder_with_provider(provider())
+pub fn server_config(resolver: Arc<dyn ResolvesServerCert>) -> ServerConfig {
+    server_config_with(Arc::new(NoClientAuth), resolver)
+}
+
+fn server_config_with(
+    verifier: Arc<dyn ClientCertVerifier>,
+    resolver: Arc<dyn ResolvesServerCert>,
+) -> ServerConfig {
+    let mut config = ServerConfig::builder_with_provider(provider())
         .with_safe_default_protocol_versions()
         .expect("ring supports the default protocol versions")
-        .with_no_client_auth()
+        .with_client_cert_verifier(verifier)
         .with_cert_resolver(resolver);
     config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     config
@@ -250,6 +372,7 @@ mod tests {
             cert: cert.into(),
             key: key.into(),
             snis: snis.iter().map(|s| s.to_string()).collect(),
+            client_validation: None,
         }
     }
 
@@ -308,5 +431,49 @@ mod tests {
         let d = store.find(Some("other.test")).unwrap();
         assert_eq!(d.cert[0], store.find(None).unwrap().cert[0]);
         assert_ne!(d.cert[0], first.cert[0]);
+    }
+
+    #[test]
+    fn certificates_asking_for_client_certificates_get_their_own_configuration() {
+        let mut mutual = cert("m", CERT_A, KEY_A, &["a.example.test"]);
+        mutual.client_validation = Some(ClientValidation {
+            ca: CERT_WILD.into(),
+            mode: ClientValidationMode::Require,
+        });
+        let store = CertStore::new(&[
+            mutual.clone(),
+            cert("w", CERT_WILD, KEY_WILD, &["*.example.test"]),
+        ])
+        .unwrap();
+        assert!(store.mutual_config(Some("a.example.test")).is_some());
+        assert!(store.mutual_config(Some("b.example.test")).is_none());
+        assert!(store.mutual_config(None).is_none());
+
+        // CERT_A is not signed by CERT_WILD: only `optional_no_ca` takes it.
+        let leaf = CertificateDer::from_pem_slice(CERT_A.as_bytes()).unwrap();
+        let now = rustls::pki_types::UnixTime::now();
+        for (mode, mandatory, takes_foreign) in [
+            (ClientValidationMode::Require, true, false),
+            (ClientValidationMode::Optional, false, false),
+            (ClientValidationMode::OptionalNoCa, false, true),
+        ] {
+            let v = ClientValidation {
+                ca: CERT_WILD.into(),
+                mode,
+            };
+            let verifier = client_verifier(&v).unwrap();
+            assert!(verifier.offer_client_auth(), "{mode:?}");
+            assert_eq!(verifier.client_auth_mandatory(), mandatory, "{mode:?}");
+            assert!(!verifier.root_hint_subjects().is_empty(), "{mode:?}");
+            let took = verifier.verify_client_cert(&leaf, &[], now).is_ok();
+            assert_eq!(took, takes_foreign, "{mode:?}");
+        }
+
+        mutual.client_validation.as_mut().unwrap().ca = "not a pem".into();
+        let Err((i, field, m)) = CertStore::new(&[mutual]) else {
+            panic!("a CA that is not PEM is refused");
+        };
+        assert_eq!((i, field), (0, "client_validation.ca"));
+        assert!(m.contains("BEGIN CERTIFICATE"), "{m}");
     }
 }

@@ -917,6 +917,11 @@ impl Config {
             if let Err((field, m)) = crate::tls::parse_certificate(c) {
                 errs.push("certificate", &c.id, field, m);
             }
+            if let Some(v) = &c.client_validation {
+                if let Err(m) = crate::tls::parse_roots(&v.ca) {
+                    errs.push("certificate", &c.id, "client_validation.ca", m);
+                }
+            }
         }
 
         if errs.0.is_empty() {

@@ -1,5 +1,6 @@
 //! An HTTPS client for the tests: trusts only the test CA, reports the certificate served.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -7,7 +8,8 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, Empty};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, ServerName};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use rustls::sign::CertifiedKey;
 
 use super::Resp;
 
@@ -49,6 +51,59 @@ pub fn connector_trusting(
         .with_no_client_auth();
     config.alpn_protocols = alpn.iter().map(|p| p.as_bytes().to_vec()).collect();
     tokio_rustls::TlsConnector::from(Arc::new(config))
+}
+
+/// A TLS client trusting `ca` that presents `client` (a certificate chain and its key, PEM)
+/// when the server asks for a certificate, or no certificate, and sends a server name (SNI)
+/// when `sni`; the flag it returns says whether a server asked for a certificate.
+pub fn connector_presenting(
+    ca: CertificateDer<'static>,
+    client: Option<(&str, &str)>,
+    sni: bool,
+) -> (tokio_rustls::TlsConnector, Arc<AtomicBool>) {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let key = client.map(|(cert, key)| {
+        let chain = CertificateDer::pem_slice_iter(cert.as_bytes())
+            .collect::<Result<Vec<_>, _>>()
+            .unwrap();
+        let key = PrivateKeyDer::from_pem_slice(key.as_bytes()).unwrap();
+        Arc::new(CertifiedKey::from_der(chain, key, &provider).unwrap())
+    });
+    let asked = Arc::new(AtomicBool::new(false));
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(ca).unwrap();
+    let mut config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_client_cert_resolver(Arc::new(Presenting {
+            key,
+            asked: asked.clone(),
+        }));
+    config.enable_sni = sni;
+    (tokio_rustls::TlsConnector::from(Arc::new(config)), asked)
+}
+
+/// Presents its certificate whatever CAs the server names, noting that it was asked.
+#[derive(Debug)]
+struct Presenting {
+    key: Option<Arc<CertifiedKey>>,
+    asked: Arc<AtomicBool>,
+}
+
+impl rustls::client::ResolvesClientCert for Presenting {
+    fn resolve(
+        &self,
+        _root_hint_subjects: &[&[u8]],
+        _sigschemes: &[rustls::SignatureScheme],
+    ) -> Option<Arc<CertifiedKey>> {
+        self.asked.store(true, Ordering::SeqCst);
+        self.key.clone()
+    }
+
+    fn has_certs(&self) -> bool {
+        true
+    }
 }
 
 /// `GET path` over TLS to 127.0.0.1:`port` with SNI and Host `server_name`, offering `alpn`.

@@ -466,9 +466,18 @@ fn start_gateway_api(
     } else {
         None
     };
+    // CA certificates are in ConfigMaps: BackendTLSPolicies' and Gateways'
+    // `spec.tls.frontend`, which only the Gateway API makes Weir read.
+    spawn::<ConfigMap>(
+        client,
+        namespaces,
+        all.clone(),
+        Kind::ConfigMap,
+        Object::ConfigMap,
+        shared,
+    );
     if let Some(version) = policies {
-        // v1 from Gateway API v1.4 on, v1alpha3 (experimental channel) before. Their CA
-        // certificates are in ConfigMaps, which only they make Weir read.
+        // v1 from Gateway API v1.4 on, v1alpha3 (experimental channel) before.
         spawn_versioned::<BackendTLSPolicy>(
             client,
             namespaces,
@@ -476,14 +485,6 @@ fn start_gateway_api(
             all.clone(),
             Kind::BackendTLSPolicy,
             Object::BackendTLSPolicy,
-            shared,
-        );
-        spawn::<ConfigMap>(
-            client,
-            namespaces,
-            all.clone(),
-            Kind::ConfigMap,
-            Object::ConfigMap,
             shared,
         );
     }

@@ -54,6 +54,7 @@ impl Translator<'_> {
                             cert,
                             key: key_pem,
                             snis: hosts,
+                            client_validation: None,
                         }),
                     }
                 }
@@ -84,6 +85,7 @@ pub(super) fn read_pair(secret: &Secret) -> Result<(String, String), String> {
         cert,
         key,
         snis: Vec::new(),
+        client_validation: None,
     };
     // The message describes the PEM; it never quotes it.
     weir_proxy::tls::parse_certificate(&probe).map_err(|(field, m)| {

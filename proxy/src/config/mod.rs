@@ -776,6 +776,36 @@ pub struct Certificate {
     /// Server names (exact or `*.` wildcard).
     #[serde(default)]
     pub snis: Vec<String>,
+    /// Client certificates asked for in the handshakes this certificate serves (mutual TLS).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_validation: Option<ClientValidation>,
+}
+
+/// How the handshakes of one served certificate ask for and check client certificates.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClientValidation {
+    /// PEM CA certificates a client certificate must chain to.
+    pub ca: String,
+    /// What a handshake without a valid client certificate gets.
+    #[serde(default)]
+    pub mode: ClientValidationMode,
+}
+
+/// Whether a client certificate is required, and whether it must be valid.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ClientValidationMode {
+    /// A certificate chaining to `ca` is required; without one the handshake fails
+    /// (ingress-nginx `auth-tls-verify-client: on`, the Gateway API's `AllowValidOnly`).
+    #[default]
+    Require,
+    /// Asked for: a client may send none, but one it sends must be valid (ingress-nginx
+    /// `optional`).
+    Optional,
+    /// Asked for, and never refused: none, or one that does not chain to `ca`, is accepted
+    /// (ingress-nginx `optional_no_ca`, the Gateway API's `AllowInsecureFallback`).
+    OptionalNoCa,
 }
 
 /// Without the key: debug output ends up in logs.

@@ -425,7 +425,7 @@ pub(crate) fn worker(
                     return;
                 }
             };
-        let acceptor = tls_listener.as_ref().map(|_| tls_acceptor(&shared));
+        let tls_config = tls_listener.as_ref().map(|_| shared_tls_config(&shared));
         shared.registry.start_worker(index);
         let builder = Arc::new(Builders::new(&shared.opts));
         tokio::spawn(crate::upstream::sweep_idle());
@@ -460,13 +460,13 @@ pub(crate) fn worker(
             let _ = stream.set_nodelay(true);
             live.fetch_add(1, Ordering::AcqRel);
             let conn = session::ConnInfo::new(peer, if tls { tls_port } else { plain_port }, tls);
-            let acceptor = if tls { acceptor.clone() } else { None };
+            let tls_config = if tls { tls_config.clone() } else { None };
             let (shared, builder, live, stop) =
                 (shared.clone(), builder.clone(), live.clone(), stop.clone());
             tokio::spawn(async move {
-                match acceptor {
+                match tls_config {
                     None => serve_connection(&shared, &builder, stream, conn, stop, true).await,
-                    Some(acceptor) => {
+                    Some(tls_config) => {
                         let rt = shared.runtime.load_full();
                         let decision = if rt.passthrough.is_empty() {
                             passthrough::Decision::Terminate
@@ -481,7 +481,7 @@ pub(crate) fn worker(
                             passthrough::Decision::Terminate => {
                                 drop(rt);
                                 if let Some(stream) =
-                                    handshake(&acceptor, stream, &shared, stop.clone()).await
+                                    handshake(&tls_config, stream, &shared, stop.clone()).await
                                 {
                                     let rt = shared.runtime.load_full();
                                     let name = stream.get_ref().1.server_name();
@@ -524,7 +524,7 @@ pub(crate) fn worker(
 /// Runs a TLS handshake, bounded by `--header-read-timeout` (a budget of its own, before the
 /// request head's) and abandoned when the proxy shuts down, so a silent client delays neither.
 async fn handshake(
-    acceptor: &tokio_rustls::TlsAcceptor,
+    shared_config: &Arc<rustls::ServerConfig>,
     stream: tokio::net::TcpStream,
     shared: &Shared,
     mut stop: watch::Receiver<bool>,
@@ -534,7 +534,7 @@ async fn handshake(
     }
     let limit = shared.opts.header_read_timeout;
     let result = tokio::select! {
-        r = tokio::time::timeout(limit, acceptor.accept(stream)) => r,
+        r = tokio::time::timeout(limit, accept_tls(shared_config, stream, shared)) => r,
         _ = stop.changed() => return None,
     };
     match result {
@@ -567,12 +567,32 @@ async fn accept_if_some(
     }
 }
 
-/// An acceptor whose certificates come from the routing table in service at each handshake.
-fn tls_acceptor(shared: &Arc<Shared>) -> tokio_rustls::TlsAcceptor {
+/// The server configuration of handshakes that ask for no client certificate: certificates
+/// come from the routing table in service at each handshake.
+fn shared_tls_config(shared: &Arc<Shared>) -> Arc<rustls::ServerConfig> {
     let shared = shared.clone();
     let resolver =
         crate::tls::Resolver(move |name: Option<&str>| shared.runtime.load().certs.find(name));
-    tokio_rustls::TlsAcceptor::from(Arc::new(crate::tls::server_config(Arc::new(resolver))))
+    Arc::new(crate::tls::server_config(Arc::new(resolver)))
+}
+
+/// A TLS handshake whose configuration is chosen once the ClientHello is read: a server
+/// name whose certificate asks for client certificates gets that certificate's own
+/// configuration, any other the shared one.
+async fn accept_tls(
+    shared_config: &Arc<rustls::ServerConfig>,
+    stream: tokio::net::TcpStream,
+    shared: &Shared,
+) -> io::Result<tokio_rustls::server::TlsStream<tokio::net::TcpStream>> {
+    let acceptor = rustls::server::Acceptor::default();
+    let start = tokio_rustls::LazyConfigAcceptor::new(acceptor, stream).await?;
+    let config = shared
+        .runtime
+        .load()
+        .certs
+        .mutual_config(start.client_hello().server_name())
+        .unwrap_or_else(|| shared_config.clone());
+    start.into_stream(config).await
 }
 
 /// hyper's server, as each kind of connection it takes needs it.

@@ -13,7 +13,6 @@ use std::sync::{Arc, OnceLock};
 
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::client::{ResolvesClientCert, WebPkiServerVerifier};
-use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 use rustls::sign::CertifiedKey;
 use rustls::{
@@ -25,7 +24,7 @@ use tokio::net::TcpStream;
 
 use super::pool::ConnectError;
 use super::stream::Stream;
-use crate::tls::{parse_cert_and_key, pem_error, provider, AcceptAnyServerCert};
+use crate::tls::{parse_cert_and_key, provider, AcceptAnyServerCert};
 
 /// The application protocol offered in the handshake (ALPN).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -102,7 +101,9 @@ impl TlsClient {
             .map_err(|e| format!("tls: {e}"))?;
         let builder = if settings.verify {
             let roots = match &settings.ca_pem {
-                Some(pem) => Arc::new(parse_roots(pem)?),
+                Some(pem) => Arc::new(
+                    crate::tls::parse_roots(pem).map_err(|e| format!("ca_certificates: {e}"))?,
+                ),
                 None => public_roots(),
             };
             let webpki = WebPkiServerVerifier::builder_with_provider(roots.clone(), provider())
@@ -278,28 +279,6 @@ fn reason(e: &io::Error) -> String {
         Some(r) => r.to_string(),
         None => e.to_string(),
     }
-}
-
-/// The trusted CAs of a PEM bundle.
-fn parse_roots(pem: &str) -> Result<RootCertStore, String> {
-    let certs = CertificateDer::pem_slice_iter(pem.as_bytes())
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| {
-            format!(
-                "ca_certificates: not a PEM certificate bundle: {}",
-                pem_error(&e)
-            )
-        })?;
-    if certs.is_empty() {
-        return Err("ca_certificates: no `BEGIN CERTIFICATE` block".into());
-    }
-    let mut roots = RootCertStore::empty();
-    for (i, cert) in certs.into_iter().enumerate() {
-        roots
-            .add(cert)
-            .map_err(|e| format!("ca_certificates: certificate {} is unusable: {e}", i + 1))?;
-    }
-    Ok(roots)
 }
 
 /// The public web's roots, parsed once per process.

@@ -5,8 +5,9 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use weir_crds::gateway::{Gateway, Listener, ObjectReference, RouteGroupKind, GROUP};
-use weir_proxy::config::{Certificate, ClientCertificate, ClientProtocol};
+use weir_proxy::config::{Certificate, ClientCertificate, ClientProtocol, ClientValidation};
 
+use super::frontend_tls::FrontendEval;
 use super::status::{Cond, GatewayStatus, ListenerStatus};
 use crate::store::Key;
 use crate::translate::tls::{read_pair, TLS_TYPE};
@@ -60,11 +61,23 @@ fn kinds_for(protocol: &str) -> &'static [&'static str] {
 impl Translator<'_> {
     /// Evaluates a Gateway's listeners, adding the certificates of the served HTTPS ones.
     pub(super) fn listeners(&mut self, key: &Key, gw: &Gateway) -> Vec<ListenerEval> {
+        // Client certificate validation is set per port: evaluated (and reported) once each.
+        let mut frontends: BTreeMap<i32, FrontendEval> = BTreeMap::new();
+        if let Some(f) = gw.spec.tls.as_ref().and_then(|t| t.frontend.as_ref()) {
+            for l in gw.spec.listeners.iter().filter(|l| l.protocol == "HTTPS") {
+                if let std::collections::btree_map::Entry::Vacant(e) = frontends.entry(l.port) {
+                    e.insert(self.frontend_validation(key, f, l.port));
+                }
+            }
+        }
         let mut out: Vec<ListenerEval> = gw
             .spec
             .listeners
             .iter()
-            .map(|l| self.listener(key, l))
+            .map(|l| {
+                let frontend = frontends.get(&l.port).filter(|_| l.protocol == "HTTPS");
+                self.listener(key, l, frontend)
+            })
             .collect();
         // Two served listeners on one port with the same host name cannot be told apart.
         let mut seen: BTreeMap<(i32, String), Vec<usize>> = BTreeMap::new();
@@ -91,7 +104,12 @@ impl Translator<'_> {
         out
     }
 
-    fn listener(&mut self, key: &Key, l: &Listener) -> ListenerEval {
+    fn listener(
+        &mut self,
+        key: &Key,
+        l: &Listener,
+        frontend: Option<&FrontendEval>,
+    ) -> ListenerEval {
         let mut eval = ListenerEval {
             name: l.name.clone(),
             port: l.port,
@@ -154,8 +172,18 @@ impl Translator<'_> {
                 _ => From::Same,
             };
         }
+        if let Some(f) = frontend {
+            if let Some(c) = &f.accepted {
+                eval.accepted = c.clone();
+            }
+            if let Some(c) = &f.resolved {
+                eval.resolved = c.clone();
+            }
+        }
         if l.protocol == "HTTPS" || eval.terminates_tls {
-            if let Err(cond) = self.listener_certificate(key, l, eval.accepted.holds()) {
+            let validation = frontend.and_then(|f| f.validation.clone());
+            let serve = eval.accepted.holds();
+            if let Err(cond) = self.listener_certificate(key, l, serve, validation) {
                 // A certificate problem outweighs route kinds.
                 eval.resolved = cond;
             }
@@ -209,8 +237,15 @@ impl Translator<'_> {
         }
     }
 
-    /// Adds the certificate of an HTTPS listener (when `serve`), or says why there is none.
-    fn listener_certificate(&mut self, key: &Key, l: &Listener, serve: bool) -> Result<(), Cond> {
+    /// Adds the certificate of an HTTPS listener (when `serve`), asking clients for theirs as
+    /// `validation` says, or says why there is none.
+    fn listener_certificate(
+        &mut self,
+        key: &Key,
+        l: &Listener,
+        serve: bool,
+        validation: Option<ClientValidation>,
+    ) -> Result<(), Cond> {
         let bad = |m: String| Cond::no("ResolvedRefs", "InvalidCertificateRef", m);
         let tls = l.tls.as_ref();
         if tls
@@ -246,13 +281,17 @@ impl Translator<'_> {
         // One entry per listener host name, even where listeners share a Secret: the proxy
         // answers 421 to a request whose Host belongs to another entry than its SNI
         // (GatewayHTTPSListenerDetectMisdirectedRequests).
-        let (id, snis) = match &l.hostname {
+        let (mut id, snis) = match &l.hostname {
             Some(h) if !h.is_empty() => {
                 let h = h.to_ascii_lowercase();
                 (format!("{skey}#{h}"), vec![h])
             }
             _ => (format!("{skey}#default"), Vec::new()),
         };
+        // Client certificates are a Gateway's setting: its entry is its own.
+        if validation.is_some() {
+            id = format!("{id}@{key}");
+        }
         match self.config.certificates.iter_mut().find(|c| c.id == id) {
             Some(c) => {
                 for h in snis {
@@ -266,6 +305,7 @@ impl Translator<'_> {
                 cert,
                 key: key_pem,
                 snis,
+                client_validation: validation,
             }),
         }
         Ok(())

@@ -14,6 +14,7 @@
 //!   API.
 
 mod backend_tls;
+mod frontend_tls;
 mod grpc_route;
 pub mod hostnames;
 mod http_route;
@@ -35,7 +36,7 @@ use status::{ClassStatus, Cond, RouteParentStatus};
 
 /// The conformance features Weir supports, as `GatewayClass.status.supportedFeatures` lists
 /// them (sorted, as the spec asks).
-pub const SUPPORTED_FEATURES: [&str; 42] = [
+pub const SUPPORTED_FEATURES: [&str; 44] = [
     "BackendTLSPolicy",
     "BackendTLSPolicySANValidation",
     "GRPCRoute",
@@ -44,6 +45,8 @@ pub const SUPPORTED_FEATURES: [&str; 42] = [
     "Gateway",
     "GatewayAddressEmpty",
     "GatewayBackendClientCertificate",
+    "GatewayFrontendClientCertificateValidation",
+    "GatewayFrontendClientCertificateValidationInsecureFallback",
     "GatewayHTTPListenerIsolation",
     "GatewayHTTPSListenerDetectMisdirectedRequests",
     "HTTPRoute",
@@ -149,6 +152,14 @@ impl Translator<'_> {
             let mut status = listeners::gateway_status(gw.metadata.generation, &g.listeners);
             if let Some(c) = &g.backend_tls {
                 status.conditions.push(c.clone());
+            }
+            let frontend = gw.spec.tls.as_ref().and_then(|t| t.frontend.as_ref());
+            if frontend.is_some_and(frontend_tls::insecure_fallback) {
+                status.conditions.push(Cond::yes_because(
+                    "InsecureFrontendValidationMode",
+                    "ConfigurationChanged",
+                    "clients without a valid certificate are let in (AllowInsecureFallback)",
+                ));
             }
             // Weir is reached at its Service's addresses; it cannot take others. An address
             // without a value asks for any address of its type, which those are.
@@ -425,6 +436,65 @@ spec: {{ports: [{{port: 8443}}]}}
         );
         let status = &t.gateway_api.tls_routes["demo/db-console"].parents[0];
         assert!(status.conditions.iter().all(|c| c.holds()), "{status:?}");
+    }
+
+    /// The Gateway with client certificate validation of docs/gateway-api.md, translated:
+    /// its listener's certificate asks for client certificates signed by the ConfigMap's CA;
+    /// without the ConfigMap the listener is not served.
+    #[test]
+    fn the_documented_client_certificate_validation_resolves() {
+        let secret = format!(
+            "apiVersion: v1
+kind: Secret
+metadata: {{name: secure-example-com, namespace: demo}}
+type: kubernetes.io/tls
+stringData:
+  tls.crt: |
+{}  tls.key: |
+{}",
+            fixture_pem("a.example.test.crt"),
+            fixture_pem("a.example.test.key")
+        );
+        let config_map = format!(
+            "---
+apiVersion: v1
+kind: ConfigMap
+metadata: {{name: client-ca, namespace: demo}}
+data:
+  ca.crt: |
+{}",
+            fixture_pem("ca.crt")
+        );
+        let gateway = documented("caCertificateRefs: [{group: '', kind: ConfigMap");
+        let t = translated(&format!("{gateway}{secret}{config_map}"));
+        assert!(t.problems.is_empty(), "{:?}", t.problems);
+        let cert = &t.config.certificates[0];
+        assert_eq!(cert.snis, ["secure.example.com"]);
+        let v = cert.client_validation.as_ref().expect("client validation");
+        assert_eq!(v.mode, weir_proxy::config::ClientValidationMode::Require);
+        assert!(v.ca.contains("BEGIN CERTIFICATE"));
+        let gw = &t.gateway_api.gateways["demo/secure"];
+        assert!(
+            gw.listeners[0]
+                .conditions
+                .iter()
+                .all(|c| c.type_ == "Conflicted" || c.holds()),
+            "{gw:?}"
+        );
+
+        let t = translated(&format!("{gateway}{secret}"));
+        assert_eq!(t.problems.len(), 1, "{:?}", t.problems);
+        assert_eq!(
+            t.problems[0].field,
+            "spec.tls.frontend.default.validation.caCertificateRefs[0]"
+        );
+        assert!(t.config.certificates.is_empty(), "nothing let in unchecked");
+        let gw = &t.gateway_api.gateways["demo/secure"];
+        let accepted = gw.listeners[0]
+            .conditions
+            .iter()
+            .find(|c| c.type_ == "Accepted");
+        assert_eq!(accepted.unwrap().reason, "NoValidCACertificate");
     }
 
     /// The Gateway with a backend client certificate of docs/gateway-api.md, translated.

@@ -114,12 +114,20 @@ impl<'t> Session<'t> {
 /// a Host other than the SNI): it gets 421, so that the client opens a connection for that
 /// host. A Host that no certificate covers (no default) is not refused. Each Gateway listener
 /// host name gets a certificate entry of its own, so this is the Gateway API's "the request
-/// belongs to another listener" too.
+/// belongs to another listener" too. Without a server name the connection got the default
+/// certificate: only a host that asks for client certificates is refused then, so that a
+/// handshake without SNI cannot reach it.
 fn misdirected(conn: &ConnInfo, rt: &Runtime, host: &str) -> bool {
-    let Some(sni) = conn.sni.as_deref() else {
-        return false;
-    };
     let host = crate::router::strip_port(host);
+    let Some(sni) = conn.sni.as_deref() else {
+        return conn.tls
+            && !host.is_empty()
+            && rt.certs.mutual_config(Some(host)).is_some()
+            && match (rt.certs.find(Some(host)), rt.certs.find(None)) {
+                (Some(asked), Some(got)) => !Arc::ptr_eq(&asked, &got),
+                _ => true,
+            };
+    };
     !host.is_empty()
         && !host.eq_ignore_ascii_case(sni)
         && match (rt.certs.find(Some(host)), rt.certs.find(Some(sni))) {

@@ -1,0 +1,171 @@
+//! A Gateway's `spec.tls.frontend`: the client certificates its HTTPS listeners ask for.
+//!
+//! A listener takes the `perPort` entry of its port, else `default`. Its CA certificates come
+//! from ConfigMaps (key `ca.crt`), another namespace's only with a ReferenceGrant. The proxy
+//! asks for a client certificate in the handshakes of that listener's certificate entry, so a
+//! refused certificate fails the TLS connection itself (no HTTP answer is given).
+
+use weir_crds::gateway::{FrontendTls, FrontendValidation, ObjectReference};
+use weir_proxy::config::{ClientValidation, ClientValidationMode};
+
+use super::status::Cond;
+use crate::problem::Reason;
+use crate::store::{Key, Kind};
+use crate::translate::{obj, Translator};
+
+/// An HTTPS listener's client certificate validation, evaluated.
+#[derive(Debug, Default)]
+pub(super) struct FrontendEval {
+    /// What its certificate asks of clients; `None`, no client certificate is asked for.
+    pub validation: Option<ClientValidation>,
+    /// `ResolvedRefs: False` when a CA reference cannot be used.
+    pub resolved: Option<Cond>,
+    /// `Accepted: False` when none can: the listener is not served.
+    pub accepted: Option<Cond>,
+}
+
+/// Whether any of a Gateway's validations lets clients in without a valid certificate (the
+/// Gateway's `InsecureFrontendValidationMode` condition).
+pub(super) fn insecure_fallback(frontend: &FrontendTls) -> bool {
+    std::iter::once(&frontend.default)
+        .chain(frontend.per_port.iter().map(|p| &p.tls))
+        .filter_map(|c| c.validation.as_ref())
+        .any(|v| v.mode.as_deref() == Some("AllowInsecureFallback"))
+}
+
+impl Translator<'_> {
+    /// The client certificate validation of Gateway `key`'s HTTPS listeners on `port`.
+    pub(super) fn frontend_validation(
+        &mut self,
+        key: &Key,
+        frontend: &FrontendTls,
+        port: i32,
+    ) -> FrontendEval {
+        let (field, config) = match frontend.per_port.iter().position(|p| p.port == port) {
+            Some(i) => (
+                format!("spec.tls.frontend.perPort[{i}].tls.validation"),
+                &frontend.per_port[i].tls,
+            ),
+            None => (
+                "spec.tls.frontend.default.validation".to_string(),
+                &frontend.default,
+            ),
+        };
+        let Some(v) = &config.validation else {
+            return FrontendEval::default();
+        };
+        let mode = self.frontend_mode(key, v, &field);
+        let mut pem = String::new();
+        let mut bad: Option<(&'static str, String)> = None;
+        for (i, r) in v.ca_certificate_refs.iter().enumerate() {
+            match self.frontend_ca(key, r) {
+                Ok(p) => {
+                    pem.push_str(p);
+                    pem.push('\n');
+                }
+                Err((reason, m)) => {
+                    let field = format!("{field}.caCertificateRefs[{i}]");
+                    self.problem(
+                        obj(Kind::Gateway, key),
+                        Reason::InvalidFrontendTls,
+                        field,
+                        m.clone(),
+                    );
+                    bad.get_or_insert((reason, m));
+                }
+            }
+        }
+        let resolved = bad.map(|(reason, m)| Cond::no("ResolvedRefs", reason, m));
+        if pem.is_empty() {
+            return FrontendEval {
+                validation: None,
+                resolved,
+                accepted: Some(Cond::no(
+                    "Accepted",
+                    "NoValidCACertificate",
+                    format!("no CA certificate of {field} can be used"),
+                )),
+            };
+        }
+        FrontendEval {
+            validation: Some(ClientValidation { ca: pem, mode }),
+            resolved,
+            accepted: None,
+        }
+    }
+
+    /// The proxy's mode for a validation's `mode`; an unknown one (which the CRD's enum
+    /// keeps out) is reported and read as the strictest.
+    fn frontend_mode(
+        &mut self,
+        key: &Key,
+        v: &FrontendValidation,
+        field: &str,
+    ) -> ClientValidationMode {
+        match v.mode.as_deref() {
+            None | Some("AllowValidOnly") => ClientValidationMode::Require,
+            Some("AllowInsecureFallback") => ClientValidationMode::OptionalNoCa,
+            Some(other) => {
+                self.problem(
+                    obj(Kind::Gateway, key),
+                    Reason::InvalidFrontendTls,
+                    format!("{field}.mode"),
+                    format!(
+                        "{other:?} is neither AllowValidOnly nor AllowInsecureFallback; read as \
+                         AllowValidOnly"
+                    ),
+                );
+                ClientValidationMode::Require
+            }
+        }
+    }
+
+    /// The PEM CA certificates a `caCertificateRefs` entry of Gateway `key` names, or the
+    /// listener condition reason and message of why it cannot be used.
+    fn frontend_ca(&self, key: &Key, r: &ObjectReference) -> Result<&str, (&'static str, String)> {
+        let group = r.group.as_deref().unwrap_or("");
+        let kind = r.kind.as_deref().unwrap_or("");
+        if !group.is_empty() || kind != "ConfigMap" {
+            return Err((
+                "InvalidCACertificateKind",
+                format!("{group}/{kind} {:?} is not a ConfigMap", r.name),
+            ));
+        }
+        let ns = r.namespace.as_deref().unwrap_or(&key.namespace);
+        if ns != key.namespace
+            && !self.granted(
+                ("gateway", "Gateway", &key.namespace),
+                ("", "ConfigMap", ns, &r.name),
+            )
+        {
+            return Err((
+                "RefNotPermitted",
+                format!(
+                    "ConfigMap {ns}/{} is in another namespace and no ReferenceGrant there \
+                     allows Gateways of {}",
+                    r.name, key.namespace
+                ),
+            ));
+        }
+        let cm = Key::new(ns, r.name.as_str());
+        let pem = self
+            .store
+            .config_maps
+            .get(&cm)
+            .and_then(|c| c.data.as_ref())
+            .and_then(|d| d.get("ca.crt"));
+        match pem {
+            None => Err((
+                "InvalidCACertificateRef",
+                format!("ConfigMap {cm} not found, or without key ca.crt"),
+            )),
+            Some(p) => match weir_proxy::tls::parse_roots(p) {
+                Ok(_) => Ok(p),
+                Err(m) => Err((
+                    "InvalidCACertificateRef",
+                    format!("ConfigMap {cm} key ca.crt: {m}"),
+                )),
+            },
+        }
+    }
+}
