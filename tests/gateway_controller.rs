@@ -321,3 +321,386 @@ async fn gateway_api_is_watched_once_installed_and_its_status_written() {
     controller.wait_exit(Duration::from_secs(5));
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// Whether every condition of an object's status (its own, its route parents' or its policy
+/// ancestors') was written for the object's current generation, and there is one.
+fn latest(obj: &Value) -> bool {
+    let generation = &obj["metadata"]["generation"];
+    let status = &obj["status"];
+    let mut conds: Vec<&Value> = Vec::new();
+    conds.extend(status["conditions"].as_array().into_iter().flatten());
+    for list in ["parents", "ancestors"] {
+        for p in status[list].as_array().into_iter().flatten() {
+            conds.extend(p["conditions"].as_array().into_iter().flatten());
+        }
+    }
+    !conds.is_empty() && conds.iter().all(|c| &c["observedGeneration"] == generation)
+}
+
+/// The upstream cases that change objects and read their status back, against one
+/// controller: GatewayClassObservedGenerationBump, GatewayObservedGenerationBump,
+/// HTTPRouteObservedGenerationBump, BackendTLSPolicyObservedGenerationBump,
+/// GatewayModifyListeners, GatewayNameMaximumLength and GatewayInvalidParametersRef, each
+/// with the suite's objects and changes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_follows_each_generation_as_upstream_changes_objects() {
+    let long_name = format!("gateway-name-maximum-length-{}", "a".repeat(225));
+    assert_eq!(long_name.len(), 253);
+    let pem = |file: &str| {
+        let text = common::tls::fixture(file);
+        let lines: Vec<String> = text.lines().map(|l| format!("    {l}")).collect();
+        lines.join("\n")
+    };
+    let secret = format!(
+        "apiVersion: v1\nkind: Secret\n\
+         metadata: {{name: tls-validity-checks-certificate, namespace: infra}}\n\
+         type: kubernetes.io/tls\nstringData:\n  tls.crt: |\n{}\n  tls.key: |\n{}\n",
+        pem("a.example.test.crt"),
+        pem("a.example.test.key"),
+    );
+    let ca = format!(
+        "apiVersion: v1\nkind: ConfigMap\n\
+         metadata: {{name: tls-checks-ca-certificate, namespace: infra}}\n\
+         data:\n  ca.crt: |\n{}\n",
+        pem("ca.crt"),
+    );
+    let objects = format!(
+        "\
+apiVersion: gateway.networking.k8s.io/v1
+kind: GatewayClass
+metadata: {{name: weir}}
+spec: {{controllerName: weir.dev/gateway-controller}}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: GatewayClass
+metadata: {{name: gatewayclass-observed-generation-bump}}
+spec: {{controllerName: weir.dev/gateway-controller, description: old}}
+---
+apiVersion: v1
+kind: Namespace
+metadata: {{name: infra}}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {{name: same-namespace, namespace: infra}}
+spec:
+  gatewayClassName: weir
+  listeners: [{{name: http, port: 80, protocol: HTTP, allowedRoutes: {{namespaces: {{from: Same}}}}}}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {{name: gateway-observed-generation-bump, namespace: infra}}
+spec:
+  gatewayClassName: weir
+  listeners: [{{name: http, hostname: bar.com, port: 80, protocol: HTTP, allowedRoutes: {{namespaces: {{from: All}}}}}}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata:
+  name: {long_name}
+  namespace: infra
+  annotations: {{gateway-api/skip-this-for-readiness: 'true'}}
+spec:
+  gatewayClassName: weir
+  listeners: [{{name: http, port: 80, protocol: HTTP}}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {{name: gateway-invalid-parameters-ref, namespace: infra}}
+spec:
+  gatewayClassName: weir
+  listeners: [{{name: http, port: 80, protocol: HTTP}}]
+  infrastructure:
+    parametersRef: {{group: invalid.io, kind: InvalidParameters, name: invalid}}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {{name: gateway-add-listener, namespace: infra}}
+spec:
+  gatewayClassName: weir
+  listeners:
+  - name: https
+    port: 443
+    protocol: HTTPS
+    hostname: secure.test.com
+    allowedRoutes: {{namespaces: {{from: All}}}}
+    tls: {{certificateRefs: [{{group: '', kind: Secret, name: tls-validity-checks-certificate, namespace: infra}}]}}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {{name: http-route-1, namespace: infra}}
+spec:
+  parentRefs: [{{kind: Gateway, name: gateway-add-listener, namespace: infra}}]
+  rules: [{{backendRefs: [{{name: infra-backend-v1, port: 8080}}]}}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {{name: gateway-remove-listener, namespace: infra}}
+spec:
+  gatewayClassName: weir
+  listeners:
+  - name: https
+    port: 443
+    protocol: HTTPS
+    hostname: secure.test.com
+    allowedRoutes: {{namespaces: {{from: All}}}}
+    tls: {{certificateRefs: [{{group: '', kind: Secret, name: tls-validity-checks-certificate, namespace: infra}}]}}
+  - {{name: http, port: 80, protocol: HTTP, allowedRoutes: {{namespaces: {{from: All}}}}}}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {{name: http-route-2, namespace: infra}}
+spec:
+  parentRefs: [{{kind: Gateway, name: gateway-remove-listener, namespace: infra}}]
+  rules: [{{backendRefs: [{{name: infra-backend-v1, port: 8080}}]}}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {{name: observed-generation-bump, namespace: infra}}
+spec:
+  parentRefs: [{{name: same-namespace}}]
+  rules: [{{backendRefs: [{{name: infra-backend-v1, port: 8080}}]}}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {{name: backendtlspolicy-observed-generation-bump, namespace: infra}}
+spec:
+  parentRefs: [{{name: same-namespace}}]
+  rules: [{{backendRefs: [{{name: observed-generation-bump-test, port: 443}}]}}]
+---
+apiVersion: v1
+kind: Service
+metadata: {{name: observed-generation-bump-test, namespace: infra}}
+spec:
+  selector: {{app: observed-generation-bump-test}}
+  ports: [{{name: https, protocol: TCP, port: 443, targetPort: 8443}}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: BackendTLSPolicy
+metadata: {{name: observed-generation-bump, namespace: infra}}
+spec:
+  targetRefs: [{{group: '', kind: Service, name: observed-generation-bump-test, sectionName: https}}]
+  validation:
+    caCertificateRefs: [{{group: '', kind: ConfigMap, name: tls-checks-ca-certificate}}]
+    hostname: abc.example.com
+---
+{secret}---
+{ca}"
+    );
+    let api = ApiServer::start();
+    let v1 = echo("infra-backend-v1");
+    let v2 = echo("infra-backend-v2");
+    api.apply(&backend("infra", "infra-backend-v1", v1.port));
+    api.apply(&backend("infra", "infra-backend-v2", v2.port));
+    api.apply(&objects);
+    api.serve_api(
+        "gateway.networking.k8s.io/v1",
+        &[
+            "GatewayClass",
+            "Gateway",
+            "HTTPRoute",
+            "GRPCRoute",
+            "ReferenceGrant",
+            "BackendTLSPolicy",
+        ],
+    );
+
+    let weir = Weir::start("{}", &[]);
+    let dir = temp_dir("gateway-generations");
+    let kubeconfig = api.kubeconfig(&dir);
+    let mut controller = Proc {
+        child: Command::new(WEIR)
+            .args([
+                "controller",
+                "--proxy-admin",
+                &format!("http://127.0.0.1:{}", weir.admin),
+                "--publish-status-address",
+                "192.0.2.10",
+            ])
+            .env("KUBECONFIG", &kubeconfig)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+        port: 0,
+    };
+    const GW: &str = "gateway.networking.k8s.io/v1";
+    let get = |kind: &str, name: &str| {
+        let ns = if kind == "GatewayClass" { "" } else { "infra" };
+        api.get(GW, kind, ns, name).unwrap_or_default()
+    };
+    let limit = Duration::from_secs(20);
+    let current = |kind: &'static str, name: String| {
+        let get = &get;
+        move || {
+            let name = name.clone();
+            async move { latest(&get(kind, &name)) }
+        }
+    };
+    for (kind, name) in [
+        ("GatewayClass", "gatewayclass-observed-generation-bump"),
+        ("Gateway", "gateway-observed-generation-bump"),
+        ("Gateway", long_name.as_str()),
+        ("Gateway", "gateway-invalid-parameters-ref"),
+        ("Gateway", "gateway-add-listener"),
+        ("Gateway", "gateway-remove-listener"),
+        ("HTTPRoute", "observed-generation-bump"),
+        ("BackendTLSPolicy", "observed-generation-bump"),
+    ] {
+        within(
+            limit,
+            &format!("{kind} {name}"),
+            current(kind, name.to_string()),
+        )
+        .await;
+    }
+    let gw = get("Gateway", "gateway-invalid-parameters-ref");
+    assert_eq!(
+        condition(&gw["status"]["conditions"], "Accepted")["reason"],
+        "InvalidParameters",
+        "{gw:#}"
+    );
+    assert_eq!(
+        condition(&gw["status"]["conditions"], "Accepted")["status"],
+        "False"
+    );
+
+    // Each change: a new generation, and the status written for it.
+    let generation = |kind: &str, name: &str| get(kind, name)["metadata"]["generation"].clone();
+    let changes = [
+        (
+            "GatewayClass",
+            "gatewayclass-observed-generation-bump",
+            "description: old",
+            "description: new",
+        ),
+        (
+            "Gateway",
+            "gateway-observed-generation-bump",
+            "allowedRoutes: {namespaces: {from: All}}}]",
+            "allowedRoutes: {namespaces: {from: All}}}, {name: alternate, hostname: foo.com, \
+             port: 80, protocol: HTTP, allowedRoutes: {namespaces: {from: All}}}]",
+        ),
+        (
+            "HTTPRoute",
+            "observed-generation-bump",
+            "parentRefs: [{name: same-namespace}]\n  rules: [{backendRefs: [{name: \
+             infra-backend-v1",
+            "parentRefs: [{name: same-namespace}]\n  rules: [{backendRefs: [{name: \
+             infra-backend-v2",
+        ),
+        (
+            "BackendTLSPolicy",
+            "observed-generation-bump",
+            "hostname: abc.example.com",
+            "hostname: foo.example.com",
+        ),
+        (
+            "Gateway",
+            "gateway-add-listener",
+            "namespace: infra}]}\n---\napiVersion: gateway.networking.k8s.io/v1\nkind: \
+             HTTPRoute\nmetadata: {name: http-route-1",
+            "namespace: infra}]}\n  - {name: http, port: 80, protocol: HTTP, hostname: \
+             data.test.com, allowedRoutes: {namespaces: {from: All}}}\n---\napiVersion: \
+             gateway.networking.k8s.io/v1\nkind: HTTPRoute\nmetadata: {name: http-route-1",
+        ),
+        (
+            "Gateway",
+            "gateway-remove-listener",
+            "  - name: https\n    port: 443\n    protocol: HTTPS\n    hostname: \
+             secure.test.com\n    allowedRoutes: {namespaces: {from: All}}\n    tls: \
+             {certificateRefs: [{group: '', kind: Secret, name: \
+             tls-validity-checks-certificate, namespace: infra}]}\n  - {name: http",
+            "  - {name: http",
+        ),
+    ];
+    let mut changed = objects.clone();
+    for (kind, name, from, to) in changes {
+        let before = generation(kind, name);
+        let at = changed.find(&format!("name: {name}")).unwrap();
+        let offset = changed[at..]
+            .find(from)
+            .unwrap_or_else(|| panic!("{name}: {from}"));
+        changed.replace_range(at + offset..at + offset + from.len(), to);
+        api.apply(&changed);
+        assert_ne!(generation(kind, name), before, "{kind} {name}");
+        within(
+            limit,
+            &format!("{kind} {name} changed"),
+            current(kind, name.to_string()),
+        )
+        .await;
+    }
+
+    let class = get("GatewayClass", "gatewayclass-observed-generation-bump");
+    assert_eq!(
+        condition(&class["status"]["conditions"], "Accepted")["status"],
+        "True"
+    );
+    let gw = get("Gateway", "gateway-observed-generation-bump");
+    for c in ["Accepted", "Programmed"] {
+        assert_eq!(
+            condition(&gw["status"]["conditions"], c)["status"],
+            "True",
+            "{gw:#}"
+        );
+    }
+    let route = get("HTTPRoute", "observed-generation-bump");
+    for c in ["Accepted", "ResolvedRefs"] {
+        let parent = &route["status"]["parents"][0];
+        assert_eq!(parent["parentRef"]["name"], "same-namespace");
+        assert_eq!(
+            condition(&parent["conditions"], c)["status"],
+            "True",
+            "{route:#}"
+        );
+    }
+    let policy = get("BackendTLSPolicy", "observed-generation-bump");
+    let ancestor = &policy["status"]["ancestors"][0];
+    assert_eq!(
+        ancestor["ancestorRef"]["name"], "same-namespace",
+        "{policy:#}"
+    );
+    assert_eq!(
+        condition(&ancestor["conditions"], "Accepted")["status"],
+        "True"
+    );
+
+    // Listeners added and removed: exactly the listeners of the spec, each with its routes.
+    let listeners = |name: &str| -> Vec<(String, i64, bool)> {
+        let gw = get("Gateway", name);
+        gw["status"]["listeners"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|l| {
+                let kinds = l["supportedKinds"].as_array().unwrap();
+                assert!(kinds.iter().any(|k| k["kind"] == "HTTPRoute"), "{gw:#}");
+                let ok = ["Accepted", "ResolvedRefs"]
+                    .iter()
+                    .all(|c| condition(&l["conditions"], c)["status"] == "True");
+                (
+                    l["name"].as_str().unwrap().to_string(),
+                    l["attachedRoutes"].as_i64().unwrap(),
+                    ok,
+                )
+            })
+            .collect()
+    };
+    within(limit, "routes attached to the added listener", || async {
+        listeners("gateway-add-listener")
+            == [
+                ("https".to_string(), 1, true),
+                ("http".to_string(), 1, true),
+            ]
+    })
+    .await;
+    within(limit, "the removed listener gone", || async {
+        listeners("gateway-remove-listener") == [("http".to_string(), 1, true)]
+    })
+    .await;
+
+    controller.terminate();
+    controller.wait_exit(Duration::from_secs(5));
+    let _ = std::fs::remove_dir_all(dir);
+}

@@ -71,6 +71,19 @@ pub struct GatewaySpec {
     /// TLS settings of the Gateway as a whole.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tls: Option<GatewayTls>,
+    /// What the implementation should create for the Gateway.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub infrastructure: Option<GatewayInfrastructure>,
+}
+
+/// A Gateway's `spec.infrastructure` (Weir creates nothing per Gateway; it reads only
+/// whether parameters are asked for).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct GatewayInfrastructure {
+    /// Implementation-specific parameters.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parameters_ref: Option<serde_json::Value>,
 }
 
 /// A Gateway's TLS settings (`spec.tls`).

@@ -101,6 +101,9 @@ const KINDS: &[(&str, &str, bool)] = &[
     ("HTTPRoute", "httproutes", true),
     ("GRPCRoute", "grpcroutes", true),
     ("ReferenceGrant", "referencegrants", true),
+    ("TLSRoute", "tlsroutes", true),
+    ("BackendTLSPolicy", "backendtlspolicies", true),
+    ("ConfigMap", "configmaps", true),
     (
         "CustomResourceDefinition",
         "customresourcedefinitions",

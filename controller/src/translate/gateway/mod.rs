@@ -83,6 +83,14 @@ pub const SUPPORTED_FEATURES: [&str; 44] = [
     "TLSRouteModeTerminate",
 ];
 
+/// Whether a Gateway names parameters in `spec.infrastructure.parametersRef`.
+fn takes_parameters(gw: &weir_crds::gateway::Gateway) -> bool {
+    gw.spec
+        .infrastructure
+        .as_ref()
+        .is_some_and(|i| i.parameters_ref.is_some())
+}
+
 /// A Gateway of Weir's with its listeners evaluated.
 pub(super) struct GatewayEval {
     key: Key,
@@ -136,7 +144,19 @@ impl Translator<'_> {
             {
                 continue;
             }
-            let listeners = self.listeners(key, gw);
+            // Weir takes no per-Gateway parameters: a Gateway asking for some is not accepted,
+            // and none of its listeners is served.
+            let listeners = if takes_parameters(gw) {
+                self.problem(
+                    obj(Kind::Gateway, key),
+                    Reason::Unsupported,
+                    "spec.infrastructure.parametersRef",
+                    "Weir takes no Gateway parameters; the Gateway is not served",
+                );
+                Vec::new()
+            } else {
+                self.listeners(key, gw)
+            };
             let backend_tls = self.backend_client_certificate(key, gw);
             gateways.push(GatewayEval {
                 key: key.clone(),
@@ -150,6 +170,16 @@ impl Translator<'_> {
         for g in &gateways {
             let gw = &store.gateways[&g.key];
             let mut status = listeners::gateway_status(gw.metadata.generation, &g.listeners);
+            if takes_parameters(gw) {
+                status.conditions = vec![
+                    Cond::no(
+                        "Accepted",
+                        "InvalidParameters",
+                        "Weir takes no Gateway parameters (spec.infrastructure.parametersRef)",
+                    ),
+                    Cond::no("Programmed", "Invalid", "the Gateway is not accepted"),
+                ];
+            }
             if let Some(c) = &g.backend_tls {
                 status.conditions.push(c.clone());
             }
