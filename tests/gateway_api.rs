@@ -85,14 +85,17 @@ struct Bed {
     tls_port: Option<u16>,
 }
 
-/// A Service on port 8080 named `name` whose endpoint is 127.0.0.1:`port`.
+/// A Service named `name` whose endpoint is 127.0.0.1:`port`: port 8080, and 8082 with
+/// `appProtocol: kubernetes.io/ws` as the suite's base has it.
 fn backend_service(namespace: &str, name: &str, port: u16) -> String {
     format!(
         "apiVersion: v1
 kind: Service
 metadata: {{name: {name}, namespace: {namespace}}}
 spec:
-  ports: [{{name: http, port: 8080, targetPort: 3000}}]
+  ports:
+  - {{name: http, port: 8080, targetPort: 3000}}
+  - {{name: ws, port: 8082, targetPort: 3000, appProtocol: kubernetes.io/ws}}
 ---
 apiVersion: discovery.k8s.io/v1
 kind: EndpointSlice
@@ -101,12 +104,22 @@ metadata:
   namespace: {namespace}
   labels: {{kubernetes.io/service-name: {name}}}
 addressType: IPv4
-ports: [{{name: http, port: {port}}}]
+ports: [{{name: http, port: {port}}}, {{name: ws, port: {port}}}]
 endpoints:
 - addresses: [127.0.0.1]
   conditions: {{ready: true}}
 "
     )
+}
+
+/// A case's manifests with each `${name}` replaced by the port of backend `name` (for
+/// Services and EndpointSlices a case declares).
+fn with_ports(case: &str, echoes: &[Proc]) -> String {
+    let mut case = case.to_string();
+    for ((_, name), e) in BACKENDS.iter().zip(echoes) {
+        case = case.replace(&format!("${{{name}}}"), &e.port.to_string());
+    }
+    case
 }
 
 impl Bed {
@@ -128,16 +141,11 @@ impl Bed {
             args[i + 1] = format!("127.0.0.1:{p}");
         }
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        // `${name}` in a case is the port of backend `name` (for Services a case declares).
-        let mut case = case.to_string();
-        for ((_, name), e) in BACKENDS.iter().zip(&echoes) {
-            case = case.replace(&format!("${{{name}}}"), &e.port.to_string());
-        }
         let weir = Manifests::start(
             &[
                 ("01-base.yaml", BASE),
                 ("02-backends.yaml", &docs(&services)),
-                ("03-case.yaml", &case),
+                ("03-case.yaml", &with_ports(case, &echoes)),
             ],
             &args,
         );
@@ -146,6 +154,12 @@ impl Bed {
             _echoes: echoes,
             tls_port,
         }
+    }
+
+    /// Replaces the case's manifests, as a change in the cluster would.
+    fn rewrite(&self, case: &str) {
+        self.weir
+            .write("03-case.yaml", &with_ports(case, &self._echoes));
     }
 
     /// The Gateway API status, once `ready` holds of it (bounded wait).
@@ -233,7 +247,6 @@ fn parent<'a>(s: &'a Value, route: &str, gateway: &str) -> &'a Value {
         .unwrap_or_else(|| panic!("{route} has no parent {gateway}: {s:#}"))
 }
 
-/// Asserts which backend answered (and that it answered 200).
 /// Asserts that `route` is accepted by `gateway` with every reference resolved.
 fn route_ok(s: &Value, route: &str, gateway: &str) {
     let p = parent(s, route, gateway);
@@ -249,6 +262,7 @@ fn route_ok(s: &Value, route: &str, gateway: &str) {
     );
 }
 
+/// Asserts which backend answered (and that it answered 200).
 fn served_by(r: &Resp, backend: &str) {
     assert_eq!(r.status, 200, "{:?}", String::from_utf8_lossy(&r.body));
     assert_eq!(r.echo_name().as_deref(), Some(backend), "{}", r.json());
@@ -4938,6 +4952,452 @@ spec:
             .is_err(),
         "the Secret not granted is not served"
     );
+}
+
+/// TLSRouteInvalidReferenceGrant: seven ReferenceGrants, each wrong in one way (its
+/// namespace, from group, kind or namespace, to group, kind or name), let no TLSRoute reach
+/// another namespace's Service: the route is accepted with `ResolvedRefs: False`
+/// (`RefNotPermitted`), and its connections are not passed through.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_routes_across_namespaces_need_a_matching_reference_grant() {
+    let ca = common::ca::Ca::new("TLS routes CA");
+    let backend = tls_backend(&ca, &["abc.example.com"], "tls-backend");
+    let grant = |name: &str, ns: &str, from: (&str, &str, &str), to: (&str, &str, &str)| {
+        format!(
+            "apiVersion: gateway.networking.k8s.io/v1
+kind: ReferenceGrant
+metadata: {{name: {name}, namespace: {ns}}}
+spec:
+  from: [{{group: {}, kind: {}, namespace: {}}}]
+  to: [{{group: '{}', kind: {}, name: {}}}]
+---
+",
+            from.0, from.1, from.2, to.0, to.1, to.2
+        )
+    };
+    let (gw, app) = (
+        "gateway.networking.k8s.io",
+        "gateway-conformance-app-backend",
+    );
+    let route = (
+        "gateway.networking.k8s.io",
+        "TLSRoute",
+        "gateway-conformance-infra",
+    );
+    let service = ("", "Service", "tls-backend");
+    let mut case = String::new();
+    for (name, ns, from, to) in [
+        (
+            "wrong-namespace",
+            "gateway-conformance-infra",
+            route,
+            service,
+        ),
+        (
+            "wrong-from-group",
+            app,
+            ("not-the-group-youre-looking-for", "TLSRoute", route.2),
+            service,
+        ),
+        ("wrong-from-kind", app, (gw, "Gateway", route.2), service),
+        (
+            "wrong-from-namespace",
+            app,
+            (gw, "TLSRoute", "not-the-namespace-youre-looking-for"),
+            service,
+        ),
+        (
+            "wrong-to-group",
+            app,
+            route,
+            ("not-the-group-youre-looking-for", "Service", "tls-backend"),
+        ),
+        ("wrong-to-kind", app, route, ("", "Secret", "tls-backend")),
+        (
+            "wrong-to-name",
+            app,
+            route,
+            ("", "Service", "not-the-service-youre-looking-for"),
+        ),
+    ] {
+        case += &grant(&format!("reference-grant-{name}"), ns, from, to);
+    }
+    case += &format!(
+        "apiVersion: gateway.networking.k8s.io/v1
+kind: TLSRoute
+metadata: {{name: gateway-conformance-infra-test, namespace: gateway-conformance-infra}}
+spec:
+  parentRefs: [{{name: gateway-tlsroute-referencegrant}}]
+  hostnames: [abc.example.com]
+  rules: [{{backendRefs: [{{name: tls-backend, namespace: {app}, port: 443}}]}}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {{name: gateway-tlsroute-referencegrant, namespace: gateway-conformance-infra}}
+spec:
+  gatewayClassName: weir
+  listeners:
+  - name: https
+    port: 443
+    protocol: TLS
+    hostname: '*.example.com'
+    allowedRoutes: {{namespaces: {{from: Same}}, kinds: [{{kind: TLSRoute}}]}}
+    tls: {{mode: Passthrough}}
+---
+apiVersion: v1
+kind: Service
+metadata: {{name: tls-backend, namespace: {app}}}
+spec:
+  ports: [{{name: tls, port: 443, targetPort: 8443}}]
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata:
+  name: tls-backend-1
+  namespace: {app}
+  labels: {{kubernetes.io/service-name: tls-backend}}
+addressType: IPv4
+ports: [{{name: tls, port: {backend}}}]
+endpoints:
+- addresses: [127.0.0.1]
+  conditions: {{ready: true}}
+"
+    );
+    let bed = Bed::start_with(&case, &["--tls-listen", "x"]);
+    let c = client();
+    let route = "gateway-conformance-infra/gateway-conformance-infra-test";
+    let s = bed
+        .status_when(&c, |s| s["tlsRoutes"].get(route).is_some())
+        .await;
+    wait_ready(&c, &bed.weir).await;
+    let parent = &s["tlsRoutes"][route]["parents"][0];
+    assert_eq!(
+        parent["parentRef"]["name"], "gateway-tlsroute-referencegrant",
+        "{s:#}"
+    );
+    assert_eq!(cond_of(&parent["conditions"], "Accepted"), yes("Accepted"));
+    assert_eq!(
+        cond_of(&parent["conditions"], "ResolvedRefs"),
+        no("RefNotPermitted")
+    );
+    let r = tls_call(bed.tls_port.unwrap(), &ca, "abc.example.com").await;
+    assert!(r.is_err(), "passed through: {r:?}");
+}
+
+/// HTTPRouteInvalidParentRefNotMatchingListenerPort and
+/// HTTPRouteInvalidParentRefSectionNameNotMatchingPort: a parentRef whose `port` no listener
+/// has, or whose `sectionName` names a listener on another port, attaches nowhere:
+/// `Accepted: False` (`NoMatchingParent`), its references still resolved, and no route
+/// counted on the Gateway's listener.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn parent_refs_whose_port_matches_no_listener_as_upstream_sends_them() {
+    let case = "\
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: httproute-listener-not-matching-route-port, namespace: gateway-conformance-infra}
+spec:
+  parentRefs: [{name: same-namespace, namespace: gateway-conformance-infra, port: 81}]
+  rules: [{backendRefs: [{name: infra-backend-v1, kind: Service, port: 8080}]}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: gateway-with-one-not-matching-port-and-section-name-route, namespace: gateway-conformance-infra}
+spec:
+  gatewayClassName: weir
+  listeners:
+  - {name: http, port: 80, protocol: HTTP, allowedRoutes: {kinds: [{kind: HTTPRoute}], namespaces: {from: All}}}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: httproute-listener-section-name-not-matching-port, namespace: gateway-conformance-infra}
+spec:
+  parentRefs:
+  - {name: gateway-with-one-not-matching-port-and-section-name-route, namespace: gateway-conformance-infra, sectionName: http, port: 81}
+  rules: [{backendRefs: [{name: infra-backend-v1, kind: Service, port: 8080}]}]
+";
+    let bed = Bed::start(case);
+    let c = client();
+    let name = |r: &str| format!("gateway-conformance-infra/{r}");
+    let last = name("httproute-listener-section-name-not-matching-port");
+    let s = bed.route_status(&c, &last).await;
+    for (route, gateway, resolved) in [
+        (
+            "httproute-listener-not-matching-route-port",
+            "same-namespace",
+            true,
+        ),
+        (
+            "httproute-listener-section-name-not-matching-port",
+            "gateway-with-one-not-matching-port-and-section-name-route",
+            false,
+        ),
+    ] {
+        let parents = s["httpRoutes"][name(route)]["parents"].as_array().unwrap();
+        assert_eq!(parents.len(), 1, "{route}: {s:#}");
+        let p = parent(&s, &name(route), gateway);
+        assert_eq!(
+            cond_of(&p["conditions"], "Accepted"),
+            no("NoMatchingParent"),
+            "{route}"
+        );
+        if resolved {
+            assert_eq!(
+                cond_of(&p["conditions"], "ResolvedRefs"),
+                yes("ResolvedRefs"),
+                "{route}"
+            );
+        }
+        let gw = &s["gateways"][name(gateway)];
+        let listeners = gw["listeners"].as_array().unwrap();
+        assert_eq!(listeners.len(), 1, "{gw:#}");
+        assert_eq!(listeners[0]["attachedRoutes"], 0, "{gw:#}");
+    }
+    let r = bed.request(&c, "example.com", "/", &[]).await;
+    assert_eq!(r.status, 404, "attached nowhere, served nowhere");
+}
+
+/// One unary gRPC call over h2c to Weir with `:authority` `authority`: the backend that
+/// answered (`x-echo-name`) and the `grpc-status` (from the trailers or a trailers-only head).
+async fn grpc_call_to(bed: &Bed, authority: &str, path: &str) -> (Option<String>, Option<String>) {
+    use http_body_util::{BodyExt, Full};
+    let tcp = tokio::net::TcpStream::connect(("127.0.0.1", bed.weir.proc.port))
+        .await
+        .unwrap();
+    let (mut send, conn) = hyper::client::conn::http2::handshake(
+        hyper_util::rt::TokioExecutor::new(),
+        hyper_util::rt::TokioIo::new(tcp),
+    )
+    .await
+    .unwrap();
+    tokio::spawn(conn);
+    let req = http::Request::post(format!("http://{authority}{path}"))
+        .header("content-type", "application/grpc")
+        .header("te", "trailers")
+        .body(Full::new(bytes::Bytes::from_static(b"\0\0\0\0\0")))
+        .unwrap();
+    let resp = tokio::time::timeout(Duration::from_secs(10), send.send_request(req))
+        .await
+        .expect("no answer in 10 s")
+        .expect("the call");
+    let head = resp.headers().clone();
+    let text =
+        |h: &http::HeaderMap, n: &str| h.get(n).and_then(|v| v.to_str().ok()).map(str::to_string);
+    let collected = resp.into_body().collect().await.expect("the answer's body");
+    let grpc_status = collected
+        .trailers()
+        .and_then(|t| text(t, "grpc-status"))
+        .or_else(|| text(&head, "grpc-status"));
+    (text(&head, "x-echo-name"), grpc_status)
+}
+
+/// GRPCRouteListenerHostnameMatching: GRPCRoutes without host names of their own, each on
+/// listeners by `sectionName`, serve the `:authority`s their listeners' names cover, an exact
+/// name before a wildcard one (which covers several labels); the others are `UNIMPLEMENTED`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grpc_routes_serve_the_names_of_their_listeners() {
+    let case = "\
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: grpcroute-listener-hostname-matching, namespace: gateway-conformance-infra}
+spec:
+  gatewayClassName: weir
+  listeners:
+  - {name: listener-1, port: 80, protocol: HTTP, hostname: bar.com, allowedRoutes: {namespaces: {from: Same}}}
+  - {name: listener-2, port: 80, protocol: HTTP, hostname: foo.bar.com, allowedRoutes: {namespaces: {from: Same}}}
+  - {name: listener-3, port: 80, protocol: HTTP, hostname: '*.bar.com', allowedRoutes: {namespaces: {from: Same}}}
+  - {name: listener-4, port: 80, protocol: HTTP, hostname: '*.foo.com', allowedRoutes: {namespaces: {from: Same}}}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: GRPCRoute
+metadata: {name: backend-v1, namespace: gateway-conformance-infra}
+spec:
+  parentRefs: [{name: grpcroute-listener-hostname-matching, namespace: gateway-conformance-infra, sectionName: listener-1}]
+  rules: [{backendRefs: [{name: infra-backend-v1, port: 8080}]}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: GRPCRoute
+metadata: {name: backend-v2, namespace: gateway-conformance-infra}
+spec:
+  parentRefs: [{name: grpcroute-listener-hostname-matching, namespace: gateway-conformance-infra, sectionName: listener-2}]
+  rules: [{backendRefs: [{name: infra-backend-v2, port: 8080}]}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: GRPCRoute
+metadata: {name: backend-v3, namespace: gateway-conformance-infra}
+spec:
+  parentRefs:
+  - {name: grpcroute-listener-hostname-matching, namespace: gateway-conformance-infra, sectionName: listener-3}
+  - {name: grpcroute-listener-hostname-matching, namespace: gateway-conformance-infra, sectionName: listener-4}
+  rules: [{backendRefs: [{name: infra-backend-v3, port: 8080}]}]
+";
+    let bed = Bed::start(case);
+    let c = client();
+    let route = |r: &str| format!("gateway-conformance-infra/{r}");
+    let s = bed
+        .status_when(&c, |s| s["grpcRoutes"].get(route("backend-v3")).is_some())
+        .await;
+    for r in ["backend-v1", "backend-v2", "backend-v3"] {
+        for p in s["grpcRoutes"][route(r)]["parents"].as_array().unwrap() {
+            assert_eq!(
+                cond_of(&p["conditions"], "Accepted"),
+                yes("Accepted"),
+                "{r}"
+            );
+        }
+    }
+    let gw = &s["gateways"][route("grpcroute-listener-hostname-matching")];
+    for l in gw["listeners"].as_array().unwrap() {
+        for type_ in ["Accepted", "ResolvedRefs", "Programmed"] {
+            assert_eq!(cond_of(&l["conditions"], type_), yes(type_), "{gw:#}");
+        }
+    }
+    wait_ready(&c, &bed.weir).await;
+    let echo = "/gateway_api_conformance.echo_basic.grpcecho.GrpcEcho/Echo";
+    for (authority, backend) in [
+        ("bar.com", Some("infra-backend-v1")),
+        ("foo.bar.com", Some("infra-backend-v2")),
+        ("baz.bar.com", Some("infra-backend-v3")),
+        ("boo.bar.com", Some("infra-backend-v3")),
+        ("multiple.prefixes.bar.com", Some("infra-backend-v3")),
+        ("multiple.prefixes.foo.com", Some("infra-backend-v3")),
+        ("foo.com", None),
+        ("no.matching.host", None),
+    ] {
+        let (name, grpc_status) = grpc_call_to(&bed, authority, echo).await;
+        assert_eq!(name.as_deref(), backend, "{authority}");
+        let want = if backend.is_some() { "0" } else { "12" };
+        assert_eq!(grpc_status.as_deref(), Some(want), "{authority}");
+    }
+}
+
+/// HTTPRouteServiceTypes: Services without a selector (their EndpointSlices written by hand,
+/// empty at first) and headless ones are backends like any other: resolved while they have no
+/// endpoints, and served from their EndpointSlices once those list some.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn services_without_selectors_and_headless_ones_are_served_from_their_slices() {
+    let slice = |service: &str, family: &str, endpoints: &str| {
+        format!(
+            "apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata:
+  name: {service}-{family}
+  namespace: gateway-conformance-infra
+  labels: {{kubernetes.io/service-name: {service}}}
+addressType: {}
+ports: [{{name: first-port, port: ${{infra-backend-v1}}, protocol: TCP}}]
+{endpoints}
+---
+",
+            if family == "ip4" { "IPv4" } else { "IPv6" }
+        )
+    };
+    let service = |name: &str, spec: &str| {
+        format!(
+            "apiVersion: v1
+kind: Service
+metadata: {{name: {name}, namespace: gateway-conformance-infra}}
+spec:
+  {spec}ports: [{{name: first-port, protocol: TCP, port: 8080, targetPort: 3000}}]
+---
+"
+        )
+    };
+    let ready = "endpoints:
+- addresses: [127.0.0.1]
+  conditions: {ready: true, serving: true, terminating: false}";
+    let case = |filled: &str| {
+        let mut case = "\
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: service-types, namespace: gateway-conformance-infra}
+spec:
+  parentRefs: [{name: same-namespace}]
+  rules:
+  - matches: [{path: {type: Exact, value: /manual-endpointslices}}]
+    backendRefs: [{name: manual-endpointslices, port: 8080}]
+  - matches: [{path: {type: Exact, value: /headless}}]
+    backendRefs: [{name: headless, port: 8080}]
+  - matches: [{path: {type: Exact, value: /headless-manual-endpointslices}}]
+    backendRefs: [{name: headless-manual-endpointslices, port: 8080}]
+---
+"
+        .to_string();
+        case += &service("manual-endpointslices", "");
+        case += &service(
+            "headless",
+            "clusterIP: None\n  selector: {app: infra-backend-v1}\n  ",
+        );
+        case += &service("headless-manual-endpointslices", "clusterIP: None\n  ");
+        // The headless Service's own slice, as Kubernetes keeps it for its selector.
+        case += &slice("headless", "ip4", ready);
+        for s in ["manual-endpointslices", "headless-manual-endpointslices"] {
+            case += &slice(s, "ip4", filled);
+            case += &slice(s, "ip6", "");
+        }
+        case
+    };
+    let bed = Bed::start(&case(""));
+    let c = client();
+    let route = "gateway-conformance-infra/service-types";
+    let s = bed.route_status(&c, route).await;
+    route_ok(&s, route, "same-namespace");
+
+    bed.rewrite(&case(ready));
+    for path in [
+        "/manual-endpointslices",
+        "/headless-manual-endpointslices",
+        "/headless",
+    ] {
+        let mut r = bed.request(&c, "example.com", path, &[]).await;
+        for _ in 0..100 {
+            if r.status == 200 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            r = bed.request(&c, "example.com", path, &[]).await;
+        }
+        served_by(&r, "infra-backend-v1");
+        assert_eq!(r.json()["path"], path);
+    }
+}
+
+/// HTTPRouteBackendProtocolWebSocket: a backendRef to a Service port with `appProtocol:
+/// kubernetes.io/ws` carries WebSockets; the suite's client sends `Host: IP:80`, and text and
+/// binary messages come back as sent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn websockets_reach_a_ws_backend_as_upstream_sends_them() {
+    use common::ws::{Ws, BINARY, TEXT};
+    let case = "\
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: backend-protocol-ws, namespace: gateway-conformance-infra}
+spec:
+  parentRefs: [{name: same-namespace}]
+  rules: [{backendRefs: [{name: infra-backend-v1, port: 8082}]}]
+";
+    let bed = Bed::start(case);
+    let c = client();
+    let route = "gateway-conformance-infra/backend-protocol-ws";
+    let s = bed.route_status(&c, route).await;
+    route_ok(&s, route, "same-namespace");
+    for _ in 0..3 {
+        let tcp = tokio::net::TcpStream::connect(("127.0.0.1", bed.weir.proc.port))
+            .await
+            .unwrap();
+        let mut ws = Ws::connect(Box::new(tcp), "127.0.0.1:80", "/ws").await;
+        ws.send(TEXT, b"Websocket Support!").await;
+        let f = ws.recv().await;
+        assert_eq!(
+            (f.opcode, f.payload.as_slice()),
+            (TEXT, &b"Websocket Support!"[..])
+        );
+        ws.send(BINARY, &[1, 2, 3, 4, 5, 6, 7]).await;
+        let f = ws.recv().await;
+        assert_eq!(
+            (f.opcode, f.payload.as_slice()),
+            (BINARY, &[1u8, 2, 3, 4, 5, 6, 7][..])
+        );
+    }
 }
 
 /// The suite's `tls-validity-checks-*` objects for client certificate validation: a server

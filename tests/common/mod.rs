@@ -10,6 +10,7 @@ pub mod manifests;
 pub mod recorder;
 pub mod redis;
 pub mod tls;
+pub mod ws;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};

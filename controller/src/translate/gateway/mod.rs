@@ -36,7 +36,7 @@ use status::{ClassStatus, Cond, RouteParentStatus};
 
 /// The conformance features Weir supports, as `GatewayClass.status.supportedFeatures` lists
 /// them (sorted, as the spec asks).
-pub const SUPPORTED_FEATURES: [&str; 44] = [
+pub const SUPPORTED_FEATURES: [&str; 45] = [
     "BackendTLSPolicy",
     "BackendTLSPolicySANValidation",
     "GRPCRoute",
@@ -60,6 +60,7 @@ pub const SUPPORTED_FEATURES: [&str; 44] = [
     "HTTPRouteBackendTimeout",
     "HTTPRouteBackendURLRewrite",
     "HTTPRouteCORS",
+    "HTTPRouteDestinationPortMatching",
     "HTTPRouteHostRewrite",
     "HTTPRouteMethodMatching",
     "HTTPRouteNamedRouteRule",
