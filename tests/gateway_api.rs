@@ -5400,6 +5400,298 @@ spec:
     }
 }
 
+/// A gRPC backend over TLS (ALPN `h2` only, as grpc-go's TLS servers insist) serving `leaf`:
+/// every call succeeds, answered trailers-only with `x-echo-name: name`.
+fn tls_grpc_backend(leaf: &common::ca::Leaf, name: &'static str) -> u16 {
+    let config = leaf.server_config(&[b"h2"]);
+    let acceptor = tokio_rustls::TlsAcceptor::from(std::sync::Arc::new(config));
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        let listener = tokio::net::TcpListener::from_std(listener).unwrap();
+        while let Ok((tcp, _)) = listener.accept().await {
+            let acceptor = acceptor.clone();
+            tokio::spawn(async move {
+                let Ok(tls) = acceptor.accept(tcp).await else {
+                    return;
+                };
+                let answer = hyper::service::service_fn(move |_req| async move {
+                    http::Response::builder()
+                        .header("content-type", "application/grpc")
+                        .header("x-echo-name", name)
+                        .header("grpc-status", "0")
+                        .body(http_body_util::Empty::<bytes::Bytes>::new())
+                });
+                let _ =
+                    hyper::server::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new())
+                        .serve_connection(hyper_util::rt::TokioIo::new(tls), answer)
+                        .await;
+            });
+        }
+    });
+    port
+}
+
+/// BackendTLSPolicyGRPCRoute: a GRPCRoute's backend with a BackendTLSPolicy is called over
+/// TLS in HTTP/2, verified against the policy's CA and host name; a policy whose host name
+/// the certificate does not carry, or whose CA did not sign it, fails the calls (both
+/// policies themselves accepted, their references resolved).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn backend_tls_policies_make_grpc_calls_verified_tls_ones() {
+    use rcgen::ExtendedKeyUsagePurpose::ServerAuth;
+    let ca = common::ca::Ca::new("tls-checks CA");
+    let mismatch_ca = common::ca::Ca::new("mismatch CA");
+    let leaf = ca.leaf(&["abc.example.com", "other.example.com"], ServerAuth);
+    let backend = tls_grpc_backend(&leaf, "grpc-infra-backend-v1");
+    let config_map = |name: &str, ca: &common::ca::Ca| {
+        format!(
+            "apiVersion: v1\nkind: ConfigMap\n\
+             metadata: {{name: {name}, namespace: gateway-conformance-infra}}\n\
+             data:\n  ca.crt: |\n{}\n---\n",
+            indent(&ca.pem())
+        )
+    };
+    let mut case = config_map("tls-checks-ca-certificate", &ca);
+    case += &config_map("mismatch-ca-certificate", &mismatch_ca);
+    for (svc, policy, ca, host) in [
+        (
+            "backendtlspolicy-grpc-test",
+            "grpc-normative-test",
+            "tls-checks-ca-certificate",
+            "abc.example.com",
+        ),
+        (
+            "backendtlspolicy-grpc-host-mismatch-test",
+            "grpc-host-mismatch",
+            "tls-checks-ca-certificate",
+            "mismatch.example.com",
+        ),
+        (
+            "backendtlspolicy-grpc-cert-mismatch-test",
+            "grpc-cert-mismatch",
+            "mismatch-ca-certificate",
+            "abc.example.com",
+        ),
+    ] {
+        case += &format!(
+            "apiVersion: v1
+kind: Service
+metadata: {{name: {svc}, namespace: gateway-conformance-infra}}
+spec:
+  selector: {{app: grpc-infra-backend-v1}}
+  ports: [{{name: btls, protocol: TCP, port: 443, targetPort: 8443}}]
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata:
+  name: {svc}-1
+  namespace: gateway-conformance-infra
+  labels: {{kubernetes.io/service-name: {svc}}}
+addressType: IPv4
+ports: [{{name: btls, port: {backend}}}]
+endpoints:
+- addresses: [127.0.0.1]
+  conditions: {{ready: true}}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: BackendTLSPolicy
+metadata: {{name: {policy}, namespace: gateway-conformance-infra}}
+spec:
+  targetRefs: [{{group: '', kind: Service, name: {svc}, sectionName: btls}}]
+  validation:
+    caCertificateRefs: [{{group: '', kind: ConfigMap, name: {ca}}}]
+    hostname: {host}
+---
+"
+        );
+    }
+    case += "\
+apiVersion: gateway.networking.k8s.io/v1
+kind: GRPCRoute
+metadata: {name: backendtlspolicy-grpcroute, namespace: gateway-conformance-infra}
+spec:
+  parentRefs: [{name: same-namespace, namespace: gateway-conformance-infra}]
+  hostnames: [abc.example.com]
+  rules:
+  - matches: [{method: {service: gateway_api_conformance.echo_basic.grpcecho.GrpcEcho, method: Echo}}]
+    backendRefs: [{group: '', kind: Service, name: backendtlspolicy-grpc-test, port: 443}]
+  - matches: [{method: {service: gateway_api_conformance.echo_basic.grpcecho.GrpcEcho, method: EchoTwo}}]
+    backendRefs: [{group: '', kind: Service, name: backendtlspolicy-grpc-host-mismatch-test, port: 443}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: GRPCRoute
+metadata: {name: backendtlspolicy-grpcroute-cert-mismatch, namespace: gateway-conformance-infra}
+spec:
+  parentRefs: [{name: same-namespace, namespace: gateway-conformance-infra}]
+  hostnames: [cert-mismatch.example.com]
+  rules:
+  - matches: [{method: {service: gateway_api_conformance.echo_basic.grpcecho.GrpcEcho, method: Echo}}]
+    backendRefs: [{group: '', kind: Service, name: backendtlspolicy-grpc-cert-mismatch-test, port: 443}]
+";
+    let bed = Bed::start(&case);
+    let c = client();
+    let name = |o: &str| format!("gateway-conformance-infra/{o}");
+    let s = bed
+        .status_when(&c, |s| {
+            s["grpcRoutes"]
+                .get(name("backendtlspolicy-grpcroute-cert-mismatch"))
+                .is_some()
+        })
+        .await;
+    for r in [
+        "backendtlspolicy-grpcroute",
+        "backendtlspolicy-grpcroute-cert-mismatch",
+    ] {
+        let p = &s["grpcRoutes"][name(r)]["parents"][0];
+        assert_eq!(
+            cond_of(&p["conditions"], "Accepted"),
+            yes("Accepted"),
+            "{r}"
+        );
+    }
+    for policy in [
+        "grpc-normative-test",
+        "grpc-host-mismatch",
+        "grpc-cert-mismatch",
+    ] {
+        let a = &s["backendTLSPolicies"][name(policy)]["ancestors"][0];
+        assert_eq!(a["ancestorRef"]["name"], "same-namespace", "{s:#}");
+        for type_ in ["Accepted", "ResolvedRefs"] {
+            assert_eq!(cond_of(&a["conditions"], type_), yes(type_), "{policy}");
+        }
+    }
+    wait_ready(&c, &bed.weir).await;
+    let svc = "/gateway_api_conformance.echo_basic.grpcecho.GrpcEcho";
+    for (authority, method, ok) in [
+        ("abc.example.com", "Echo", true),
+        ("abc.example.com", "EchoTwo", false),
+        ("cert-mismatch.example.com", "Echo", false),
+    ] {
+        for _ in 0..3 {
+            let (backend, grpc_status) =
+                grpc_call_to(&bed, authority, &format!("{svc}/{method}")).await;
+            if ok {
+                assert_eq!(backend.as_deref(), Some("grpc-infra-backend-v1"));
+                assert_eq!(grpc_status.as_deref(), Some("0"));
+            } else {
+                assert_eq!(backend, None, "{authority} {method}");
+                assert_ne!(grpc_status.as_deref(), Some("0"), "{authority} {method}");
+            }
+        }
+    }
+}
+
+/// BackendTLSPolicyTLSRouteTerminate: a TLSRoute of a terminating listener whose backend
+/// has a BackendTLSPolicy: the decrypted bytes are encrypted again towards the backend,
+/// verified against the policy's CA and host name. The suite's listener is on 8443, served
+/// here with `--gateway-https-port 8443`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn terminated_tls_routes_encrypt_again_for_a_backend_tls_policy() {
+    use rcgen::ExtendedKeyUsagePurpose::ServerAuth;
+    let ca = common::ca::Ca::new("tls-checks CA");
+    let listener_cert = ca.leaf(&["tls.example.com"], ServerAuth);
+    let backend = tls_backend(&ca, &["abc.example.com"], "tcp-backend");
+    let case = format!(
+        "{secret}---
+apiVersion: v1
+kind: ConfigMap
+metadata: {{name: tls-checks-ca-certificate, namespace: gateway-conformance-infra}}
+data:
+  ca.crt: |
+{ca_pem}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {{name: gateway-btls-tlsroute-terminate, namespace: gateway-conformance-infra}}
+spec:
+  gatewayClassName: weir
+  listeners:
+  - name: tls-terminate
+    port: 8443
+    protocol: TLS
+    hostname: tls.example.com
+    allowedRoutes: {{namespaces: {{from: Same}}, kinds: [{{kind: TLSRoute}}]}}
+    tls: {{mode: Terminate, certificateRefs: [{{name: tls-terminate-checks-certificate}}]}}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: TLSRoute
+metadata: {{name: backendtlspolicy-tlsroute-terminate, namespace: gateway-conformance-infra}}
+spec:
+  parentRefs: [{{name: gateway-btls-tlsroute-terminate, namespace: gateway-conformance-infra}}]
+  hostnames: [tls.example.com]
+  rules: [{{backendRefs: [{{name: btls-terminate-tls-backend, port: 8443}}]}}]
+---
+apiVersion: v1
+kind: Service
+metadata: {{name: btls-terminate-tls-backend, namespace: gateway-conformance-infra}}
+spec:
+  selector: {{app: tcp-backend}}
+  ports: [{{name: btls, protocol: TCP, port: 8443, targetPort: 8443}}]
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata:
+  name: btls-terminate-tls-backend-1
+  namespace: gateway-conformance-infra
+  labels: {{kubernetes.io/service-name: btls-terminate-tls-backend}}
+addressType: IPv4
+ports: [{{name: btls, port: {backend}}}]
+endpoints:
+- addresses: [127.0.0.1]
+  conditions: {{ready: true}}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: BackendTLSPolicy
+metadata: {{name: btls-tlsroute-terminate-test, namespace: gateway-conformance-infra}}
+spec:
+  targetRefs: [{{group: '', kind: Service, name: btls-terminate-tls-backend, sectionName: btls}}]
+  validation:
+    caCertificateRefs: [{{group: '', kind: ConfigMap, name: tls-checks-ca-certificate}}]
+    hostname: abc.example.com
+",
+        secret = tls_secret_of(
+            "gateway-conformance-infra",
+            "tls-terminate-checks-certificate",
+            &listener_cert.pem,
+            &listener_cert.key_pem
+        ),
+        ca_pem = indent(&ca.pem()),
+    );
+    let bed = Bed::start_with(
+        &case,
+        &["--tls-listen", "x", "--gateway-https-port", "8443"],
+    );
+    let c = client();
+    let name = |o: &str| format!("gateway-conformance-infra/{o}");
+    let s = bed
+        .status_when(&c, |s| {
+            s["tlsRoutes"]
+                .get(name("backendtlspolicy-tlsroute-terminate"))
+                .is_some()
+        })
+        .await;
+    let p = &s["tlsRoutes"][name("backendtlspolicy-tlsroute-terminate")]["parents"][0];
+    assert_eq!(
+        cond_of(&p["conditions"], "Accepted"),
+        yes("Accepted"),
+        "{s:#}"
+    );
+    let a = &s["backendTLSPolicies"][name("btls-tlsroute-terminate-test")]["ancestors"][0];
+    assert_eq!(
+        a["ancestorRef"]["name"], "gateway-btls-tlsroute-terminate",
+        "{s:#}"
+    );
+    for type_ in ["Accepted", "ResolvedRefs"] {
+        assert_eq!(cond_of(&a["conditions"], type_), yes(type_), "{s:#}");
+    }
+    wait_ready(&c, &bed.weir).await;
+    for _ in 0..3 {
+        let body = tls_call(bed.tls_port.unwrap(), &ca, "tls.example.com").await;
+        assert_eq!(body.as_deref(), Ok("tcp-backend"));
+    }
+}
+
 /// The suite's `tls-validity-checks-*` objects for client certificate validation: a server
 /// certificate for `example.org` and `second-example.org`, two client CAs (the default's and
 /// the per-port one's) as ConfigMaps, and a client certificate from each.

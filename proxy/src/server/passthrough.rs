@@ -74,7 +74,7 @@ where
     let target = service.keys[i].target.clone();
     drop(rt);
     let connect = tokio::net::TcpStream::connect(target.as_ref());
-    let mut upstream = match tokio::time::timeout(service.connect_timeout, connect).await {
+    let upstream = match tokio::time::timeout(service.connect_timeout, connect).await {
         Ok(Ok(s)) => s,
         Ok(Err(e)) => {
             let error = e.to_string();
@@ -87,6 +87,26 @@ where
         }
     };
     let _ = upstream.set_nodelay(true);
+    // A terminated connection whose service speaks TLS (a BackendTLSPolicy) is encrypted
+    // again towards the target, verified as the service says.
+    let mut upstream = match &service.tls {
+        None => crate::upstream::Stream::Tcp(upstream),
+        Some(tls) => {
+            let handshake = tls.handshake(&target, upstream, false);
+            match tokio::time::timeout(service.connect_timeout, handshake).await {
+                Ok(Ok(s)) => s,
+                Ok(Err(e)) => {
+                    let error = e.to_string();
+                    tracing::warn!(%route, %target, %error, "TLS passthrough: TLS to the target failed");
+                    return;
+                }
+                Err(_) => {
+                    tracing::warn!(%route, %target, "TLS passthrough: TLS to the target timed out");
+                    return;
+                }
+            }
+        }
+    };
     match tokio::io::copy_bidirectional(&mut client, &mut upstream).await {
         Ok((up, down)) => {
             tracing::debug!(route = %route, target = %target, up, down, "TLS passthrough closed")

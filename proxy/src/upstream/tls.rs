@@ -171,7 +171,7 @@ impl TlsClient {
 
     /// Does the handshake on a connected socket to `target` (`host:port`); `h2` says HTTP/2
     /// will be spoken, which the server must have agreed to.
-    pub(super) async fn handshake(
+    pub async fn handshake(
         &self,
         target: &Arc<str>,
         tcp: TcpStream,

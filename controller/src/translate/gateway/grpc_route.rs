@@ -76,7 +76,8 @@ impl Translator<'_> {
         };
         let edits = ServiceEdits::grpc();
         for (ri, rule) in rules.iter().enumerate() {
-            let mut backends = self.http_backends(Kind::GRPCRoute, key, ri, &rule.backend_refs);
+            let mut backends =
+                self.http_backends(Kind::GRPCRoute, key, ri, &rule.backend_refs, true);
             if let Some(c) = backends.unresolved.take() {
                 if resolved.holds() {
                     resolved = c;

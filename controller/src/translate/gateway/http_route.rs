@@ -193,7 +193,8 @@ impl Translator<'_> {
             route.spec.rules.as_slice()
         };
         for (ri, rule) in rules.iter().enumerate() {
-            let mut backends = self.http_backends(Kind::HTTPRoute, key, ri, &rule.backend_refs);
+            let mut backends =
+                self.http_backends(Kind::HTTPRoute, key, ri, &rule.backend_refs, true);
             if let Some(c) = backends.unresolved.take() {
                 if resolved.holds() {
                     resolved = c;
@@ -314,13 +315,16 @@ impl Translator<'_> {
     }
 
     /// A rule's backendRefs as weighted services; those that cannot be used keep their share
-    /// and answer it with 500, as the spec asks.
+    /// and answer it with 500, as the spec asks. `decrypted` says Weir has the request's
+    /// bytes in the clear (every route but a passthrough TLSRoute's): BackendTLSPolicies then
+    /// apply to the backends.
     pub(super) fn http_backends(
         &mut self,
         route_kind: Kind,
         key: &Key,
         ri: usize,
         refs: &[HTTPBackendRef],
+        decrypted: bool,
     ) -> Backends {
         let me = obj(route_kind, key);
         let mut out = Backends {
@@ -331,7 +335,7 @@ impl Translator<'_> {
         for (bi, b) in refs.iter().enumerate() {
             let field = format!("spec.rules[{ri}].backendRefs[{bi}]");
             let weight = b.weight.unwrap_or(1).max(0) as u32;
-            let service = match self.http_backend(route_kind, key, b) {
+            let service = match self.http_backend(route_kind, key, b, decrypted) {
                 Ok(id) => Some(id),
                 Err((cond, reason, message)) => {
                     self.problem(
@@ -352,12 +356,14 @@ impl Translator<'_> {
         out
     }
 
-    /// The service id of one backendRef, or why it cannot be used.
+    /// The service id of one backendRef (speaking TLS as a BackendTLSPolicy says, when
+    /// `decrypted`), or why it cannot be used.
     fn http_backend(
         &mut self,
         route_kind: Kind,
         key: &Key,
         b: &HTTPBackendRef,
+        decrypted: bool,
     ) -> Result<String, (Cond, Reason, String)> {
         let group = b.group.as_deref().unwrap_or("");
         let kind = b.kind.as_deref().unwrap_or("Service");
@@ -405,8 +411,9 @@ impl Translator<'_> {
                 m,
             )
         })?;
-        // TLSRoutes pass TLS through: a BackendTLSPolicy is for routes Weir terminates.
-        if route_kind == Kind::TLSRoute {
+        // Passed-through TLS is the client's own: a BackendTLSPolicy is for what Weir
+        // terminates.
+        if !decrypted {
             return Ok(id);
         }
         let port_name = self
@@ -777,7 +784,7 @@ impl Translator<'_> {
             );
             return Err(Cond::no("ResolvedRefs", "UnsupportedValue", m));
         }
-        match self.http_backend(route_kind, key, &backend) {
+        match self.http_backend(route_kind, key, &backend, true) {
             Ok(service) => Ok(RouteMirror { service, percent }),
             Err((cond, reason, m)) => {
                 self.problem(

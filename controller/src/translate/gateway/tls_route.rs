@@ -2,7 +2,8 @@
 //! one of the route's host names (intersected with its listeners') go, untouched, to its
 //! backends by weight. Served on listeners with protocol `TLS`: with `tls.mode: Passthrough`
 //! the bytes go as they are; in `Terminate` mode (the default) Weir ends TLS with the
-//! listener's certificate and the backend gets the decrypted bytes.
+//! listener's certificate and the backend gets the decrypted bytes (encrypted again when a
+//! BackendTLSPolicy applies to its Service).
 
 use weir_crds::gateway::TLSRoute;
 use weir_proxy::config::TlsRoute;
@@ -28,6 +29,7 @@ impl Translator<'_> {
             else {
                 continue;
             };
+            self.route_gateways = a.gateways.clone();
             let resolved = if a.attached {
                 self.tls_rules(key, route, &a)
             } else {
@@ -44,7 +46,8 @@ impl Translator<'_> {
     fn tls_rules(&mut self, key: &Key, route: &TLSRoute, at: &Attached<'_>) -> Cond {
         let mut resolved = Cond::yes("ResolvedRefs", "ResolvedRefs");
         for (ri, rule) in route.spec.rules.iter().enumerate() {
-            let mut backends = self.http_backends(Kind::TLSRoute, key, ri, &rule.backend_refs);
+            let refs = &rule.backend_refs;
+            let mut backends = self.http_backends(Kind::TLSRoute, key, ri, refs, at.terminated);
             if let Some(c) = backends.unresolved.take() {
                 if resolved.holds() {
                     resolved = c;
