@@ -5692,6 +5692,62 @@ spec:
     }
 }
 
+/// HTTPRouteMultipleGateways, as far as one socket for every Gateway allows: a route with
+/// two Gateways as parents is accepted by both and serves `/shared` on both; each Gateway's
+/// own route for `/` is accepted too, but requests cannot tell the Gateways apart (the suite
+/// tells them apart by address), so one of the two serves `/`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_route_of_two_gateways_is_accepted_and_served_by_both() {
+    let case = "\
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: multiple-gateways-shared-route, namespace: gateway-conformance-infra}
+spec:
+  parentRefs: [{name: same-namespace}, {name: all-namespaces}]
+  rules:
+  - matches: [{path: {type: PathPrefix, value: /shared}}]
+    backendRefs: [{name: infra-backend-v1, port: 8080}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: same-namespace-dedicated-route, namespace: gateway-conformance-infra}
+spec:
+  parentRefs: [{name: same-namespace}]
+  rules: [{matches: [{path: {type: PathPrefix, value: /}}], backendRefs: [{name: infra-backend-v2, port: 8080}]}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: all-namespaces-dedicated-route, namespace: gateway-conformance-infra}
+spec:
+  parentRefs: [{name: all-namespaces}]
+  rules: [{matches: [{path: {type: PathPrefix, value: /}}], backendRefs: [{name: infra-backend-v3, port: 8080}]}]
+";
+    let bed = Bed::start(case);
+    let c = client();
+    let name = |r: &str| format!("gateway-conformance-infra/{r}");
+    let s = bed
+        .route_status(&c, &name("all-namespaces-dedicated-route"))
+        .await;
+    let shared = name("multiple-gateways-shared-route");
+    route_ok(&s, &shared, "same-namespace");
+    route_ok(&s, &shared, "all-namespaces");
+    route_ok(&s, &name("same-namespace-dedicated-route"), "same-namespace");
+    route_ok(&s, &name("all-namespaces-dedicated-route"), "all-namespaces");
+    for gw in ["same-namespace", "all-namespaces"] {
+        let l = &s["gateways"][name(gw)]["listeners"][0];
+        assert_eq!(l["attachedRoutes"], 2, "{gw}: {l:#}");
+    }
+    let r = bed.request(&c, "127.0.0.1", "/shared", &[]).await;
+    served_by(&r, "infra-backend-v1");
+    assert_eq!(r.json()["path"], "/shared");
+    let r = bed.request(&c, "127.0.0.1", "/", &[]).await;
+    let by = r.echo_name();
+    assert!(
+        matches!(by.as_deref(), Some("infra-backend-v2" | "infra-backend-v3")),
+        "{by:?}"
+    );
+}
+
 /// The suite's `tls-validity-checks-*` objects for client certificate validation: a server
 /// certificate for `example.org` and `second-example.org`, two client CAs (the default's and
 /// the per-port one's) as ConfigMaps, and a client certificate from each.
