@@ -5731,8 +5731,16 @@ spec:
     let shared = name("multiple-gateways-shared-route");
     route_ok(&s, &shared, "same-namespace");
     route_ok(&s, &shared, "all-namespaces");
-    route_ok(&s, &name("same-namespace-dedicated-route"), "same-namespace");
-    route_ok(&s, &name("all-namespaces-dedicated-route"), "all-namespaces");
+    route_ok(
+        &s,
+        &name("same-namespace-dedicated-route"),
+        "same-namespace",
+    );
+    route_ok(
+        &s,
+        &name("all-namespaces-dedicated-route"),
+        "all-namespaces",
+    );
     for gw in ["same-namespace", "all-namespaces"] {
         let l = &s["gateways"][name(gw)]["listeners"][0];
         assert_eq!(l["attachedRoutes"], 2, "{gw}: {l:#}");

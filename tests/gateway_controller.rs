@@ -704,3 +704,115 @@ spec:
     controller.wait_exit(Duration::from_secs(5));
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// A cluster with an older Gateway API's experimental channel serves TLSRoutes at
+/// `v1alpha2` and BackendTLSPolicies at `v1alpha3` only: Weir reads them there, and writes
+/// their status there too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_is_written_at_the_version_a_kind_is_served() {
+    let ca = common::tls::fixture("ca.crt");
+    let ca: Vec<String> = ca.lines().map(|l| format!("    {l}")).collect();
+    let objects = format!(
+        "\
+apiVersion: gateway.networking.k8s.io/v1
+kind: GatewayClass
+metadata: {{name: weir}}
+spec: {{controllerName: weir.dev/gateway-controller}}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {{name: edge, namespace: default}}
+spec:
+  gatewayClassName: weir
+  listeners:
+  - {{name: http, port: 80, protocol: HTTP}}
+  - {{name: tls, port: 443, protocol: TLS, tls: {{mode: Passthrough}}}}
+---
+apiVersion: gateway.networking.k8s.io/v1alpha2
+kind: TLSRoute
+metadata: {{name: console, namespace: default}}
+spec:
+  parentRefs: [{{name: edge}}]
+  hostnames: [console.example.com]
+  rules: [{{backendRefs: [{{name: new, port: 8080}}]}}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {{name: shop, namespace: default}}
+spec:
+  parentRefs: [{{name: edge}}]
+  rules: [{{backendRefs: [{{name: new, port: 8080}}]}}]
+---
+apiVersion: gateway.networking.k8s.io/v1alpha3
+kind: BackendTLSPolicy
+metadata: {{name: new-tls, namespace: default}}
+spec:
+  targetRefs: [{{group: '', kind: Service, name: new}}]
+  validation:
+    caCertificateRefs: [{{group: '', kind: ConfigMap, name: new-ca}}]
+    hostname: new.example.com
+---
+apiVersion: v1
+kind: ConfigMap
+metadata: {{name: new-ca, namespace: default}}
+data:
+  ca.crt: |
+{}
+",
+        ca.join("\n")
+    );
+    let api = ApiServer::start();
+    let new = echo("new");
+    api.apply(&backend("default", "new", new.port));
+    api.apply(&objects);
+    api.serve_api(
+        "gateway.networking.k8s.io/v1",
+        &["GatewayClass", "Gateway", "HTTPRoute"],
+    );
+    api.serve_api("gateway.networking.k8s.io/v1alpha2", &["TLSRoute"]);
+    api.serve_api("gateway.networking.k8s.io/v1alpha3", &["BackendTLSPolicy"]);
+
+    let weir = Weir::start("{}", &[]);
+    let dir = temp_dir("gateway-versions");
+    let kubeconfig = api.kubeconfig(&dir);
+    let mut controller = Proc {
+        child: Command::new(WEIR)
+            .args([
+                "controller",
+                "--proxy-admin",
+                &format!("http://127.0.0.1:{}", weir.admin),
+            ])
+            .env("KUBECONFIG", &kubeconfig)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+        port: 0,
+    };
+    let limit = Duration::from_secs(20);
+    let get = |version: &str, kind: &str, name: &str| {
+        api.get(
+            &format!("gateway.networking.k8s.io/{version}"),
+            kind,
+            "default",
+            name,
+        )
+        .unwrap_or_default()
+    };
+    within(limit, "the v1alpha2 TLSRoute's status", || async {
+        let route = get("v1alpha2", "TLSRoute", "console");
+        condition(&route["status"]["parents"][0]["conditions"], "Accepted")["status"] == "True"
+    })
+    .await;
+    within(limit, "the v1alpha3 BackendTLSPolicy's status", || async {
+        let policy = get("v1alpha3", "BackendTLSPolicy", "new-tls");
+        let ancestor = &policy["status"]["ancestors"][0];
+        ancestor["ancestorRef"]["name"] == "edge"
+            && condition(&ancestor["conditions"], "Accepted")["status"] == "True"
+    })
+    .await;
+
+    controller.terminate();
+    controller.wait_exit(Duration::from_secs(5));
+    let _ = std::fs::remove_dir_all(dir);
+}

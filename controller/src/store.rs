@@ -265,6 +265,10 @@ pub struct Store {
     pub config_maps: BTreeMap<Key, ConfigMap>,
     /// ReferenceGrants.
     pub reference_grants: BTreeMap<Key, ReferenceGrant>,
+    /// The API version Gateway API kinds are read (and their status written) at, where it is
+    /// not `v1`: TLSRoute `v1alpha2` and BackendTLSPolicy `v1alpha3` before Gateway API v1.5
+    /// and v1.4.
+    pub served_versions: BTreeMap<Kind, String>,
 }
 
 impl Store {

@@ -476,6 +476,15 @@ fn start_gateway_api(
         Object::ConfigMap,
         shared,
     );
+    {
+        let mut store = shared.store.lock().unwrap_or_else(|e| e.into_inner());
+        for (kind, version) in [(Kind::BackendTLSPolicy, policies), (Kind::TLSRoute, tls)] {
+            match version {
+                Some(v) if v != "v1" => store.served_versions.insert(kind, v.to_string()),
+                _ => store.served_versions.remove(&kind),
+            };
+        }
+    }
     if let Some(version) = policies {
         // v1 from Gateway API v1.4 on, v1alpha3 (experimental channel) before.
         spawn_versioned::<BackendTLSPolicy>(

@@ -6,15 +6,15 @@
 //! server has; a write happens only when they differ, so watching our own writes settles.
 
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Patch, PatchParams};
-use kube::Api;
+use kube::api::{ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams};
+use kube::{Api, Resource};
 use serde_json::{json, Value};
 use weir_crds::gateway::{
     BackendTLSPolicy, GRPCRoute, Gateway, GatewayClass, HTTPRoute, TLSRoute, CONTROLLER_NAME,
 };
 
 use super::Reporter;
-use crate::store::{Key, Store};
+use crate::store::{Key, Kind, Store};
 use crate::translate::gateway::status::{Cond, GatewayStatus, PolicyStatus, RouteStatus};
 use crate::translate::Translation;
 
@@ -195,6 +195,24 @@ fn gateway_addresses(reporter: &Reporter, store: &Store) -> Option<Vec<Value>> {
 }
 
 impl Reporter {
+    /// The API of `K` in `key`'s namespace at the version it is read at (a cluster with the
+    /// experimental channel of an older Gateway API release serves TLSRoutes and
+    /// BackendTLSPolicies at `v1alpha2` and `v1alpha3` only).
+    fn served_api<K>(&self, store: &Store, kind: Kind, key: &Key) -> Api<DynamicObject>
+    where
+        K: Resource<DynamicType = ()>,
+    {
+        let version = store
+            .served_versions
+            .get(&kind)
+            .map_or("v1", String::as_str);
+        let ar = ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk(&K::group(&()), version, &K::kind(&())),
+            &K::plural(&()),
+        );
+        Api::namespaced_with(self.client.clone(), &key.namespace, &ar)
+    }
+
     /// Writes the Gateway API status that changed.
     pub(super) async fn gateway_api(&self, t: &Translation, store: &Store) {
         let now = Timestamp::now().to_string();
@@ -256,7 +274,7 @@ impl Reporter {
             let current = route.status.clone().unwrap_or_default();
             let want = desired.tls_routes.get(&key.to_string());
             if let Some(parents) = route_parents(want, &current, &now) {
-                let api: Api<TLSRoute> = Api::namespaced(self.client.clone(), &key.namespace);
+                let api = self.served_api::<TLSRoute>(store, Kind::TLSRoute, key);
                 let patch = json!({ "status": { "parents": parents } });
                 let r = api
                     .patch_status(&key.name, &pp, &Patch::Merge(&patch))
@@ -268,8 +286,7 @@ impl Reporter {
             let current = policy.status.clone().unwrap_or_default();
             let want = desired.backend_tls_policies.get(&key.to_string());
             if let Some(ancestors) = policy_ancestors(want, &current, &now) {
-                let api: Api<BackendTLSPolicy> =
-                    Api::namespaced(self.client.clone(), &key.namespace);
+                let api = self.served_api::<BackendTLSPolicy>(store, Kind::BackendTLSPolicy, key);
                 let patch = json!({ "status": { "ancestors": ancestors } });
                 let r = api
                     .patch_status(&key.name, &pp, &Patch::Merge(&patch))

@@ -187,8 +187,13 @@ impl Reporter {
                 continue;
             }
             let (api_version, kind) = api_version_kind(p.object.kind);
+            // A Gateway API kind read at another version than v1 is named at that one.
+            let api_version = match store.served_versions.get(&p.object.kind) {
+                Some(v) => format!("gateway.networking.k8s.io/{v}"),
+                None => api_version.to_string(),
+            };
             let reference = ObjectReference {
-                api_version: Some(api_version.into()),
+                api_version: Some(api_version),
                 kind: Some(kind.into()),
                 namespace: p.object.namespace.clone(),
                 name: Some(p.object.name.clone()),
