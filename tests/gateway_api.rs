@@ -5756,6 +5756,201 @@ spec:
     );
 }
 
+/// Whether a TLS connection's error is the suite's "rejected": the connection closed or reset
+/// during the handshake, without a TLS alert.
+fn closed_without_alert(e: &str) -> bool {
+    let e = e.to_ascii_lowercase();
+    !e.contains("alert") && (e.contains("eof") || e.contains("reset"))
+}
+
+/// TLSRouteHostnameIntersection: the server names a passthrough TLSRoute serves are its host
+/// names intersected with its listener's, the most specific route first; a name none serves
+/// is refused by closing the connection. The suite's four Gateways on port 443 tell apart by
+/// address, so each gets a Weir of its own here.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_route_host_names_intersect_as_upstream_connects_them() {
+    let ca = common::ca::Ca::new("tls-checks CA");
+    let names = ["abc.example.com", "other.example.com"];
+    let one = tls_backend(&ca, &names, "tls-backend");
+    let two = tls_backend(&ca, &names, "tls-backend-2");
+    let service = |name: &str, port: u16| {
+        format!(
+            "apiVersion: v1
+kind: Service
+metadata: {{name: {name}, namespace: gateway-conformance-infra}}
+spec: {{ports: [{{name: tls, port: 443, targetPort: 8443}}]}}
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata:
+  name: {name}-1
+  namespace: gateway-conformance-infra
+  labels: {{kubernetes.io/service-name: {name}}}
+addressType: IPv4
+ports: [{{name: tls, port: {port}}}]
+endpoints:
+- addresses: [127.0.0.1]
+  conditions: {{ready: true}}
+---
+"
+        )
+    };
+    let route = |name: &str, gateway: &str, host: &str, backend: &str| {
+        format!(
+            "apiVersion: gateway.networking.k8s.io/v1
+kind: TLSRoute
+metadata: {{name: {name}, namespace: gateway-conformance-infra}}
+spec:
+  parentRefs: [{{name: {gateway}}}]
+  hostnames: ['{host}']
+  rules: [{{backendRefs: [{{name: {backend}, port: 443}}]}}]
+---
+"
+        )
+    };
+    // (Gateway, listener, its host name, routes (name, host name, backend), the names
+    // served (name, backend), the name refused).
+    type Routes<'a> = [(&'a str, &'a str, &'a str)];
+    type Case<'a> = (
+        &'a str,
+        &'a str,
+        Option<&'a str>,
+        &'a Routes<'a>,
+        &'a [(&'a str, &'a str)],
+        &'a str,
+    );
+    let cases: [Case; 4] = [
+        (
+            "gw-tlsroute-exact-hostname-x-1",
+            "listener-exact-hostname",
+            Some("abc.example.com"),
+            &[(
+                "tlsroute-more-specific-wc-hostname-x-1",
+                "*.example.com",
+                "tls-backend",
+            )],
+            &[("abc.example.com", "tls-backend")],
+            "non.matching.com",
+        ),
+        (
+            "gw-tlsroute-more-specific-wc-hostname-x-2",
+            "listener-more-specific-wc-hostname",
+            Some("*.example.com"),
+            &[
+                (
+                    "tlsroute-exact-hostname-x-2",
+                    "abc.example.com",
+                    "tls-backend",
+                ),
+                (
+                    "tlsroute-less-specific-wc-hostname-x-2",
+                    "*.com",
+                    "tls-backend-2",
+                ),
+            ],
+            &[
+                ("abc.example.com", "tls-backend"),
+                ("other.example.com", "tls-backend-2"),
+            ],
+            "non.matching.com",
+        ),
+        (
+            "gw-tlsroute-less-specific-wc-hostname-x-3",
+            "listener-less-specific-wc-hostname",
+            Some("*.com"),
+            &[
+                (
+                    "tlsroute-exact-hostname-x-3",
+                    "abc.example.com",
+                    "tls-backend",
+                ),
+                (
+                    "tlsroute-more-specific-wc-hostname-x-3",
+                    "*.example.com",
+                    "tls-backend-2",
+                ),
+            ],
+            &[
+                ("abc.example.com", "tls-backend"),
+                ("other.example.com", "tls-backend-2"),
+            ],
+            "non.matching.com",
+        ),
+        (
+            "gw-tlsroute-empty-hostname-x-4",
+            "listener-empty-hostname",
+            None,
+            &[
+                (
+                    "tlsroute-exact-hostname-x-4",
+                    "abc.example.com",
+                    "tls-backend",
+                ),
+                (
+                    "tlsroute-less-specific-wc-hostname-x-4",
+                    "*.com",
+                    "tls-backend-2",
+                ),
+            ],
+            &[
+                ("abc.example.com", "tls-backend"),
+                ("other.example.com", "tls-backend-2"),
+            ],
+            "non.matching.org",
+        ),
+    ];
+    let c = client();
+    for (gateway, listener, host, routes, served, refused) in cases {
+        let host = host
+            .map(|h| format!("hostname: '{h}', "))
+            .unwrap_or_default();
+        let mut case = format!(
+            "apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {{name: {gateway}, namespace: gateway-conformance-infra}}
+spec:
+  gatewayClassName: weir
+  listeners:
+  - {{name: {listener}, port: 443, protocol: TLS, {host}tls: {{mode: Passthrough}}, allowedRoutes: {{namespaces: {{from: Same}}, kinds: [{{kind: TLSRoute}}]}}}}
+---
+"
+        );
+        case += &service("tls-backend", one);
+        case += &service("tls-backend-2", two);
+        for (name, h, backend) in routes {
+            case += &route(name, gateway, h, backend);
+        }
+        let bed = Bed::start_with(&case, &["--tls-listen", "x"]);
+        let key = |r: &str| format!("gateway-conformance-infra/{r}");
+        let last = key(routes[routes.len() - 1].0);
+        let s = bed
+            .status_when(&c, |s| s["tlsRoutes"].get(&last).is_some())
+            .await;
+        for (name, _, _) in routes {
+            let p = &s["tlsRoutes"][key(name)]["parents"][0];
+            assert_eq!(p["parentRef"]["name"], gateway, "{s:#}");
+            assert_eq!(
+                cond_of(&p["conditions"], "Accepted"),
+                yes("Accepted"),
+                "{name}"
+            );
+            assert_eq!(
+                cond_of(&p["conditions"], "ResolvedRefs"),
+                yes("ResolvedRefs"),
+                "{name}"
+            );
+        }
+        wait_ready(&c, &bed.weir).await;
+        let port = bed.tls_port.unwrap();
+        for (name, backend) in served.iter() {
+            let body = tls_call(port, &ca, name).await;
+            assert_eq!(body.as_deref(), Ok(*backend), "{gateway}: {name}");
+        }
+        let e = tls_call(port, &ca, refused).await.unwrap_err();
+        assert!(closed_without_alert(&e), "{gateway}: {refused}: {e}");
+    }
+}
+
 /// The suite's `tls-validity-checks-*` objects for client certificate validation: a server
 /// certificate for `example.org` and `second-example.org`, two client CAs (the default's and
 /// the per-port one's) as ConfigMaps, and a client certificate from each.

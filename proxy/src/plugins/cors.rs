@@ -138,6 +138,11 @@ fn build(config: &serde_json::Value) -> Result<Arc<dyn Plugin>, String> {
     if let Some(h) = &allow_headers {
         preflight_base.insert(ACCESS_CONTROL_ALLOW_HEADERS, h.clone());
     }
+    // Browsers read it from the actual response only; the Gateway API's CORS filter (and
+    // Envoy's) sends it on preflights too, and its conformance suite checks for it there.
+    if let Some(h) = &exposed_headers {
+        preflight_base.insert(ACCESS_CONTROL_EXPOSE_HEADERS, h.clone());
+    }
     if let Some(age) = conf.max_age {
         preflight_base.insert(ACCESS_CONTROL_MAX_AGE, HeaderValue::from(age));
     }
@@ -683,10 +688,13 @@ mod tests {
         );
         assert_eq!(get(&h, "vary"), Some("Origin"));
 
+        assert_eq!(get(&h, "access-control-expose-headers"), None);
+
         // Configured headers win over the request's; the defaults list every method.
-        let q = cors(json!({"headers": ["X-Token"]}));
+        let q = cors(json!({"headers": ["X-Token"], "exposed_headers": ["X-Total"]}));
         let (_, h) = run(&q, "OPTIONS", &asked, &[]);
         assert_eq!(get(&h, "access-control-allow-headers"), Some("X-Token"));
+        assert_eq!(get(&h, "access-control-expose-headers"), Some("X-Total"));
         assert_eq!(
             get(&h, "access-control-allow-methods"),
             Some("GET,HEAD,PUT,PATCH,POST,DELETE,OPTIONS,TRACE,CONNECT")

@@ -586,12 +586,20 @@ async fn accept_tls(
 ) -> io::Result<tokio_rustls::server::TlsStream<tokio::net::TcpStream>> {
     let acceptor = rustls::server::Acceptor::default();
     let start = tokio_rustls::LazyConfigAcceptor::new(acceptor, stream).await?;
-    let config = shared
-        .runtime
-        .load()
-        .certs
-        .mutual_config(start.client_hello().server_name())
-        .unwrap_or_else(|| shared_config.clone());
+    let config = {
+        let hello = start.client_hello();
+        let name = hello.server_name();
+        let certs = &shared.runtime.load().certs;
+        // A name Weir has no certificate for: the connection is closed without an alert, as
+        // Envoy closes one no listener matches (the Gateway API suite counts only a closed or
+        // reset connection as refused).
+        if certs.find(name).is_none() {
+            return Err(io::Error::other("no certificate for the server name"));
+        }
+        certs
+            .mutual_config(name)
+            .unwrap_or_else(|| shared_config.clone())
+    };
     start.into_stream(config).await
 }
 
