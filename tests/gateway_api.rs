@@ -4962,66 +4962,13 @@ spec:
 async fn tls_routes_across_namespaces_need_a_matching_reference_grant() {
     let ca = common::ca::Ca::new("TLS routes CA");
     let backend = tls_backend(&ca, &["abc.example.com"], "tls-backend");
-    let grant = |name: &str, ns: &str, from: (&str, &str, &str), to: (&str, &str, &str)| {
-        format!(
-            "apiVersion: gateway.networking.k8s.io/v1
-kind: ReferenceGrant
-metadata: {{name: {name}, namespace: {ns}}}
-spec:
-  from: [{{group: {}, kind: {}, namespace: {}}}]
-  to: [{{group: '{}', kind: {}, name: {}}}]
----
-",
-            from.0, from.1, from.2, to.0, to.1, to.2
-        )
-    };
-    let (gw, app) = (
-        "gateway.networking.k8s.io",
-        "gateway-conformance-app-backend",
-    );
-    let route = (
-        "gateway.networking.k8s.io",
-        "TLSRoute",
+    let app = "gateway-conformance-app-backend";
+    let mut case = near_miss_grants(
+        ("TLSRoute", "Gateway"),
         "gateway-conformance-infra",
+        (app, "Service", "tls-backend"),
+        "Secret",
     );
-    let service = ("", "Service", "tls-backend");
-    let mut case = String::new();
-    for (name, ns, from, to) in [
-        (
-            "wrong-namespace",
-            "gateway-conformance-infra",
-            route,
-            service,
-        ),
-        (
-            "wrong-from-group",
-            app,
-            ("not-the-group-youre-looking-for", "TLSRoute", route.2),
-            service,
-        ),
-        ("wrong-from-kind", app, (gw, "Gateway", route.2), service),
-        (
-            "wrong-from-namespace",
-            app,
-            (gw, "TLSRoute", "not-the-namespace-youre-looking-for"),
-            service,
-        ),
-        (
-            "wrong-to-group",
-            app,
-            route,
-            ("not-the-group-youre-looking-for", "Service", "tls-backend"),
-        ),
-        ("wrong-to-kind", app, route, ("", "Secret", "tls-backend")),
-        (
-            "wrong-to-name",
-            app,
-            route,
-            ("", "Service", "not-the-service-youre-looking-for"),
-        ),
-    ] {
-        case += &grant(&format!("reference-grant-{name}"), ns, from, to);
-    }
     case += &format!(
         "apiVersion: gateway.networking.k8s.io/v1
 kind: TLSRoute
@@ -5082,6 +5029,469 @@ endpoints:
     );
     let r = tls_call(bed.tls_port.unwrap(), &ca, "abc.example.com").await;
     assert!(r.is_err(), "passed through: {r:?}");
+}
+
+/// The suite's seven ReferenceGrants that each miss in one way, for a `from.0` of
+/// gateway-conformance-infra referring to `to` (namespace, kind, name): one in `wrong_ns`
+/// instead of the target's namespace, then a wrong from group, from kind (`from.1`), from
+/// namespace, to group, to kind (`to_kind`) and to name.
+fn near_miss_grants(
+    from: (&str, &str),
+    wrong_ns: &str,
+    to: (&str, &str, &str),
+    to_kind: &str,
+) -> String {
+    const GW: &str = "gateway.networking.k8s.io";
+    const NOT: &str = "not-the-group-youre-looking-for";
+    let infra = "gateway-conformance-infra";
+    let (to_ns, kind, name) = to;
+    let not_name = format!("not-the-{}-youre-looking-for", kind.to_ascii_lowercase());
+    let grants = [
+        (
+            "wrong-namespace",
+            wrong_ns,
+            (GW, from.0, infra),
+            ("", kind, name),
+        ),
+        (
+            "wrong-from-group",
+            to_ns,
+            (NOT, from.0, infra),
+            ("", kind, name),
+        ),
+        (
+            "wrong-from-kind",
+            to_ns,
+            (GW, from.1, infra),
+            ("", kind, name),
+        ),
+        (
+            "wrong-from-namespace",
+            to_ns,
+            (GW, from.0, "not-the-namespace-youre-looking-for"),
+            ("", kind, name),
+        ),
+        (
+            "wrong-to-group",
+            to_ns,
+            (GW, from.0, infra),
+            (NOT, kind, name),
+        ),
+        (
+            "wrong-to-kind",
+            to_ns,
+            (GW, from.0, infra),
+            ("", to_kind, name),
+        ),
+        (
+            "wrong-to-name",
+            to_ns,
+            (GW, from.0, infra),
+            ("", kind, not_name.as_str()),
+        ),
+    ];
+    grants
+        .iter()
+        .map(|(n, ns, f, t)| {
+            format!(
+                "apiVersion: gateway.networking.k8s.io/v1
+kind: ReferenceGrant
+metadata: {{name: reference-grant-{n}, namespace: {ns}}}
+spec:
+  from: [{{group: {}, kind: {}, namespace: {}}}]
+  to: [{{group: '{}', kind: {}, name: {}}}]
+---
+",
+                f.0, f.1, f.2, t.0, t.1, t.2
+            )
+        })
+        .collect()
+}
+
+/// The status of listener `name` of Gateway `gw` (`namespace/name`), which must have exactly
+/// `count` listeners.
+fn listener_of<'a>(s: &'a Value, gw: &str, count: usize, name: &str) -> &'a Value {
+    let list = s["gateways"][gw]["listeners"].as_array();
+    let list = list.unwrap_or_else(|| panic!("{gw} has no listeners: {s:#}"));
+    assert_eq!(list.len(), count, "{gw}: {list:#?}");
+    list.iter()
+        .find(|l| l["name"] == name)
+        .unwrap_or_else(|| panic!("{gw} has no listener {name}: {list:#?}"))
+}
+
+/// The route kinds a listener's status lists.
+fn kinds_of(listener: &Value) -> Vec<&str> {
+    listener["supportedKinds"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|k| k["kind"].as_str().unwrap())
+        .collect()
+}
+
+/// TLSRouteListenerPassthroughSupportedKinds, GatewayListenerUnsupportedProtocol,
+/// HTTPRouteDisallowedKind and GatewaySecretInvalidReferenceGrant: what listeners and routes
+/// report about kinds, protocols and certificates they cannot use, as upstream reads it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kinds_protocols_and_secret_grants_listeners_cannot_use_as_upstream_reads_them() {
+    let mut case = near_miss_grants(
+        ("Gateway", "HTTPRoute"),
+        "gateway-conformance-app-backend",
+        ("gateway-conformance-web-backend", "Secret", "certificate"),
+        "Service",
+    );
+    case += &tls_secret(
+        "gateway-conformance-web-backend",
+        "certificate",
+        "a.example.test",
+    );
+    case += "---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: gateway-secret-invalid-reference-grant, namespace: gateway-conformance-infra}
+spec:
+  gatewayClassName: weir
+  listeners:
+  - name: https
+    port: 443
+    protocol: HTTPS
+    allowedRoutes: {namespaces: {from: All}}
+    tls: {certificateRefs: [{group: '', kind: Secret, name: certificate, namespace: gateway-conformance-web-backend}]}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: gateway-tlsroute-passthrough-supported-kind, namespace: gateway-conformance-infra}
+spec:
+  gatewayClassName: weir
+  listeners:
+  - name: tls-passthrough
+    port: 443
+    protocol: TLS
+    tls: {mode: Passthrough}
+    allowedRoutes: {namespaces: {from: Same}, kinds: [{kind: TCPRoute}, {kind: TLSRoute}]}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: gateway-only-unsupported-protocols, namespace: gateway-conformance-infra}
+spec:
+  gatewayClassName: weir
+  listeners: [{name: invalid, port: 1111, protocol: INVALID}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: gateway-supported-and-unsupported-protocols, namespace: gateway-conformance-infra}
+spec:
+  gatewayClassName: weir
+  listeners:
+  - {name: http, port: 80, protocol: HTTP}
+  - {name: invalid, port: 1111, protocol: INVALID}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: tlsroutes-only, namespace: gateway-conformance-infra}
+spec:
+  gatewayClassName: weir
+  listeners:
+  - name: tls
+    port: 443
+    protocol: TLS
+    tls: {mode: Passthrough}
+    allowedRoutes: {namespaces: {from: Same}, kinds: [{kind: TLSRoute}]}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: disallowed-kind, namespace: gateway-conformance-infra}
+spec:
+  parentRefs: [{name: tlsroutes-only, namespace: gateway-conformance-infra}]
+  rules: [{backendRefs: [{name: infra-backend-v1, port: 8080}]}]
+";
+    let bed = Bed::start_with(&case, &["--tls-listen", "x"]);
+    let c = client();
+    let route = "gateway-conformance-infra/disallowed-kind";
+    let s = bed.route_status(&c, route).await;
+    let gw = |n: &str| format!("gateway-conformance-infra/{n}");
+
+    // GatewaySecretInvalidReferenceGrant: none of the seven grants lets the Secret in.
+    let https = listener_of(
+        &s,
+        &gw("gateway-secret-invalid-reference-grant"),
+        1,
+        "https",
+    );
+    assert!(kinds_of(https).contains(&"HTTPRoute"));
+    assert_eq!(
+        cond_of(&https["conditions"], "ResolvedRefs"),
+        no("RefNotPermitted")
+    );
+    assert_eq!(https["attachedRoutes"], 0);
+
+    // TLSRouteListenerPassthroughSupportedKinds: TCPRoute is not served.
+    let tls = listener_of(
+        &s,
+        &gw("gateway-tlsroute-passthrough-supported-kind"),
+        1,
+        "tls-passthrough",
+    );
+    assert_eq!(kinds_of(tls), ["TLSRoute"]);
+    assert_eq!(
+        cond_of(&tls["conditions"], "ResolvedRefs"),
+        no("InvalidRouteKinds")
+    );
+    assert_eq!(tls["attachedRoutes"], 0);
+
+    // GatewayListenerUnsupportedProtocol.
+    let only = &s["gateways"][gw("gateway-only-unsupported-protocols")];
+    assert_eq!(
+        cond_of(&only["conditions"], "Accepted"),
+        no("ListenersNotValid")
+    );
+    let invalid = listener_of(&s, &gw("gateway-only-unsupported-protocols"), 1, "invalid");
+    assert!(kinds_of(invalid).is_empty(), "{invalid:#}");
+    assert_eq!(
+        cond_of(&invalid["conditions"], "Accepted"),
+        no("UnsupportedProtocol")
+    );
+    assert_eq!(invalid["attachedRoutes"], 0);
+    let mixed = gw("gateway-supported-and-unsupported-protocols");
+    assert_eq!(
+        cond_of(&s["gateways"][&mixed]["conditions"], "Accepted"),
+        yes("ListenersNotValid")
+    );
+    let http = listener_of(&s, &mixed, 2, "http");
+    assert!(kinds_of(http).contains(&"HTTPRoute"));
+    assert_eq!(cond_of(&http["conditions"], "Accepted"), yes("Accepted"));
+    assert_eq!(http["attachedRoutes"], 0);
+    let invalid = listener_of(&s, &mixed, 2, "invalid");
+    assert!(kinds_of(invalid).is_empty(), "{invalid:#}");
+    assert_eq!(
+        cond_of(&invalid["conditions"], "Accepted"),
+        no("UnsupportedProtocol")
+    );
+
+    // HTTPRouteDisallowedKind: its only parent refuses it, its references resolved.
+    let parents = s["httpRoutes"][route]["parents"].as_array().unwrap();
+    assert_eq!(parents.len(), 1, "{s:#}");
+    let p = parent(&s, route, "tlsroutes-only");
+    assert_eq!(
+        cond_of(&p["conditions"], "Accepted"),
+        no("NotAllowedByListeners")
+    );
+    assert_eq!(
+        cond_of(&p["conditions"], "ResolvedRefs"),
+        yes("ResolvedRefs")
+    );
+    assert_eq!(
+        listener_of(&s, &gw("tlsroutes-only"), 1, "tls")["attachedRoutes"],
+        0
+    );
+}
+
+/// HTTPRouteInvalidParentRefNotMatchingSectionName and HTTPRouteInvalidCrossNamespaceParentRef:
+/// a parentRef naming a listener the Gateway does not have, and one from a namespace the
+/// listener does not allow: each route's only parent refuses it (`NoMatchingParent`,
+/// `NotAllowedByListeners`), and the Gateway counts no route.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn parent_refs_that_attach_nowhere_as_upstream_reads_them() {
+    let case = "\
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: httproute-listener-not-matching-section-name, namespace: gateway-conformance-infra}
+spec:
+  parentRefs: [{name: same-namespace, namespace: gateway-conformance-infra, port: 80, sectionName: http1}]
+  rules: [{backendRefs: [{name: infra-backend-v1, kind: Service, port: 8080}]}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: invalid-cross-namespace-parent-ref, namespace: gateway-conformance-web-backend}
+spec:
+  parentRefs: [{name: same-namespace, namespace: gateway-conformance-infra}]
+  rules: [{backendRefs: [{name: web-backend, port: 8080}]}]
+";
+    let bed = Bed::start(case);
+    let c = client();
+    let cross = "gateway-conformance-web-backend/invalid-cross-namespace-parent-ref";
+    let s = bed.route_status(&c, cross).await;
+    for (route, reason) in [
+        (
+            "gateway-conformance-infra/httproute-listener-not-matching-section-name",
+            "NoMatchingParent",
+        ),
+        (cross, "NotAllowedByListeners"),
+    ] {
+        let parents = s["httpRoutes"][route]["parents"].as_array().unwrap();
+        assert_eq!(parents.len(), 1, "{route}: {s:#}");
+        let p = parent(&s, route, "same-namespace");
+        assert_eq!(cond_of(&p["conditions"], "Accepted"), no(reason), "{route}");
+        assert_eq!(
+            cond_of(&p["conditions"], "ResolvedRefs"),
+            yes("ResolvedRefs"),
+            "{route}"
+        );
+    }
+    let gw = "gateway-conformance-infra/same-namespace";
+    assert_eq!(listener_of(&s, gw, 1, "http")["attachedRoutes"], 0);
+}
+
+/// GatewayWithAttachedRoutes: a listener counts the routes attached to it, those whose host
+/// names it does not serve excepted; a listener whose certificate cannot be read still counts
+/// its route, while it is neither programmed nor resolved.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn listeners_count_their_attached_routes_as_upstream_reads_them() {
+    let allowed = "allowedRoutes: {kinds: [{kind: HTTPRoute}], namespaces: {from: Selector, \
+                   selector: {matchLabels: {kubernetes.io/metadata.name: gateway-conformance-infra}}}}";
+    let route = |name: &str, gateway: &str, extra: &str, backend: &str| {
+        format!(
+            "apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {{name: {name}, namespace: gateway-conformance-infra}}
+spec:
+  parentRefs: [{{kind: Gateway, name: {gateway}, namespace: gateway-conformance-infra{extra}}}]
+  rules: [{{backendRefs: [{{name: {backend}, port: 8080}}]}}]
+---
+"
+        )
+    };
+    let mut case = format!(
+        "apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {{name: gateway-with-one-attached-route, namespace: gateway-conformance-infra}}
+spec:
+  gatewayClassName: weir
+  listeners: [{{name: http, port: 80, protocol: HTTP, {allowed}}}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {{name: gateway-with-two-attached-routes, namespace: gateway-conformance-infra}}
+spec:
+  gatewayClassName: weir
+  listeners: [{{name: http, port: 80, protocol: HTTP, hostname: foo.example.com, {allowed}}}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {{name: unresolved-gateway-with-one-attached-unresolved-route, namespace: gateway-conformance-infra}}
+spec:
+  gatewayClassName: weir
+  listeners:
+  - {{name: tls, port: 443, protocol: HTTPS, {allowed}, tls: {{mode: Terminate, certificateRefs: [{{group: '', kind: Secret, name: does-not-exist}}]}}}}
+---
+"
+    );
+    case += &route(
+        "http-route-1",
+        "gateway-with-one-attached-route",
+        "",
+        "infra-backend-v1",
+    );
+    case += &route(
+        "http-route-2",
+        "gateway-with-two-attached-routes",
+        "",
+        "infra-backend-v1",
+    );
+    case += &route(
+        "http-route-3",
+        "gateway-with-two-attached-routes",
+        "",
+        "infra-backend-v1",
+    );
+    case += "\
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: http-route-not-accepted, namespace: gateway-conformance-infra}
+spec:
+  parentRefs: [{kind: Gateway, name: gateway-with-two-attached-routes, namespace: gateway-conformance-infra}]
+  hostnames: [not-accepted.test.com]
+  rules: [{backendRefs: [{name: infra-backend-v1, port: 8080}]}]
+---
+";
+    case += &route(
+        "http-route-4",
+        "unresolved-gateway-with-one-attached-unresolved-route",
+        ", sectionName: tls",
+        "does-not-exist",
+    );
+    let bed = Bed::start_with(&case, &["--tls-listen", "x"]);
+    let c = client();
+    let s = bed
+        .route_status(&c, "gateway-conformance-infra/http-route-4")
+        .await;
+    let gw = |n: &str| format!("gateway-conformance-infra/{n}");
+    for (g, routes) in [
+        ("gateway-with-one-attached-route", 1),
+        ("gateway-with-two-attached-routes", 2),
+    ] {
+        let l = listener_of(&s, &gw(g), 1, "http");
+        assert!(kinds_of(l).contains(&"HTTPRoute"));
+        for type_ in ["Accepted", "ResolvedRefs"] {
+            assert_eq!(cond_of(&l["conditions"], type_).0, "True", "{g}: {l:#}");
+        }
+        assert_eq!(l["attachedRoutes"], routes, "{g}: {l:#}");
+    }
+    let p = parent(
+        &s,
+        &gw("http-route-not-accepted"),
+        "gateway-with-two-attached-routes",
+    );
+    assert_eq!(
+        cond_of(&p["conditions"], "Accepted"),
+        no("NoMatchingListenerHostname")
+    );
+    let unresolved = gw("unresolved-gateway-with-one-attached-unresolved-route");
+    let l = listener_of(&s, &unresolved, 1, "tls");
+    assert!(kinds_of(l).contains(&"HTTPRoute"));
+    assert_eq!(cond_of(&l["conditions"], "Programmed").0, "False", "{l:#}");
+    assert_eq!(
+        cond_of(&l["conditions"], "ResolvedRefs").0,
+        "False",
+        "{l:#}"
+    );
+    assert_eq!(l["attachedRoutes"], 1, "{l:#}");
+    let p = parent(
+        &s,
+        &gw("http-route-4"),
+        "unresolved-gateway-with-one-attached-unresolved-route",
+    );
+    assert_eq!(cond_of(&p["conditions"], "ResolvedRefs").0, "False");
+}
+
+/// TLSRouteListenerTerminateSupportedKinds: a terminating TLS listener (on the suite's 8443,
+/// served with `--gateway-https-port 8443`) takes TLSRoutes, and is accepted with none yet.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn terminating_tls_listeners_take_tls_routes_as_upstream_reads_them() {
+    let case = format!(
+        "{}---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {{name: gateway-tlsroute-terminate-supported, namespace: gateway-conformance-infra}}
+spec:
+  gatewayClassName: weir
+  listeners:
+  - name: tls-terminate
+    port: 8443
+    protocol: TLS
+    hostname: terminate.example.com
+    allowedRoutes: {{namespaces: {{from: Same}}, kinds: [{{kind: TLSRoute}}]}}
+    tls: {{mode: Terminate, certificateRefs: [{{name: tls-terminate-checks-certificate}}]}}
+",
+        tls_secret(
+            "gateway-conformance-infra",
+            "tls-terminate-checks-certificate",
+            "a.example.test"
+        )
+    );
+    let bed = Bed::start_with(
+        &case,
+        &["--tls-listen", "x", "--gateway-https-port", "8443"],
+    );
+    let c = client();
+    let gw = "gateway-conformance-infra/gateway-tlsroute-terminate-supported";
+    let s = bed
+        .status_when(&c, |s| s["gateways"].get(gw).is_some())
+        .await;
+    let l = listener_of(&s, gw, 1, "tls-terminate");
+    assert_eq!(kinds_of(l), ["TLSRoute"]);
+    assert_eq!(cond_of(&l["conditions"], "Accepted"), yes("Accepted"));
+    assert_eq!(l["attachedRoutes"], 0);
 }
 
 /// HTTPRouteInvalidParentRefNotMatchingListenerPort and
