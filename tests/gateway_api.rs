@@ -5494,6 +5494,241 @@ spec:
     assert_eq!(l["attachedRoutes"], 0);
 }
 
+/// HTTPRouteListenerHostnameMatching: HTTPRoutes without host names of their own, each on
+/// listeners by `sectionName`, serve the hosts their listeners' names cover, an exact name
+/// before a wildcard one (which covers several labels); other hosts get 404.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_routes_serve_the_names_of_their_listeners() {
+    let case = "\
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: httproute-listener-hostname-matching, namespace: gateway-conformance-infra}
+spec:
+  gatewayClassName: weir
+  listeners:
+  - {name: listener-1, port: 80, protocol: HTTP, hostname: bar.com, allowedRoutes: {namespaces: {from: Same}}}
+  - {name: listener-2, port: 80, protocol: HTTP, hostname: foo.bar.com, allowedRoutes: {namespaces: {from: Same}}}
+  - {name: listener-3, port: 80, protocol: HTTP, hostname: '*.bar.com', allowedRoutes: {namespaces: {from: Same}}}
+  - {name: listener-4, port: 80, protocol: HTTP, hostname: '*.foo.com', allowedRoutes: {namespaces: {from: Same}}}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: backend-v1, namespace: gateway-conformance-infra}
+spec:
+  parentRefs: [{name: httproute-listener-hostname-matching, namespace: gateway-conformance-infra, sectionName: listener-1}]
+  rules: [{backendRefs: [{name: infra-backend-v1, port: 8080}]}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: backend-v2, namespace: gateway-conformance-infra}
+spec:
+  parentRefs: [{name: httproute-listener-hostname-matching, namespace: gateway-conformance-infra, sectionName: listener-2}]
+  rules: [{backendRefs: [{name: infra-backend-v2, port: 8080}]}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: backend-v3, namespace: gateway-conformance-infra}
+spec:
+  parentRefs:
+  - {name: httproute-listener-hostname-matching, namespace: gateway-conformance-infra, sectionName: listener-3}
+  - {name: httproute-listener-hostname-matching, namespace: gateway-conformance-infra, sectionName: listener-4}
+  rules: [{backendRefs: [{name: infra-backend-v3, port: 8080}]}]
+";
+    let bed = Bed::start(case);
+    let c = client();
+    let name = |r: &str| format!("gateway-conformance-infra/{r}");
+    let s = bed.route_status(&c, &name("backend-v3")).await;
+    for r in ["backend-v1", "backend-v2", "backend-v3"] {
+        for p in s["httpRoutes"][name(r)]["parents"].as_array().unwrap() {
+            assert_eq!(
+                cond_of(&p["conditions"], "Accepted"),
+                yes("Accepted"),
+                "{r}"
+            );
+            assert_eq!(
+                cond_of(&p["conditions"], "ResolvedRefs"),
+                yes("ResolvedRefs"),
+                "{r}"
+            );
+        }
+    }
+    let gw = name("httproute-listener-hostname-matching");
+    for l in ["listener-1", "listener-2", "listener-3", "listener-4"] {
+        let l = listener_of(&s, &gw, 4, l);
+        for type_ in ["Accepted", "ResolvedRefs", "Programmed"] {
+            assert_eq!(cond_of(&l["conditions"], type_).0, "True", "{l:#}");
+        }
+    }
+    for (host, backend) in [
+        ("bar.com", Some("infra-backend-v1")),
+        ("foo.bar.com", Some("infra-backend-v2")),
+        ("baz.bar.com", Some("infra-backend-v3")),
+        ("boo.bar.com", Some("infra-backend-v3")),
+        ("multiple.prefixes.bar.com", Some("infra-backend-v3")),
+        ("multiple.prefixes.foo.com", Some("infra-backend-v3")),
+        ("foo.com", None),
+        ("no.matching.host", None),
+    ] {
+        let r = bed.request(&c, host, "/", &[]).await;
+        served_or_404(&r, backend, host);
+    }
+}
+
+/// HTTPRouteRequestHeaderModifierBackendWeights: each of two equally weighted backends sets a
+/// header naming itself; every request reaches a backend carrying that backend's value only.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn backend_header_filters_follow_their_backends_share_as_upstream_sends_them() {
+    let case = "\
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: request-header-modifier-backend-weights, namespace: gateway-conformance-infra}
+spec:
+  parentRefs: [{name: same-namespace}]
+  rules:
+  - backendRefs:
+    - name: infra-backend-v1
+      port: 8080
+      weight: 10
+      filters: [{type: RequestHeaderModifier, requestHeaderModifier: {set: [{name: Backend, value: infra-backend-v1}]}}]
+    - name: infra-backend-v2
+      port: 8080
+      weight: 10
+      filters: [{type: RequestHeaderModifier, requestHeaderModifier: {set: [{name: Backend, value: infra-backend-v2}]}}]
+";
+    let bed = Bed::start(case);
+    let c = client();
+    let route = "gateway-conformance-infra/request-header-modifier-backend-weights";
+    let s = bed.route_status(&c, route).await;
+    route_ok(&s, route, "same-namespace");
+    let mut seen = BTreeMap::new();
+    for _ in 0..101 {
+        let r = bed.request(&c, "example.com", "/", &[]).await;
+        let by = r.echo_name().expect("an echo answered");
+        assert_eq!(seen_values(&r.json(), "backend"), [by.clone()], "{by}");
+        *seen.entry(by).or_insert(0usize) += 1;
+    }
+    assert_eq!(seen.len(), 2, "{seen:?}");
+}
+
+/// HTTPRouteReferenceGrant, HTTPRouteInvalidReferenceGrant and
+/// HTTPRoutePartiallyInvalidViaInvalidReferenceGrant: a Service of another namespace is used
+/// while a ReferenceGrant there allows it, and its share answers 500 once the grant is gone;
+/// none of the seven near-miss grants allows it; a grant for another Service of that
+/// namespace leaves the rule of the ungranted one answering 500 and the other rules served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn backends_of_other_namespaces_follow_their_reference_grants_as_upstream_sends_them() {
+    let granted = "\
+apiVersion: gateway.networking.k8s.io/v1
+kind: ReferenceGrant
+metadata: {name: reference-grant, namespace: gateway-conformance-web-backend}
+spec:
+  from: [{group: gateway.networking.k8s.io, kind: HTTPRoute, namespace: gateway-conformance-infra}]
+  to: [{group: '', kind: Service, name: web-backend}]
+---
+";
+    let route = "\
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: reference-grant, namespace: gateway-conformance-infra}
+spec:
+  parentRefs: [{name: same-namespace}]
+  rules: [{backendRefs: [{name: web-backend, namespace: gateway-conformance-web-backend, port: 8080}]}]
+";
+    let c = client();
+    let key = "gateway-conformance-infra/reference-grant";
+
+    // HTTPRouteReferenceGrant: served while granted, 500 once the grant is deleted.
+    let bed = Bed::start(&format!("{granted}{route}"));
+    let s = bed.route_status(&c, key).await;
+    route_ok(&s, key, "same-namespace");
+    let r = bed.request(&c, "example.com", "/", &[]).await;
+    served_by(&r, "web-backend");
+    bed.rewrite(route);
+    let mut r = bed.request(&c, "example.com", "/", &[]).await;
+    for _ in 0..100 {
+        if r.status == 500 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        r = bed.request(&c, "example.com", "/", &[]).await;
+    }
+    assert_eq!(r.status, 500, "the grant is gone");
+    drop(bed);
+
+    // HTTPRouteInvalidReferenceGrant: seven grants, each wrong in one way.
+    let grants = near_miss_grants(
+        ("HTTPRoute", "Gateway"),
+        "gateway-conformance-infra",
+        ("gateway-conformance-web-backend", "Service", "web-backend"),
+        "Secret",
+    );
+    let bed = Bed::start(&format!("{grants}{route}"));
+    let s = bed.route_status(&c, key).await;
+    let p = parent(&s, key, "same-namespace");
+    assert_eq!(cond_of(&p["conditions"], "Accepted"), yes("Accepted"));
+    assert_eq!(
+        cond_of(&p["conditions"], "ResolvedRefs"),
+        no("RefNotPermitted")
+    );
+    let r = bed.request(&c, "example.com", "/", &[]).await;
+    assert_eq!(r.status, 500);
+    assert_eq!(r.echo_name(), None);
+    drop(bed);
+
+    // HTTPRoutePartiallyInvalidViaInvalidReferenceGrant.
+    let case = "\
+apiVersion: v1
+kind: Service
+metadata: {name: app-backend-v2, namespace: gateway-conformance-app-backend}
+spec: {ports: [{name: http, port: 8080}]}
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata:
+  name: app-backend-v2-1
+  namespace: gateway-conformance-app-backend
+  labels: {kubernetes.io/service-name: app-backend-v2}
+addressType: IPv4
+ports: [{name: http, port: ${app-backend-v1}}]
+endpoints:
+- addresses: [127.0.0.1]
+  conditions: {ready: true}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: ReferenceGrant
+metadata: {name: invalid-reference-grant, namespace: gateway-conformance-app-backend}
+spec:
+  from: [{group: gateway.networking.k8s.io, kind: HTTPRoute, namespace: gateway-conformance-infra}]
+  to: [{group: '', kind: Service, name: app-backend-v1}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: invalid-reference-grant, namespace: gateway-conformance-infra}
+spec:
+  parentRefs: [{name: same-namespace}]
+  rules:
+  - matches: [{path: {type: PathPrefix, value: /v2}}]
+    backendRefs: [{name: app-backend-v2, namespace: gateway-conformance-app-backend, port: 8080}]
+  - backendRefs: [{name: app-backend-v1, namespace: gateway-conformance-app-backend, port: 8080}]
+";
+    let bed = Bed::start(case);
+    let key = "gateway-conformance-infra/invalid-reference-grant";
+    let s = bed.route_status(&c, key).await;
+    let p = parent(&s, key, "same-namespace");
+    assert_eq!(cond_of(&p["conditions"], "Accepted"), yes("Accepted"));
+    assert_eq!(
+        cond_of(&p["conditions"], "ResolvedRefs"),
+        no("RefNotPermitted")
+    );
+    let r = bed.request(&c, "example.com", "/v2", &[]).await;
+    assert_eq!(r.status, 500);
+    assert_eq!(r.echo_name(), None);
+    served_by(
+        &bed.request(&c, "example.com", "/", &[]).await,
+        "app-backend-v1",
+    );
+}
+
 /// HTTPRouteInvalidParentRefNotMatchingListenerPort and
 /// HTTPRouteInvalidParentRefSectionNameNotMatchingPort: a parentRef whose `port` no listener
 /// has, or whose `sectionName` names a listener on another port, attaches nowhere:
