@@ -85,8 +85,9 @@ struct Bed {
     tls_port: Option<u16>,
 }
 
-/// A Service named `name` whose endpoint is 127.0.0.1:`port`: port 8080, and 8082 with
-/// `appProtocol: kubernetes.io/ws` as the suite's base has it.
+/// A Service named `name` whose endpoint is 127.0.0.1:`port`: port 8080, 8081 with
+/// `appProtocol: kubernetes.io/h2c` and 8082 with `kubernetes.io/ws`, as the suite's base has
+/// them.
 fn backend_service(namespace: &str, name: &str, port: u16) -> String {
     format!(
         "apiVersion: v1
@@ -95,6 +96,7 @@ metadata: {{name: {name}, namespace: {namespace}}}
 spec:
   ports:
   - {{name: http, port: 8080, targetPort: 3000}}
+  - {{name: h2c, port: 8081, targetPort: 3001, appProtocol: kubernetes.io/h2c}}
   - {{name: ws, port: 8082, targetPort: 3000, appProtocol: kubernetes.io/ws}}
 ---
 apiVersion: discovery.k8s.io/v1
@@ -104,7 +106,7 @@ metadata:
   namespace: {namespace}
   labels: {{kubernetes.io/service-name: {name}}}
 addressType: IPv4
-ports: [{{name: http, port: {port}}}, {{name: ws, port: {port}}}]
+ports: [{{name: http, port: {port}}}, {{name: h2c, port: {port}}}, {{name: ws, port: {port}}}]
 endpoints:
 - addresses: [127.0.0.1]
   conditions: {{ready: true}}
@@ -461,80 +463,152 @@ spec:
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn listener_and_route_host_names_intersect() {
-    let case = "\
+    let route = |name: &str, gateway: &str, hosts: &str, path: &str, backend: &str| {
+        format!(
+            "---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {{name: {name}, namespace: gateway-conformance-infra}}
+spec:
+  parentRefs: [{{name: {gateway}, namespace: gateway-conformance-infra}}]
+  hostnames: [{hosts}]
+  rules:
+  - matches: [{{path: {{type: PathPrefix, value: {path}}}}}]
+    backendRefs: [{{name: {backend}, port: 8080}}]
+"
+        )
+    };
+    let gw = "httproute-hostname-intersection";
+    let all = "httproute-hostname-intersection-all";
+    let mut case = format!(
+        "\
 apiVersion: gateway.networking.k8s.io/v1
 kind: Gateway
-metadata: {name: httproute-hostname-intersection, namespace: gateway-conformance-infra}
+metadata: {{name: {gw}, namespace: gateway-conformance-infra}}
 spec:
   gatewayClassName: weir
   listeners:
-  - {name: listener-1, port: 80, protocol: HTTP, hostname: very.specific.com}
-  - {name: listener-2, port: 80, protocol: HTTP, hostname: '*.wildcard.io'}
+  - {{name: listener-1, port: 80, protocol: HTTP, hostname: very.specific.com, allowedRoutes: {{namespaces: {{from: Same}}}}}}
+  - {{name: listener-2, port: 80, protocol: HTTP, hostname: '*.wildcard.io', allowedRoutes: {{namespaces: {{from: Same}}}}}}
+  - {{name: listener-3, port: 80, protocol: HTTP, hostname: '*.anotherwildcard.io', allowedRoutes: {{namespaces: {{from: Same}}}}}}
 ---
 apiVersion: gateway.networking.k8s.io/v1
-kind: HTTPRoute
-metadata: {name: specific-host-matches-listener-specific-host, namespace: gateway-conformance-infra}
+kind: Gateway
+metadata: {{name: {all}, namespace: gateway-conformance-infra}}
 spec:
-  parentRefs: [{name: httproute-hostname-intersection}]
-  hostnames: [non.matching.com, '*.nonmatchingwildcard.io', very.specific.com]
-  rules:
-  - matches: [{path: {type: PathPrefix, value: /s1}}]
-    backendRefs: [{name: infra-backend-v1, port: 8080}]
----
-apiVersion: gateway.networking.k8s.io/v1
-kind: HTTPRoute
-metadata: {name: specific-host-matches-listener-wildcard-host, namespace: gateway-conformance-infra}
-spec:
-  parentRefs: [{name: httproute-hostname-intersection}]
-  hostnames: [non.matching.com, wildcard.io, foo.wildcard.io, bar.wildcard.io]
-  rules:
-  - matches: [{path: {type: PathPrefix, value: /s2}}]
-    backendRefs: [{name: infra-backend-v2, port: 8080}]
----
-apiVersion: gateway.networking.k8s.io/v1
-kind: HTTPRoute
-metadata: {name: wildcard-host-matches-listener-specific-host, namespace: gateway-conformance-infra}
-spec:
-  parentRefs: [{name: httproute-hostname-intersection}]
-  hostnames: [non.matching.com, '*.specific.com']
-  rules:
-  - matches: [{path: {type: PathPrefix, value: /s3}}]
-    backendRefs: [{name: infra-backend-v3, port: 8080}]
----
-apiVersion: gateway.networking.k8s.io/v1
-kind: HTTPRoute
-metadata: {name: no-intersecting-hosts, namespace: gateway-conformance-infra}
-spec:
-  parentRefs: [{name: httproute-hostname-intersection}]
-  hostnames: [specific.but.wrong.com, wildcard.io]
-  rules:
-  - matches: [{path: {type: PathPrefix, value: /s5}}]
-    backendRefs: [{name: infra-backend-v2, port: 8080}]
-";
-    let bed = Bed::start(case);
-    let c = client();
-    let s = bed
-        .route_status(&c, "gateway-conformance-infra/no-intersecting-hosts")
-        .await;
-    let p = parent(
-        &s,
-        "gateway-conformance-infra/no-intersecting-hosts",
-        "httproute-hostname-intersection",
+  gatewayClassName: weir
+  listeners:
+  - {{name: listener-1, port: 80, protocol: HTTP, allowedRoutes: {{namespaces: {{from: Same}}}}}}
+"
     );
+    let routes = [
+        (
+            "specific-host-matches-listener-specific-host",
+            "non.matching.com, '*.nonmatchingwildcard.io', very.specific.com",
+            "/s1",
+            "infra-backend-v1",
+        ),
+        (
+            "specific-host-matches-listener-wildcard-host",
+            "non.matching.com, wildcard.io, foo.wildcard.io, bar.wildcard.io, foo.bar.wildcard.io",
+            "/s2",
+            "infra-backend-v2",
+        ),
+        (
+            "wildcard-host-matches-listener-specific-host",
+            "non.matching.com, '*.specific.com'",
+            "/s3",
+            "infra-backend-v3",
+        ),
+        (
+            "wildcard-host-matches-listener-wildcard-host",
+            "'*.anotherwildcard.io'",
+            "/s4",
+            "infra-backend-v1",
+        ),
+        (
+            "no-intersecting-hosts",
+            "specific.but.wrong.com, wildcard.io",
+            "/s5",
+            "infra-backend-v2",
+        ),
+    ];
+    for (name, hosts, path, backend) in routes {
+        case += &route(name, gw, hosts, path, backend);
+    }
+    case += &route(
+        all,
+        all,
+        "first.com, sub.first.com, second.com, sub.second.com",
+        "/",
+        "infra-backend-v2",
+    );
+    let bed = Bed::start(&case);
+    let c = client();
+    let key = |r: &str| format!("gateway-conformance-infra/{r}");
+    let s = bed.route_status(&c, &key(all)).await;
+    route_ok(&s, &key(all), all);
+    for (name, ..) in &routes[..4] {
+        route_ok(&s, &key(name), gw);
+    }
+    let refused = key("no-intersecting-hosts");
+    assert_eq!(
+        s["httpRoutes"][&refused]["parents"]
+            .as_array()
+            .unwrap()
+            .len(),
+        1
+    );
+    let p = parent(&s, &refused, gw);
     assert_eq!(
         cond_of(&p["conditions"], "Accepted"),
         no("NoMatchingListenerHostname")
     );
+    for (listener, attached) in [("listener-1", 2), ("listener-2", 1), ("listener-3", 1)] {
+        let l = listener_of(&s, &key(gw), 3, listener);
+        assert!(kinds_of(l).contains(&"HTTPRoute"));
+        for type_ in ["Accepted", "ResolvedRefs"] {
+            assert_eq!(cond_of(&l["conditions"], type_).0, "True", "{l:#}");
+        }
+        assert_eq!(l["attachedRoutes"], attached, "{listener}: {l:#}");
+    }
     let cases = [
         ("very.specific.com", "/s1", Some("infra-backend-v1")),
+        ("very.specific.com:1234", "/s1", Some("infra-backend-v1")),
         ("non.matching.com", "/s1", None),
         ("foo.nonmatchingwildcard.io", "/s1", None),
+        ("foo.wildcard.io", "/s1", None),
+        ("very.specific.com", "/non-matching-prefix", None),
         ("foo.wildcard.io", "/s2", Some("infra-backend-v2")),
         ("bar.wildcard.io", "/s2", Some("infra-backend-v2")),
+        ("foo.bar.wildcard.io", "/s2", Some("infra-backend-v2")),
         ("wildcard.io", "/s2", None),
+        ("non.matching.com", "/s2", None),
+        ("very.specific.com", "/s2", None),
+        ("foo.wildcard.io", "/non-matching-prefix", None),
         ("very.specific.com", "/s3", Some("infra-backend-v3")),
-        ("other.specific.com", "/s3", None),
+        ("non.matching.com", "/s3", None),
+        ("foo.specific.com", "/s3", None),
+        ("foo.wildcard.io", "/s3", None),
+        ("foo.anotherwildcard.io", "/s4", Some("infra-backend-v1")),
+        ("bar.anotherwildcard.io", "/s4", Some("infra-backend-v1")),
+        (
+            "foo.bar.anotherwildcard.io",
+            "/s4",
+            Some("infra-backend-v1"),
+        ),
+        ("anotherwildcard.io", "/s4", None),
+        ("foo.wildcard.io", "/s4", None),
+        ("very.specific.com", "/s4", None),
+        ("foo.anotherwildcard.io", "/non-matching-prefix", None),
+        ("specific.but.wrong.com", "/s5", None),
         ("wildcard.io", "/s5", None),
+        ("first.com", "/", Some("infra-backend-v2")),
+        ("sub.first.com", "/", Some("infra-backend-v2")),
+        ("second.com", "/", Some("infra-backend-v2")),
+        ("sub.second.com", "/", Some("infra-backend-v2")),
+        ("third.com", "/", None),
+        ("sub.third.com", "/", None),
     ];
     for (host, path, want) in cases {
         let r = bed.request(&c, host, path, &[]).await;
@@ -5730,6 +5804,126 @@ spec:
     served_by(
         &bed.request(&c, "example.com", "/", &[]).await,
         "app-backend-v1",
+    );
+}
+
+/// GatewayHTTPListenerIsolation, both of its Gateways (each on a Weir of its own): a request
+/// belongs to the most specific listener whose host name covers it, whether the routes have
+/// no host names or every listener's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn listener_isolation_as_upstream_sends_it() {
+    let listeners = [
+        ("empty-hostname", ""),
+        ("wildcard-example-com", "hostname: '*.example.com', "),
+        (
+            "wildcard-foo-example-com",
+            "hostname: '*.foo.example.com', ",
+        ),
+        ("abc-foo-example-com", "hostname: abc.foo.example.com, "),
+    ];
+    let c = client();
+    for (gateway, suffix, hostnames) in [
+        ("http-listener-isolation", "", ""),
+        (
+            "http-listener-isolation-with-hostname-intersection",
+            "-with-hostname-intersection",
+            "\n  hostnames: [bar.com, '*.example.com', '*.foo.example.com', abc.foo.example.com]",
+        ),
+    ] {
+        let mut case = format!(
+            "apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {{name: {gateway}, namespace: gateway-conformance-infra}}
+spec:
+  gatewayClassName: weir
+  listeners:
+"
+        );
+        for (name, host) in listeners {
+            case += &format!(
+                "  - {{name: {name}, port: 80, protocol: HTTP, {host}allowedRoutes: {{namespaces: {{from: All}}}}}}\n"
+            );
+        }
+        for (name, _) in listeners {
+            case += &format!(
+                "---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {{name: attaches-to-{name}{suffix}, namespace: gateway-conformance-infra}}
+spec:
+  parentRefs: [{{name: {gateway}, namespace: gateway-conformance-infra, sectionName: {name}}}]{hostnames}
+  rules:
+  - matches: [{{path: {{type: PathPrefix, value: /{name}}}}}]
+    backendRefs: [{{name: infra-backend-v1, port: 8080}}]
+"
+            );
+        }
+        let bed = Bed::start(&case);
+        let key = |r: &str| format!("gateway-conformance-infra/{r}");
+        let last = key(&format!("attaches-to-abc-foo-example-com{suffix}"));
+        let s = bed.route_status(&c, &last).await;
+        for (name, _) in listeners {
+            route_ok(&s, &key(&format!("attaches-to-{name}{suffix}")), gateway);
+            let l = listener_of(&s, &key(gateway), 4, name);
+            for type_ in ["Accepted", "ResolvedRefs", "Programmed"] {
+                assert_eq!(cond_of(&l["conditions"], type_).0, "True", "{l:#}");
+            }
+        }
+        for (host, served) in [
+            ("bar.com", "/empty-hostname"),
+            ("bar.example.com", "/wildcard-example-com"),
+            ("bar.foo.example.com", "/wildcard-foo-example-com"),
+            ("abc.foo.example.com", "/abc-foo-example-com"),
+        ] {
+            for (name, _) in listeners {
+                let path = format!("/{name}");
+                let r = bed.request(&c, host, &path, &[]).await;
+                let backend = (path == served).then_some("infra-backend-v1");
+                served_or_404(&r, backend, &format!("{gateway}: {host}{path}"));
+            }
+        }
+    }
+}
+
+/// HTTPRouteBackendProtocolH2C: a client speaking HTTP/2 with prior knowledge reaches a
+/// backendRef to a Service port with `appProtocol: kubernetes.io/h2c`, spoken to in HTTP/2.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn h2c_clients_reach_an_h2c_backend_as_upstream_sends_them() {
+    let case = "\
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: backend-protocol-h2c, namespace: gateway-conformance-infra}
+spec:
+  parentRefs: [{name: same-namespace}]
+  rules: [{backendRefs: [{name: infra-backend-v1, port: 8081}]}]
+";
+    let bed = Bed::start(case);
+    let c = client();
+    let route = "gateway-conformance-infra/backend-protocol-h2c";
+    let s = bed.route_status(&c, route).await;
+    route_ok(&s, route, "same-namespace");
+    let h2c: hyper_util::client::legacy::Client<_, http_body_util::Empty<bytes::Bytes>> =
+        hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+            .http2_only(true)
+            .build_http();
+    let uri = format!("http://127.0.0.1:{}/", bed.weir.proc.port);
+    let resp = tokio::time::timeout(Duration::from_secs(10), h2c.get(uri.parse().unwrap()))
+        .await
+        .expect("an answer within 10 s")
+        .expect("the request");
+    assert_eq!(resp.version(), http::Version::HTTP_2);
+    let name = resp.headers().get("x-echo-name").cloned();
+    assert_eq!(resp.status(), 200);
+    assert_eq!(
+        name.as_ref().and_then(|v| v.to_str().ok()),
+        Some("infra-backend-v1")
+    );
+    use http_body_util::BodyExt;
+    let body = resp.into_body().collect().await.unwrap().to_bytes();
+    let seen: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(
+        seen["protocol"], "HTTP/2.0",
+        "the backend was spoken to in HTTP/2: {seen:#}"
     );
 }
 
