@@ -5927,6 +5927,140 @@ spec:
     );
 }
 
+/// GRPCRouteRequestHeaderModifier: header modifiers on GRPCRoute rules edit the metadata the
+/// backend receives (`set`, `add`, `remove`, several at once); of rules with the same match,
+/// the first serves, as the spec's precedence says.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grpc_header_modifiers_as_upstream_sends_them() {
+    let svc = "gateway_api_conformance.echo_basic.grpcecho.GrpcEcho";
+    let case = format!(
+        "\
+apiVersion: gateway.networking.k8s.io/v1
+kind: GRPCRoute
+metadata: {{name: grpc-request-header-modifier, namespace: gateway-conformance-infra}}
+spec:
+  parentRefs: [{{name: same-namespace}}]
+  rules:
+  - matches: [{{method: {{service: {svc}, method: Echo}}}}]
+    filters: [{{type: RequestHeaderModifier, requestHeaderModifier: {{set: [{{name: X-Header-Set, value: set-overwrites-values}}]}}}}]
+    backendRefs: [{{name: infra-backend-v1, port: 8080}}]
+  - matches: [{{method: {{service: {svc}, method: Echo}}}}]
+    filters: [{{type: RequestHeaderModifier, requestHeaderModifier: {{add: [{{name: X-Header-Add, value: add-appends-values}}]}}}}]
+    backendRefs: [{{name: infra-backend-v1, port: 8080}}]
+  - matches: [{{method: {{service: {svc}, method: Echo}}}}]
+    filters: [{{type: RequestHeaderModifier, requestHeaderModifier: {{remove: [X-Header-Remove]}}}}]
+    backendRefs: [{{name: infra-backend-v1, port: 8080}}]
+  - matches: [{{method: {{service: {svc}, method: EchoTwo}}}}]
+    filters:
+    - type: RequestHeaderModifier
+      requestHeaderModifier:
+        set: [{{name: X-Header-Set-1, value: header-set-1}}, {{name: X-Header-Set-2, value: header-set-2}}]
+        add: [{{name: X-Header-Add-1, value: header-add-1}}, {{name: X-Header-Add-2, value: header-add-2}}]
+        remove: [X-Header-Remove-1, X-Header-Remove-2]
+    backendRefs: [{{name: infra-backend-v2, port: 8080}}]
+"
+    );
+    let bed = Bed::start(&case);
+    let c = client();
+    let route = "gateway-conformance-infra/grpc-request-header-modifier";
+    let s = bed
+        .status_when(&c, |s| s["grpcRoutes"].get(route).is_some())
+        .await;
+    let p = &s["grpcRoutes"][route]["parents"][0];
+    assert_eq!(cond_of(&p["conditions"], "Accepted"), yes("Accepted"));
+    wait_ready(&c, &bed.weir).await;
+    let echo = format!("/{svc}/Echo");
+    let two = format!("/{svc}/EchoTwo");
+    // (method, metadata sent, backend, header → values it must arrive with, or none).
+    type Want<'a> = &'a [(&'a str, &'a [&'a str])];
+    let calls: [(&str, Headers, &str, Want); 7] = [
+        (
+            &echo,
+            &[("some-other-header", "this-header-should-be-set")],
+            "infra-backend-v1",
+            &[
+                ("x-header-set", &["set-overwrites-values"]),
+                ("some-other-header", &["this-header-should-be-set"]),
+            ],
+        ),
+        (
+            &echo,
+            &[
+                ("some-other-header", "x"),
+                ("x-header-set", "this-value-should-be-overwritten"),
+            ],
+            "infra-backend-v1",
+            &[("x-header-set", &["set-overwrites-values"])],
+        ),
+        (
+            &echo,
+            &[("some-other-header", "x")],
+            "infra-backend-v1",
+            &[("x-header-add", &[])],
+        ),
+        (
+            &echo,
+            &[
+                ("some-other-header", "x"),
+                ("x-header-add", "this-value-should-be-appended"),
+            ],
+            "infra-backend-v1",
+            &[("x-header-add", &["this-value-should-be-appended"])],
+        ),
+        (
+            &echo,
+            &[("x-header-remove", "this-should-be-removed")],
+            "infra-backend-v1",
+            &[("x-header-remove", &["this-should-be-removed"])],
+        ),
+        (
+            &two,
+            &[
+                ("x-header-set-2", "set-header-2"),
+                ("x-header-add-2", "add-header-2"),
+                ("x-header-remove-2", "should-be-removed-2"),
+                ("some-other-header", "another-header-val"),
+            ],
+            "infra-backend-v2",
+            &[
+                ("x-header-set-1", &["header-set-1"]),
+                ("x-header-set-2", &["header-set-2"]),
+                ("x-header-add-1", &["header-add-1"]),
+                ("x-header-add-2", &["add-header-2", "header-add-2"]),
+                ("x-header-remove-2", &[]),
+                ("some-other-header", &["another-header-val"]),
+            ],
+        ),
+        (
+            &two,
+            &[
+                ("x-header-set-1", "original-set-1"),
+                ("x-header-add-1", "existing-add-1"),
+                ("x-header-remove-1", "should-be-removed-1"),
+            ],
+            "infra-backend-v2",
+            &[
+                ("x-header-set-1", &["header-set-1"]),
+                ("x-header-add-1", &["existing-add-1", "header-add-1"]),
+                ("x-header-remove-1", &[]),
+            ],
+        ),
+    ];
+    for (path, headers, backend, want) in calls {
+        let (name, grpc_status, seen) = grpc_call_to(&bed, svc, path, headers).await;
+        assert_eq!(name.as_deref(), Some(backend), "{path} {headers:?}");
+        assert_eq!(grpc_status.as_deref(), Some("0"), "{path} {headers:?}");
+        let seen = serde_json::json!({ "headers": seen });
+        for (header, values) in want {
+            assert_eq!(
+                seen_values(&seen, header),
+                *values,
+                "{path} {headers:?}: {header}"
+            );
+        }
+    }
+}
+
 /// HTTPRouteInvalidParentRefNotMatchingListenerPort and
 /// HTTPRouteInvalidParentRefSectionNameNotMatchingPort: a parentRef whose `port` no listener
 /// has, or whose `sectionName` names a listener on another port, attaches nowhere:
@@ -5999,9 +6133,15 @@ spec:
     assert_eq!(r.status, 404, "attached nowhere, served nowhere");
 }
 
-/// One unary gRPC call over h2c to Weir with `:authority` `authority`: the backend that
-/// answered (`x-echo-name`) and the `grpc-status` (from the trailers or a trailers-only head).
-async fn grpc_call_to(bed: &Bed, authority: &str, path: &str) -> (Option<String>, Option<String>) {
+/// One unary gRPC call over h2c to Weir with `:authority` `authority` and metadata
+/// `headers`: the backend that answered (`x-echo-name`), the `grpc-status` (from the trailers
+/// or a trailers-only head) and the headers the backend received.
+async fn grpc_call_to(
+    bed: &Bed,
+    authority: &str,
+    path: &str,
+    headers: Headers<'_>,
+) -> (Option<String>, Option<String>, Value) {
     use http_body_util::{BodyExt, Full};
     let tcp = tokio::net::TcpStream::connect(("127.0.0.1", bed.weir.proc.port))
         .await
@@ -6013,9 +6153,13 @@ async fn grpc_call_to(bed: &Bed, authority: &str, path: &str) -> (Option<String>
     .await
     .unwrap();
     tokio::spawn(conn);
-    let req = http::Request::post(format!("http://{authority}{path}"))
+    let mut req = http::Request::post(format!("http://{authority}{path}"))
         .header("content-type", "application/grpc")
-        .header("te", "trailers")
+        .header("te", "trailers");
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    let req = req
         .body(Full::new(bytes::Bytes::from_static(b"\0\0\0\0\0")))
         .unwrap();
     let resp = tokio::time::timeout(Duration::from_secs(10), send.send_request(req))
@@ -6030,7 +6174,10 @@ async fn grpc_call_to(bed: &Bed, authority: &str, path: &str) -> (Option<String>
         .trailers()
         .and_then(|t| text(t, "grpc-status"))
         .or_else(|| text(&head, "grpc-status"));
-    (text(&head, "x-echo-name"), grpc_status)
+    let seen = text(&head, "x-echo-request-headers")
+        .and_then(|j| serde_json::from_str(&j).ok())
+        .unwrap_or_default();
+    (text(&head, "x-echo-name"), grpc_status, seen)
 }
 
 /// GRPCRouteListenerHostnameMatching: GRPCRoutes without host names of their own, each on
@@ -6106,7 +6253,7 @@ spec:
         ("foo.com", None),
         ("no.matching.host", None),
     ] {
-        let (name, grpc_status) = grpc_call_to(&bed, authority, echo).await;
+        let (name, grpc_status, _) = grpc_call_to(&bed, authority, echo, &[]).await;
         assert_eq!(name.as_deref(), backend, "{authority}");
         let want = if backend.is_some() { "0" } else { "12" };
         assert_eq!(grpc_status.as_deref(), Some(want), "{authority}");
@@ -6412,8 +6559,8 @@ spec:
         ("cert-mismatch.example.com", "Echo", false),
     ] {
         for _ in 0..3 {
-            let (backend, grpc_status) =
-                grpc_call_to(&bed, authority, &format!("{svc}/{method}")).await;
+            let (backend, grpc_status, _) =
+                grpc_call_to(&bed, authority, &format!("{svc}/{method}"), &[]).await;
             if ok {
                 assert_eq!(backend.as_deref(), Some("grpc-infra-backend-v1"));
                 assert_eq!(grpc_status.as_deref(), Some("0"));

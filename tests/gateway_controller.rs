@@ -340,8 +340,8 @@ fn latest(obj: &Value) -> bool {
 /// The upstream cases that change objects and read their status back, against one
 /// controller: GatewayClassObservedGenerationBump, GatewayObservedGenerationBump,
 /// HTTPRouteObservedGenerationBump, BackendTLSPolicyObservedGenerationBump,
-/// GatewayModifyListeners, GatewayNameMaximumLength and GatewayInvalidParametersRef, each
-/// with the suite's objects and changes.
+/// GatewayModifyListeners, GatewayNameMaximumLength, GatewayInvalidParametersRef and
+/// GatewayOptionalAddressValue, each with the suite's objects and changes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn status_follows_each_generation_as_upstream_changes_objects() {
     let long_name = format!("gateway-name-maximum-length-{}", "a".repeat(225));
@@ -403,6 +403,14 @@ metadata:
 spec:
   gatewayClassName: weir
   listeners: [{{name: http, port: 80, protocol: HTTP}}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {{name: gateway-without-address-value, namespace: infra}}
+spec:
+  gatewayClassName: weir
+  addresses: [{{type: IPAddress}}]
+  listeners: [{{name: http, port: 8080, protocol: HTTP}}]
 ---
 apiVersion: gateway.networking.k8s.io/v1
 kind: Gateway
@@ -542,6 +550,7 @@ spec:
         ("Gateway", "gateway-observed-generation-bump"),
         ("Gateway", long_name.as_str()),
         ("Gateway", "gateway-invalid-parameters-ref"),
+        ("Gateway", "gateway-without-address-value"),
         ("Gateway", "gateway-add-listener"),
         ("Gateway", "gateway-remove-listener"),
         ("HTTPRoute", "observed-generation-bump"),
@@ -554,6 +563,13 @@ spec:
         )
         .await;
     }
+    // GatewayOptionalAddressValue: an address without a value is any address; Weir's are.
+    let gw = get("Gateway", "gateway-without-address-value");
+    assert_eq!(
+        gw["status"]["addresses"],
+        serde_json::json!([{"type": "IPAddress", "value": "192.0.2.10"}]),
+        "{gw:#}"
+    );
     let gw = get("Gateway", "gateway-invalid-parameters-ref");
     assert_eq!(
         condition(&gw["status"]["conditions"], "Accepted")["reason"],
