@@ -3843,11 +3843,8 @@ fn seen_values(j: &Value, name: &str) -> Vec<String> {
     }
 }
 
-/// HTTPRouteRequestHeaderModifier: `set` replaces, `add` appends to what the client sent,
-/// `remove` drops; several of each in one filter; names in any case.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn request_header_modifiers_set_add_and_remove_as_upstream_sends_them() {
-    let case = "\
+/// HTTPRouteRequestHeaderModifier's route: header modifiers on each rule.
+const REQUEST_HEADER_MODIFIERS: &str = "\
 apiVersion: gateway.networking.k8s.io/v1
 kind: HTTPRoute
 metadata: {name: request-header-modifier, namespace: gateway-conformance-infra}
@@ -3890,6 +3887,81 @@ spec:
     - {type: RequestHeaderModifier, requestHeaderModifier: {set: [{name: Host, value: internal.example}]}}
     backendRefs: [{name: infra-backend-v1, port: 8080}]
 ";
+
+/// HTTPRouteBackendRequestHeaderModifier's route: the same modifiers on each rule's backendRef.
+const BACKEND_REQUEST_HEADER_MODIFIERS: &str = "\
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: request-header-modifier, namespace: gateway-conformance-infra}
+spec:
+  parentRefs: [{name: same-namespace}]
+  rules:
+  - matches: [{path: {type: PathPrefix, value: /set}}]
+    backendRefs:
+    - name: infra-backend-v1
+      port: 8080
+      filters:
+        - {type: RequestHeaderModifier, requestHeaderModifier: {set: [{name: X-Header-Set, value: set-overwrites-values}]}}
+  - matches: [{path: {type: PathPrefix, value: /add}}]
+    backendRefs:
+    - name: infra-backend-v1
+      port: 8080
+      filters:
+        - {type: RequestHeaderModifier, requestHeaderModifier: {add: [{name: X-Header-Add, value: add-appends-values}]}}
+  - matches: [{path: {type: PathPrefix, value: /remove}}]
+    backendRefs:
+    - name: infra-backend-v1
+      port: 8080
+      filters:
+        - {type: RequestHeaderModifier, requestHeaderModifier: {remove: [X-Header-Remove]}}
+  - matches: [{path: {type: PathPrefix, value: /multiple}}]
+    backendRefs:
+    - name: infra-backend-v1
+      port: 8080
+      filters:
+        - type: RequestHeaderModifier
+          requestHeaderModifier:
+            set: [{name: X-Header-Set-1, value: header-set-1}, {name: X-Header-Set-2, value: header-set-2}]
+            add:
+            - {name: X-Header-Add-1, value: header-add-1}
+            - {name: X-Header-Add-2, value: header-add-2}
+            - {name: X-Header-Add-3, value: header-add-3}
+            remove: [X-Header-Remove-1, X-Header-Remove-2]
+  - matches: [{path: {type: PathPrefix, value: /case-insensitivity}}]
+    backendRefs:
+    - name: infra-backend-v1
+      port: 8080
+      filters:
+        - type: RequestHeaderModifier
+          requestHeaderModifier:
+            set: [{name: X-Header-Set, value: header-set}]
+            add: [{name: X-Header-Add, value: header-add}]
+            remove: [X-Header-Remove]
+  - matches: [{path: {type: PathPrefix, value: /set-host}}]
+    backendRefs:
+    - name: infra-backend-v1
+      port: 8080
+      filters:
+        - {type: RequestHeaderModifier, requestHeaderModifier: {set: [{name: Host, value: internal.example}]}}
+";
+
+/// HTTPRouteRequestHeaderModifier: `set` replaces, `add` appends to what the client sent,
+/// `remove` drops; several of each in one filter; names in any case.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn request_header_modifiers_set_add_and_remove_as_upstream_sends_them() {
+    header_modifier_requests(REQUEST_HEADER_MODIFIERS).await;
+}
+
+/// HTTPRouteBackendRequestHeaderModifier: the same requests and answers, the modifiers on the
+/// backendRefs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn backend_request_header_modifiers_as_upstream_sends_them() {
+    header_modifier_requests(BACKEND_REQUEST_HEADER_MODIFIERS).await;
+}
+
+/// The suite's requests to route `request-header-modifier` (`case`), and what the backend
+/// must see of each.
+async fn header_modifier_requests(case: &str) {
     let bed = Bed::start(case);
     let c = client();
     let route = "gateway-conformance-infra/request-header-modifier";
