@@ -6133,6 +6133,256 @@ spec:
     }
 }
 
+/// HTTPRouteCORS with the suite's four routes, preflights and requests: allowed origins get
+/// their CORS headers on preflights (expose-headers included) and on requests, which reach the
+/// backend as sent; `*` methods and headers with credentials answer what was asked, without
+/// credentials `*` will do; others get no CORS headers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cors_as_upstream_sends_it() {
+    let route = |name: &str, rules: &str| {
+        format!(
+            "---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {{name: {name}, namespace: gateway-conformance-infra}}
+spec:
+  parentRefs: [{{name: same-namespace}}]
+  rules:
+{rules}"
+        )
+    };
+    let rule = |path: &str, cors: &str| {
+        format!(
+            "  - matches: [{{path: {{type: PathPrefix, value: {path}}}}}]
+    filters: [{{type: CORS, cors: {cors}}}]
+    backendRefs: [{{name: infra-backend-v1, port: 8080}}]
+"
+        )
+    };
+    let mut case = route(
+        "cors-multiple-origins-methods-headers",
+        &rule(
+            "/cors-1",
+            "{allowOrigins: ['https://www.foo.com', 'https://*.bar.com'], allowMethods: [GET, \
+             OPTIONS], allowHeaders: [x-header-1, x-header-2], exposeHeaders: [x-header-3, \
+             x-header-4], allowCredentials: true, maxAge: 3600}",
+        ),
+    );
+    case += &route(
+        "cors-wildcard-methods",
+        &rule(
+            "/cors-2",
+            "{allowOrigins: ['https://www.foo.com'], allowMethods: ['*']}",
+        ),
+    );
+    case += &route(
+        "cors-wildcard-origin",
+        &rule(
+            "/cors-wildcard-origin",
+            "{allowOrigins: ['*'], allowMethods: [PUT], allowCredentials: false}",
+        ),
+    );
+    let any = "allowOrigins: ['*'], allowMethods: ['*'], allowHeaders: ['*']";
+    case += &route(
+        "cors-wildcard-methods-headers",
+        &(rule(
+            "/cors-wildcard-methods-headers",
+            &format!("{{{any}, allowCredentials: true}}"),
+        ) + &rule(
+            "/cors-wildcard-methods-headers-unauth",
+            &format!("{{{any}, allowCredentials: false}}"),
+        )),
+    );
+    let bed = Bed::start(&case);
+    let c = client();
+    let key = |r: &str| format!("gateway-conformance-infra/{r}");
+    let s = bed
+        .route_status(&c, &key("cors-wildcard-methods-headers"))
+        .await;
+    for r in [
+        "cors-multiple-origins-methods-headers",
+        "cors-wildcard-methods",
+        "cors-wildcard-origin",
+        "cors-wildcard-methods-headers",
+    ] {
+        route_ok(&s, &key(r), "same-namespace");
+    }
+    let call =
+        |method: &'static str, path: &'static str, headers: Vec<(&'static str, &'static str)>| {
+            let c = c.clone();
+            let url = bed.weir.url(path);
+            async move {
+                let mut h = vec![("host", "cors.example")];
+                h.extend(headers);
+                send(&c, method, &url, &h, &b""[..]).await
+            }
+        };
+    let words = |v: Option<&str>| -> Vec<String> {
+        let mut w: Vec<String> = v
+            .unwrap_or_default()
+            .split(',')
+            .map(|s| s.trim().to_string())
+            .filter(|s| !s.is_empty())
+            .collect();
+        w.sort();
+        w
+    };
+    let asked = |origin, method| {
+        vec![
+            ("origin", origin),
+            ("access-control-request-method", method),
+            ("access-control-request-headers", "x-header-1, x-header-2"),
+        ]
+    };
+
+    // /cors-1: three allowed origins, one refused; preflights, then requests.
+    for origin in [
+        "https://www.foo.com",
+        "https://www.bar.com",
+        "https://xpto.www.bar.com",
+    ] {
+        let r = call("OPTIONS", "/cors-1", asked(origin, "GET")).await;
+        assert!(matches!(r.status, 200 | 204), "{origin}: {}", r.status);
+        assert_eq!(r.header("access-control-allow-origin"), Some(origin));
+        assert_eq!(
+            words(r.header("access-control-allow-methods")),
+            ["GET", "OPTIONS"]
+        );
+        assert_eq!(
+            words(r.header("access-control-allow-headers")),
+            ["x-header-1", "x-header-2"]
+        );
+        assert_eq!(
+            words(r.header("access-control-expose-headers")),
+            ["x-header-3", "x-header-4"],
+            "{origin}"
+        );
+        assert_eq!(r.header("access-control-max-age"), Some("3600"));
+        assert_eq!(r.header("access-control-allow-credentials"), Some("true"));
+    }
+    let r = call(
+        "OPTIONS",
+        "/cors-1",
+        vec![
+            ("origin", "https://foobar.com"),
+            ("access-control-request-method", "GET"),
+        ],
+    )
+    .await;
+    assert!(matches!(r.status, 200 | 204 | 403), "{}", r.status);
+    assert_eq!(r.header("access-control-allow-origin"), None);
+    for (origin, allowed) in [
+        ("https://www.foo.com", true),
+        ("https://www.bar.com", true),
+        ("https://foobar.com", false),
+    ] {
+        let r = call("GET", "/cors-1", asked(origin, "GET")).await;
+        served_by(&r, "infra-backend-v1");
+        let seen = r.json();
+        assert_eq!(seen["headers"]["origin"], origin);
+        assert_eq!(seen["headers"]["access-control-request-method"], "GET");
+        assert_eq!(
+            seen["headers"]["access-control-request-headers"],
+            "x-header-1, x-header-2"
+        );
+        let want = allowed.then_some(origin);
+        assert_eq!(r.header("access-control-allow-origin"), want, "{origin}");
+    }
+
+    // /cors-2: any method.
+    let r = call(
+        "OPTIONS",
+        "/cors-2",
+        vec![
+            ("origin", "https://www.foo.com"),
+            ("access-control-request-method", "POST"),
+        ],
+    )
+    .await;
+    assert_eq!(
+        r.header("access-control-allow-origin"),
+        Some("https://www.foo.com")
+    );
+    assert!(matches!(
+        r.header("access-control-allow-methods"),
+        Some("POST" | "*")
+    ));
+    assert_eq!(r.header("access-control-allow-credentials"), None);
+
+    // /cors-wildcard-origin: any origin, without credentials.
+    for origin in ["https://foobar.com", "https://foobar.com:12345"] {
+        let r = call(
+            "OPTIONS",
+            "/cors-wildcard-origin",
+            vec![("origin", origin), ("access-control-request-method", "PUT")],
+        )
+        .await;
+        let allow = r.header("access-control-allow-origin");
+        assert!(allow == Some(origin) || allow == Some("*"), "{allow:?}");
+        assert_eq!(r.header("access-control-allow-methods"), Some("PUT"));
+        assert_eq!(r.header("access-control-allow-credentials"), None);
+        let r = call("PUT", "/cors-wildcard-origin", vec![("origin", origin)]).await;
+        served_by(&r, "infra-backend-v1");
+        assert_eq!(r.json()["method"], "PUT");
+        let allow = r.header("access-control-allow-origin");
+        assert!(allow == Some(origin) || allow == Some("*"), "{allow:?}");
+        assert_eq!(r.header("access-control-allow-credentials"), None);
+    }
+
+    // `*` everywhere: with credentials, what was asked; without, `*` will do.
+    let other = "https://other.foo.com";
+    let r = call(
+        "OPTIONS",
+        "/cors-wildcard-methods-headers",
+        asked(other, "PUT"),
+    )
+    .await;
+    assert_eq!(r.header("access-control-allow-origin"), Some(other));
+    assert_eq!(r.header("access-control-allow-methods"), Some("PUT"));
+    assert_eq!(
+        words(r.header("access-control-allow-headers")),
+        ["x-header-1", "x-header-2"]
+    );
+    assert_eq!(r.header("access-control-allow-credentials"), Some("true"));
+    let r = call(
+        "OPTIONS",
+        "/cors-wildcard-methods-headers-unauth",
+        asked(other, "PUT"),
+    )
+    .await;
+    let allow = r.header("access-control-allow-origin");
+    assert!(allow == Some(other) || allow == Some("*"), "{allow:?}");
+    assert!(matches!(
+        r.header("access-control-allow-methods"),
+        Some("PUT" | "*")
+    ));
+    let headers = words(r.header("access-control-allow-headers"));
+    assert!(
+        headers == ["x-header-1", "x-header-2"] || headers == ["*"],
+        "{headers:?}"
+    );
+    assert_eq!(r.header("access-control-allow-credentials"), None);
+    let r = call(
+        "GET",
+        "/cors-wildcard-methods-headers",
+        vec![("origin", other)],
+    )
+    .await;
+    served_by(&r, "infra-backend-v1");
+    assert_eq!(r.header("access-control-allow-origin"), Some(other));
+    assert_eq!(r.header("access-control-allow-credentials"), Some("true"));
+    let r = call(
+        "GET",
+        "/cors-wildcard-methods-headers-unauth",
+        vec![("origin", other)],
+    )
+    .await;
+    served_by(&r, "infra-backend-v1");
+    let allow = r.header("access-control-allow-origin");
+    assert!(allow == Some(other) || allow == Some("*"), "{allow:?}");
+    assert_eq!(r.header("access-control-allow-credentials"), None);
+}
+
 /// HTTPRouteInvalidParentRefNotMatchingListenerPort and
 /// HTTPRouteInvalidParentRefSectionNameNotMatchingPort: a parentRef whose `port` no listener
 /// has, or whose `sectionName` names a listener on another port, attaches nowhere:
