@@ -6383,6 +6383,235 @@ spec:
     assert_eq!(r.header("access-control-allow-credentials"), None);
 }
 
+/// HTTPRouteRequestMirror, HTTPRouteRequestMultipleMirrors and
+/// HTTPRouteRequestPercentageMirror with the suite's routes and requests: the backend answers,
+/// each mirror gets a copy of the request (after the rule's header edits), and a share of
+/// them when asked (within ±3σ of 500 requests, as upstream counts).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mirrors_as_upstream_sends_them() {
+    use common::recorder::{response, Server};
+    let v2 = Server::start(|_| response(200, "", "mirror v2"));
+    let v3 = Server::start(|_| response(200, "", "mirror v3"));
+    let service = |name: &str, port: u16| {
+        format!(
+            "apiVersion: v1
+kind: Service
+metadata: {{name: {name}, namespace: gateway-conformance-infra}}
+spec: {{ports: [{{name: http, port: 8080}}]}}
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata: {{name: {name}-1, namespace: gateway-conformance-infra, labels: {{kubernetes.io/service-name: {name}}}}}
+addressType: IPv4
+ports: [{{name: http, port: {port}}}]
+endpoints: [{{addresses: [127.0.0.1], conditions: {{ready: true}}}}]
+---
+"
+        )
+    };
+    let mirror = |to: &str, share: &str| {
+        format!(
+            "{{type: RequestMirror, requestMirror: {{backendRef: {{name: {to}, namespace: \
+             gateway-conformance-infra, port: 8080}}{share}}}}}"
+        )
+    };
+    let modify = "{type: RequestHeaderModifier, requestHeaderModifier: {set: [{name: \
+                  X-Header-Set, value: set-overwrites-values}], add: [{name: X-Header-Add, \
+                  value: header-val-1}, {name: X-Header-Add-Append, value: header-val-2}], \
+                  remove: [X-Header-Remove]}}";
+    let rule = |path: &str, filters: &[String]| {
+        format!(
+            "  - matches: [{{path: {{type: PathPrefix, value: {path}}}}}]
+    filters: [{}]
+    backendRefs: [{{name: infra-backend-v1, namespace: gateway-conformance-infra, port: 8080}}]
+",
+            filters.join(", ")
+        )
+    };
+    let route = |name: &str, rules: &[String]| {
+        format!(
+            "apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {{name: {name}, namespace: gateway-conformance-infra}}
+spec:
+  parentRefs: [{{name: same-namespace}}]
+  rules:
+{}---
+",
+            rules.concat()
+        )
+    };
+    let (m2, m3) = (mirror("mirror-v2", ""), mirror("mirror-v3", ""));
+    let mut case = service("mirror-v2", v2.port) + &service("mirror-v3", v3.port);
+    case += &route(
+        "request-mirror",
+        &[
+            rule("/mirror", &[m2.clone()]),
+            rule("/mirror-and-modify-headers", &[modify.into(), m2.clone()]),
+        ],
+    );
+    case += &route(
+        "request-multiple-mirrors",
+        &[
+            rule("/multi-mirror", &[m2.clone(), m3.clone()]),
+            rule(
+                "/multi-mirror-and-modify-request-headers",
+                &[modify.into(), m2.clone(), m3.clone()],
+            ),
+        ],
+    );
+    case += &route(
+        "request-percentage-mirror",
+        &[
+            rule("/percent-mirror", &[mirror("mirror-v2", ", percent: 20")]),
+            rule(
+                "/percent-mirror-fraction",
+                &[mirror(
+                    "mirror-v2",
+                    ", fraction: {numerator: 25, denominator: 50}",
+                )],
+            ),
+            rule(
+                "/percent-mirror-and-modify-headers",
+                &[modify.into(), mirror("mirror-v2", ", percent: 35")],
+            ),
+        ],
+    );
+    let bed = Bed::start(&case);
+    let c = client();
+    let key = |r: &str| format!("gateway-conformance-infra/{r}");
+    let s = bed
+        .route_status(&c, &key("request-percentage-mirror"))
+        .await;
+    for r in [
+        "request-mirror",
+        "request-multiple-mirrors",
+        "request-percentage-mirror",
+    ] {
+        route_ok(&s, &key(r), "same-namespace");
+    }
+    // How many copies of `target` a mirror received (they go out on their own tasks).
+    let copies = |m: &Server, target: &str| {
+        let line = format!("GET {target} HTTP/1.1");
+        m.seen().iter().filter(|r| r.request_line() == line).count()
+    };
+    let settled = |m: &Server, target: &str, want: usize| {
+        let started = std::time::Instant::now();
+        while copies(m, target) < want && started.elapsed() < Duration::from_secs(10) {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        copies(m, target)
+    };
+    let edited = [
+        ("x-header-remove", "remove-val"),
+        ("x-header-add-append", "append-val-1"),
+    ];
+    let check_edits = |r: &Resp, what: &str| {
+        let seen = r.json();
+        assert_eq!(
+            seen_values(&seen, "x-header-add"),
+            ["header-val-1"],
+            "{what}"
+        );
+        assert_eq!(
+            seen_values(&seen, "x-header-add-append"),
+            ["append-val-1", "header-val-2"],
+            "{what}"
+        );
+        assert_eq!(
+            seen_values(&seen, "x-header-set"),
+            ["set-overwrites-values"],
+            "{what}"
+        );
+        assert!(seen_values(&seen, "x-header-remove").is_empty(), "{what}");
+    };
+
+    // Every request mirrored, to one mirror or to both.
+    for (path, edits, mirrors) in [
+        ("/mirror", false, &[&v2][..]),
+        ("/mirror-and-modify-headers", true, &[&v2][..]),
+        ("/multi-mirror", false, &[&v2, &v3][..]),
+        (
+            "/multi-mirror-and-modify-request-headers",
+            true,
+            &[&v2, &v3][..],
+        ),
+    ] {
+        let target = format!(
+            "{path}?gateway-api-conformance-request-id=one-{}",
+            path.len()
+        );
+        let headers: &[(&str, &str)] = if edits { &edited } else { &[] };
+        let r = bed.request(&c, "example.com", &target, headers).await;
+        served_by(&r, "infra-backend-v1");
+        assert_eq!(r.json()["path"], path);
+        assert_eq!(r.json()["query"], target.split_once('?').unwrap().1);
+        if edits {
+            check_edits(&r, path);
+        }
+        for m in mirrors {
+            assert_eq!(settled(m, &target, 1), 1, "{target} mirrored once");
+            if edits {
+                let copy = m
+                    .seen()
+                    .into_iter()
+                    .rev()
+                    .find(|x| x.request_line().contains(&target));
+                let copy = copy.unwrap();
+                assert_eq!(
+                    copy.header("x-header-set").as_deref(),
+                    Some("set-overwrites-values")
+                );
+                assert_eq!(copy.header("x-header-remove"), None);
+            }
+        }
+    }
+
+    // A share of 500 requests, within ±3σ of the binomial's mean; a batch outside it is sent
+    // again, up to five times, as upstream does (each batch misses with p ≈ 0.003).
+    for (path, p, edits) in [
+        ("/percent-mirror", 0.20, false),
+        ("/percent-mirror-fraction", 0.50, false),
+        ("/percent-mirror-and-modify-headers", 0.35, true),
+    ] {
+        let n = 500.0_f64;
+        let (mean, sigma) = (n * p, (n * p * (1.0 - p)).sqrt());
+        let band = mean - 3.0 * sigma..=mean + 3.0 * sigma;
+        let headers: &[(&str, &str)] = if edits { &edited } else { &[] };
+        let mut tries = Vec::new();
+        for batch in 0..5 {
+            let target = format!("{path}?gateway-api-conformance-request-id=share-{batch}");
+            for i in 0..500 {
+                let r = bed.request(&c, "example.com", &target, headers).await;
+                served_by(&r, "infra-backend-v1");
+                if edits && i == 0 {
+                    check_edits(&r, path);
+                }
+            }
+            // Copies still on their way: counted once the count stops moving.
+            let mut got = copies(&v2, &target);
+            for _ in 0..50 {
+                std::thread::sleep(Duration::from_millis(200));
+                let now = copies(&v2, &target);
+                if now == got {
+                    break;
+                }
+                got = now;
+            }
+            tries.push(got);
+            if band.contains(&(got as f64)) {
+                break;
+            }
+        }
+        let last = *tries.last().unwrap() as f64;
+        assert!(
+            band.contains(&last),
+            "{path}: {tries:?} of 500 mirrored, expected {mean} ± {}",
+            3.0 * sigma
+        );
+    }
+}
+
 /// HTTPRouteInvalidParentRefNotMatchingListenerPort and
 /// HTTPRouteInvalidParentRefSectionNameNotMatchingPort: a parentRef whose `port` no listener
 /// has, or whose `sectionName` names a listener on another port, attaches nowhere:
