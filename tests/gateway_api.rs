@@ -6446,7 +6446,7 @@ spec:
     case += &route(
         "request-mirror",
         &[
-            rule("/mirror", &[m2.clone()]),
+            rule("/mirror", std::slice::from_ref(&m2)),
             rule("/mirror-and-modify-headers", &[modify.into(), m2.clone()]),
         ],
     );
