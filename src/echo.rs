@@ -15,7 +15,8 @@
 //! application/grpc…`) gets its request body back as the response body, the request's headers
 //! as JSON in the response header `x-echo-request-headers`, then `grpc-status: 0`
 //! in trailers. `connection` numbers the TCP connections
-//! accepted, so a client can tell whether its peer reuses them.
+//! accepted, so a client can tell whether its peer reuses them. A request header
+//! `X-Echo-Set-Header: Name:value,...` makes those headers part of the response.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -231,6 +232,20 @@ impl Echo {
         let mut resp = Response::builder()
             .status(status)
             .header("x-echo-name", &self.name);
+        // `X-Echo-Set-Header: Name:value,Other:value` adds those response headers (as the
+        // Gateway API suite's echo server does).
+        for v in parts.headers.get_all("x-echo-set-header") {
+            for pair in v.to_str().unwrap_or_default().split(',') {
+                let Some((name, value)) = pair.split_once(':') else {
+                    continue;
+                };
+                let name = http::HeaderName::from_bytes(name.trim().as_bytes());
+                let value = http::HeaderValue::from_str(value.trim());
+                if let (Ok(name), Ok(value)) = (name, value) {
+                    resp = resp.header(name, value);
+                }
+            }
+        }
         if let Some(n) = query_param::<u64>(q, "sse") {
             let interval = query_param::<u64>(q, "interval_ms").unwrap_or(1000);
             let body = Events {

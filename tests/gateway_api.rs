@@ -6612,6 +6612,208 @@ spec:
     }
 }
 
+/// HTTPRouteResponseHeaderModifier with the suite's route: the backend sets headers (the
+/// echo's `X-Echo-Set-Header`), and the client sees them set, appended to and removed as the
+/// rule says, whatever case either side wrote them in; a rule with both modifiers edits the
+/// request and the response.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn response_header_modifiers_as_upstream_sends_them() {
+    let rule = |path: &str, filters: &str| {
+        format!(
+            "  - matches: [{{path: {{type: PathPrefix, value: {path}}}}}]
+    filters: [{filters}]
+    backendRefs: [{{name: infra-backend-v1, port: 8080}}]
+"
+        )
+    };
+    let response =
+        |m: &str| format!("{{type: ResponseHeaderModifier, responseHeaderModifier: {m}}}");
+    let mut case = "\
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: response-header-modifier, namespace: gateway-conformance-infra}
+spec:
+  parentRefs: [{name: same-namespace}]
+  rules:
+"
+    .to_string();
+    let multiple = "{set: [{name: X-Header-Set-1, value: header-set-1}, {name: X-Header-Set-2, \
+                    value: header-set-2}], add: [{name: X-Header-Add-1, value: header-add-1}, \
+                    {name: X-Header-Add-2, value: header-add-2}, {name: X-Header-Add-3, value: \
+                    header-add-3}], remove: [X-Header-Remove-1, X-Header-Remove-2]}";
+    case += &rule(
+        "/set",
+        &response("{set: [{name: X-Header-Set, value: set-overwrites-values}]}"),
+    );
+    case += &rule(
+        "/add",
+        &response("{add: [{name: X-Header-Add, value: add-appends-values}]}"),
+    );
+    case += &rule("/remove", &response("{remove: [X-Header-Remove]}"));
+    case += &rule("/multiple", &response(multiple));
+    case += &rule(
+        "/case-insensitivity",
+        &response(
+            "{set: [{name: X-Header-Set, value: header-set}], add: [{name: X-Header-Add, value: \
+             header-add}, {name: x-lowercase-add, value: lowercase-add}, {name: \
+             x-Mixedcase-ADD-1, value: mixedcase-add-1}, {name: X-mixeDcase-add-2, value: \
+             mixedcase-add-2}, {name: X-UPPERCASE-ADD, value: uppercase-add}], remove: \
+             [X-Header-Remove]}",
+        ),
+    );
+    case += &rule(
+        "/response-and-request-header-modifiers",
+        &format!(
+            "{}, {{type: RequestHeaderModifier, requestHeaderModifier: {{set: [{{name: \
+             X-Header-Set, value: set-overwrites-values}}], add: [{{name: X-Header-Add, value: \
+             header-val-1}}, {{name: X-Header-Add-Append, value: header-val-2}}], remove: \
+             [X-Header-Remove]}}}}",
+            response(
+                "{set: [{name: X-Header-Set-1, value: header-set-1}, {name: X-Header-Set-2, \
+                 value: header-set-2}], add: [{name: X-Header-Add-1, value: header-add-1}, \
+                 {name: X-Header-Add-2, value: header-add-2}], remove: [X-Header-Remove-1, \
+                 X-Header-Remove-2]}"
+            )
+        ),
+    );
+    let bed = Bed::start(&case);
+    let c = client();
+    let route = "gateway-conformance-infra/response-header-modifier";
+    let s = bed.route_status(&c, route).await;
+    route_ok(&s, route, "same-namespace");
+    // (path, request headers, what the backend sets, what the client must see (values joined
+    // with `,`), headers it must not see).
+    type Case<'a> = (&'a str, Headers<'a>, &'a str, Headers<'a>, &'a [&'a str]);
+    let cases: [Case; 8] = [
+        (
+            "/set",
+            &[],
+            "Some-Other-Header:val",
+            &[
+                ("some-other-header", "val"),
+                ("x-header-set", "set-overwrites-values"),
+            ],
+            &[],
+        ),
+        (
+            "/set",
+            &[],
+            "Some-Other-Header:val,X-Header-Set:some-other-value",
+            &[
+                ("some-other-header", "val"),
+                ("x-header-set", "set-overwrites-values"),
+            ],
+            &[],
+        ),
+        (
+            "/add",
+            &[],
+            "Some-Other-Header:val",
+            &[
+                ("some-other-header", "val"),
+                ("x-header-add", "add-appends-values"),
+            ],
+            &[],
+        ),
+        (
+            "/add",
+            &[],
+            "X-Header-Add:some-other-value",
+            &[("x-header-add", "some-other-value,add-appends-values")],
+            &[],
+        ),
+        (
+            "/remove",
+            &[],
+            "X-Header-Remove:val",
+            &[],
+            &["x-header-remove"],
+        ),
+        (
+            "/multiple",
+            &[],
+            "X-Header-Set-2:set-val-2,X-Header-Add-2:add-val-2,X-Header-Remove-2:remove-val-2,\
+             Another-Header:another-header-val,X-Header-Remove-1:val",
+            &[
+                ("x-header-set-1", "header-set-1"),
+                ("x-header-set-2", "header-set-2"),
+                ("x-header-add-1", "header-add-1"),
+                ("x-header-add-2", "add-val-2,header-add-2"),
+                ("x-header-add-3", "header-add-3"),
+                ("another-header", "another-header-val"),
+            ],
+            &["x-header-remove-1", "x-header-remove-2"],
+        ),
+        (
+            "/case-insensitivity",
+            &[],
+            "x-header-set:original-val-set,x-header-add:original-val-add,\
+             x-header-remove:original-val-remove,Another-Header:another-header-val",
+            &[
+                ("x-header-set", "header-set"),
+                ("x-header-add", "original-val-add,header-add"),
+                ("x-lowercase-add", "lowercase-add"),
+                ("x-mixedcase-add-1", "mixedcase-add-1"),
+                ("x-mixedcase-add-2", "mixedcase-add-2"),
+                ("x-uppercase-add", "uppercase-add"),
+                ("another-header", "another-header-val"),
+            ],
+            &["x-header-remove"],
+        ),
+        (
+            "/response-and-request-header-modifiers",
+            &[
+                ("x-header-remove", "remove-val"),
+                ("x-header-add-append", "append-val-1"),
+                ("x-header-echo", "echo"),
+            ],
+            "X-Header-Set-2:set-val-2,X-Header-Add-2:add-val-2,X-Header-Remove-2:remove-val-2,\
+             Another-Header:another-header-val,X-Header-Remove-1:remove-val-1,X-Header-Echo:echo",
+            &[
+                ("x-header-set-1", "header-set-1"),
+                ("x-header-set-2", "header-set-2"),
+                ("x-header-add-1", "header-add-1"),
+                ("x-header-add-2", "add-val-2,header-add-2"),
+                ("another-header", "another-header-val"),
+                ("x-header-echo", "echo"),
+            ],
+            &["x-header-remove-1", "x-header-remove-2"],
+        ),
+    ];
+    for (path, sent, set, want, absent) in cases {
+        let mut headers = vec![("x-echo-set-header", set)];
+        headers.extend_from_slice(sent);
+        let r = bed.request(&c, "example.com", path, &headers).await;
+        served_by(&r, "infra-backend-v1");
+        for (name, value) in want {
+            let all: Vec<&str> = r
+                .headers
+                .get_all(*name)
+                .iter()
+                .map(|v| v.to_str().unwrap())
+                .collect();
+            assert_eq!(all.join(","), *value, "{path}: {name}");
+        }
+        for name in absent {
+            assert!(r.headers.get(*name).is_none(), "{path}: {name} still there");
+        }
+        if path == "/response-and-request-header-modifiers" {
+            let seen = r.json();
+            assert_eq!(seen_values(&seen, "x-header-add"), ["header-val-1"]);
+            assert_eq!(
+                seen_values(&seen, "x-header-set"),
+                ["set-overwrites-values"]
+            );
+            assert_eq!(
+                seen_values(&seen, "x-header-add-append"),
+                ["append-val-1", "header-val-2"]
+            );
+            assert_eq!(seen_values(&seen, "x-header-echo"), ["echo"]);
+            assert!(seen_values(&seen, "x-header-remove").is_empty());
+        }
+    }
+}
+
 /// HTTPRouteInvalidParentRefNotMatchingListenerPort and
 /// HTTPRouteInvalidParentRefSectionNameNotMatchingPort: a parentRef whose `port` no listener
 /// has, or whose `sectionName` names a listener on another port, attaches nowhere:
