@@ -2573,6 +2573,24 @@ fn tls_backend_serving(
     name: &'static str,
     clients: Option<&common::ca::Ca>,
 ) -> u16 {
+    tls_backend_answering(leaf, clients, move |_, _| name.to_string())
+}
+
+/// A TLS backend serving `leaf` whose answer's body says which server name (SNI) the client
+/// sent and the path it asked for: `sni=NAME path=PATH`.
+fn tls_backend_reporting(leaf: &common::ca::Leaf) -> u16 {
+    tls_backend_answering(leaf, None, |sni, path| {
+        format!("sni={} path={path}", sni.unwrap_or("-"))
+    })
+}
+
+/// A TLS backend serving `leaf` (asking for a client certificate signed by `clients`) whose
+/// answer's body `answer` makes of the server name and the request's path.
+fn tls_backend_answering(
+    leaf: &common::ca::Leaf,
+    clients: Option<&common::ca::Ca>,
+    answer: impl Fn(Option<&str>, &str) -> String + Send + Sync + Copy + 'static,
+) -> u16 {
     let config = leaf.server_config_for(&[], clients);
     let acceptor = tokio_rustls::TlsAcceptor::from(std::sync::Arc::new(config));
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
@@ -2588,10 +2606,13 @@ fn tls_backend_serving(
                     return;
                 };
                 let mut buf = [0u8; 4096];
-                let _ = tls.read(&mut buf).await;
+                let n = tls.read(&mut buf).await.unwrap_or(0);
+                let head = String::from_utf8_lossy(&buf[..n]).to_string();
+                let path = head.split(' ').nth(1).unwrap_or_default();
+                let body = answer(tls.get_ref().1.server_name(), path);
                 let answer = format!(
-                    "HTTP/1.1 200 OK\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{name}",
-                    name.len()
+                    "HTTP/1.1 200 OK\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                    body.len()
                 );
                 let _ = tls.write_all(answer.as_bytes()).await;
                 let _ = tls.shutdown().await;
@@ -6812,6 +6833,452 @@ spec:
             assert!(seen_values(&seen, "x-header-remove").is_empty());
         }
     }
+}
+
+/// A Service `name` of gateway-conformance-infra with ports `(name, port, appProtocol)`, each
+/// reaching 127.0.0.1:`target`.
+fn tls_service(name: &str, ports: &[(&str, u16, &str)], target: u16) -> String {
+    let spec: Vec<String> = ports
+        .iter()
+        .map(|(n, p, proto)| {
+            let proto = if proto.is_empty() {
+                String::new()
+            } else {
+                format!(", appProtocol: {proto}")
+            };
+            format!("{{name: {n}, port: {p}, targetPort: 8443{proto}}}")
+        })
+        .collect();
+    let slice: Vec<String> = ports
+        .iter()
+        .map(|(n, ..)| format!("{{name: {n}, port: {target}}}"))
+        .collect();
+    format!(
+        "apiVersion: v1
+kind: Service
+metadata: {{name: {name}, namespace: gateway-conformance-infra}}
+spec: {{ports: [{}]}}
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata: {{name: {name}-1, namespace: gateway-conformance-infra, labels: {{kubernetes.io/service-name: {name}}}}}
+addressType: IPv4
+ports: [{}]
+endpoints: [{{addresses: [127.0.0.1], conditions: {{ready: true}}}}]
+---
+",
+        spec.join(", "),
+        slice.join(", ")
+    )
+}
+
+/// A BackendTLSPolicy of gateway-conformance-infra for Service `service` (port `section`, or
+/// the whole Service), trusting ConfigMap `ca`, verifying `hostname`.
+fn backend_tls_policy(
+    name: &str,
+    service: &str,
+    section: Option<&str>,
+    ca: &str,
+    hostname: &str,
+) -> String {
+    let section = section
+        .map(|s| format!(", sectionName: {s}"))
+        .unwrap_or_default();
+    format!(
+        "apiVersion: gateway.networking.k8s.io/v1
+kind: BackendTLSPolicy
+metadata: {{name: {name}, namespace: gateway-conformance-infra}}
+spec:
+  targetRefs: [{{group: '', kind: Service, name: {service}{section}}}]
+  validation:
+    caCertificateRefs: [{{group: '', kind: ConfigMap, name: {ca}}}]
+    hostname: {hostname}
+---
+"
+    )
+}
+
+/// A ConfigMap `name` of gateway-conformance-infra holding `pem` as `ca.crt`.
+fn ca_config_map(name: &str, pem: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: ConfigMap\n\
+         metadata: {{name: {name}, namespace: gateway-conformance-infra}}\n\
+         data:\n  ca.crt: |\n{}\n---\n",
+        indent(pem)
+    )
+}
+
+/// BackendTLSPolicyConflictResolution: of two policies for the same Service (or the same
+/// port of it), the first by name applies and the other is `Accepted: False` (`Conflicted`);
+/// one naming a port comes before one naming the whole Service. The backend tells which host
+/// name Weir sent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conflicting_backend_tls_policies_as_upstream_sends_them() {
+    use rcgen::ExtendedKeyUsagePurpose::ServerAuth;
+    let ca = common::ca::Ca::new("tls-checks CA");
+    let leaf = ca.leaf(&["abc.example.com", "other.example.com"], ServerAuth);
+    let backend = tls_backend_reporting(&leaf);
+    let (without, with, not) = (
+        "backendtlspolicy-conflicted-without-section-name-test",
+        "backendtlspolicy-conflicted-with-section-name-test",
+        "backendtlspolicy-not-conflicted-test",
+    );
+    let cm = "tls-checks-ca-certificate";
+    let mut case = ca_config_map(cm, &ca.pem());
+    case += &tls_service(without, &[("https", 443, "")], backend);
+    case += &tls_service(
+        with,
+        &[("https-1", 443, ""), ("https-2", 8443, "")],
+        backend,
+    );
+    case += &tls_service(not, &[("https-1", 443, ""), ("https-2", 8443, "")], backend);
+    case += &backend_tls_policy(
+        "conflicted-without-section-name-1",
+        without,
+        None,
+        cm,
+        "other.example.com",
+    );
+    case += &backend_tls_policy(
+        "conflicted-without-section-name-2",
+        without,
+        None,
+        cm,
+        "abc.example.com",
+    );
+    case += &backend_tls_policy(
+        "conflicted-with-section-name-1",
+        with,
+        Some("https-1"),
+        cm,
+        "other.example.com",
+    );
+    case += &backend_tls_policy(
+        "conflicted-with-section-name-2",
+        with,
+        Some("https-1"),
+        cm,
+        "abc.example.com",
+    );
+    case += &backend_tls_policy(
+        "not-conflicted-with-section-name",
+        not,
+        Some("https-1"),
+        cm,
+        "other.example.com",
+    );
+    case += &backend_tls_policy(
+        "not-conflicted-without-section-name",
+        not,
+        None,
+        cm,
+        "abc.example.com",
+    );
+    case += &format!(
+        "apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {{name: backendtlspolicy-conflict-resolution, namespace: gateway-conformance-infra}}
+spec:
+  parentRefs: [{{name: same-namespace}}]
+  hostnames: [abc.example.com]
+  rules:
+  - matches: [{{path: {{type: Exact, value: /backendtlspolicy-conflicted-without-section-name}}}}]
+    backendRefs: [{{name: {without}, port: 443}}]
+  - matches: [{{path: {{type: Exact, value: /backendtlspolicy-conflicted-with-section-name}}}}]
+    backendRefs: [{{name: {with}, port: 443}}]
+  - matches: [{{path: {{type: Exact, value: /backendtlspolicy-not-conflicted-with-section-name}}}}]
+    backendRefs: [{{name: {not}, port: 443}}]
+  - matches: [{{path: {{type: Exact, value: /backendtlspolicy-not-conflicted-without-section-name}}}}]
+    backendRefs: [{{name: {not}, port: 8443}}]
+"
+    );
+    let bed = Bed::start(&case);
+    let c = client();
+    let route = "gateway-conformance-infra/backendtlspolicy-conflict-resolution";
+    let s = bed.route_status(&c, route).await;
+    route_ok(&s, route, "same-namespace");
+    let policies = &s["backendTLSPolicies"];
+    for (policy, accepted) in [
+        ("conflicted-without-section-name-1", true),
+        ("conflicted-without-section-name-2", false),
+        ("conflicted-with-section-name-1", true),
+        ("conflicted-with-section-name-2", false),
+        ("not-conflicted-with-section-name", true),
+        ("not-conflicted-without-section-name", true),
+    ] {
+        let a = &policies[format!("gateway-conformance-infra/{policy}")]["ancestors"][0];
+        assert_eq!(
+            a["ancestorRef"]["name"], "same-namespace",
+            "{policy}: {policies:#}"
+        );
+        let want = if accepted {
+            yes("Accepted")
+        } else {
+            no("Conflicted")
+        };
+        assert_eq!(cond_of(&a["conditions"], "Accepted"), want, "{policy}");
+    }
+    for (path, sni) in [
+        (
+            "/backendtlspolicy-conflicted-without-section-name",
+            "other.example.com",
+        ),
+        (
+            "/backendtlspolicy-conflicted-with-section-name",
+            "other.example.com",
+        ),
+        (
+            "/backendtlspolicy-not-conflicted-with-section-name",
+            "other.example.com",
+        ),
+        (
+            "/backendtlspolicy-not-conflicted-without-section-name",
+            "abc.example.com",
+        ),
+    ] {
+        let r = bed.request(&c, "abc.example.com", path, &[]).await;
+        assert_eq!(r.status, 200, "{path}");
+        let body = String::from_utf8_lossy(&r.body).to_string();
+        assert_eq!(body, format!("sni={sni} path={path}"));
+    }
+}
+
+/// BackendTLSPolicy with the suite's objects: a verified backend gets the policy's host name
+/// as SNI, from an HTTP and from an HTTPS listener (re-encrypted); a policy whose host name the
+/// certificate lacks, or whose CA did not sign it, fails the requests; a policy's CA
+/// reference that goes missing, comes back, empties and is restored is reported each time
+/// (`NoValidCACertificate`, `InvalidCACertificateRef`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn backend_tls_policies_as_upstream_sends_them() {
+    use rcgen::ExtendedKeyUsagePurpose::ServerAuth;
+    let ca = common::ca::Ca::new("tls-checks CA");
+    let mismatch = common::ca::Ca::new("mismatch CA");
+    let leaf = ca.leaf(&["abc.example.com", "other.example.com"], ServerAuth);
+    let backend = tls_backend_reporting(&leaf);
+    let front_ca = common::ca::Ca::new("front CA");
+    let front = front_ca.leaf(&["https-listener.org"], ServerAuth);
+    let cm = "tls-checks-ca-certificate";
+    let reconcile_cm = "tls-checks-ca-certificate-reconcile-test";
+    let objects = |reconcile_ca: Option<&str>| {
+        let mut case = ca_config_map(cm, &ca.pem());
+        case += &ca_config_map("mismatch-ca-certificate", &mismatch.pem());
+        if let Some(pem) = reconcile_ca {
+            case += &ca_config_map(reconcile_cm, pem);
+        }
+        case += &tls_secret_of(
+            "gateway-conformance-infra",
+            "tls-validity-checks-certificate",
+            &front.pem,
+            &front.key_pem,
+        );
+        case += "---\n";
+        for (svc, proto) in [
+            ("backendtlspolicy-test", ""),
+            ("backendtlspolicy-host-mismatch-test", "HTTPS"),
+            ("backendtlspolicy-cert-mismatch-test", "HTTPS"),
+            ("backendtlspolicy-reconcile-test", ""),
+        ] {
+            case += &tls_service(svc, &[("btls", 443, proto)], backend);
+        }
+        let btls = Some("btls");
+        case += &backend_tls_policy(
+            "normative-test",
+            "backendtlspolicy-test",
+            btls,
+            cm,
+            "abc.example.com",
+        );
+        case += &backend_tls_policy(
+            "host-mismatch",
+            "backendtlspolicy-host-mismatch-test",
+            btls,
+            cm,
+            "mismatch.example.com",
+        );
+        case += &backend_tls_policy(
+            "cert-mismatch",
+            "backendtlspolicy-cert-mismatch-test",
+            btls,
+            "mismatch-ca-certificate",
+            "abc.example.com",
+        );
+        case += &backend_tls_policy(
+            "reconcile-test",
+            "backendtlspolicy-reconcile-test",
+            btls,
+            reconcile_cm,
+            "abc.example.com",
+        );
+        case += "\
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: same-namespace-with-https-listener, namespace: gateway-conformance-infra}
+spec:
+  gatewayClassName: weir
+  listeners:
+  - {name: https, port: 443, protocol: HTTPS, allowedRoutes: {namespaces: {from: Same}}, tls: {certificateRefs: [{name: tls-validity-checks-certificate}]}}
+  - {name: https-with-hostname, port: 443, protocol: HTTPS, hostname: second-example.org, allowedRoutes: {namespaces: {from: Same}}, tls: {certificateRefs: [{name: tls-validity-checks-certificate}]}}
+  - {name: https-with-wildcard-hostname, port: 443, protocol: HTTPS, hostname: '*.wildcard.org', allowedRoutes: {namespaces: {from: Same}}, tls: {certificateRefs: [{name: tls-validity-checks-certificate}]}}
+  - {name: https-with-hostname-matching-wildcard, port: 443, protocol: HTTPS, hostname: fourth-example.wildcard.org, allowedRoutes: {namespaces: {from: Same}}, tls: {certificateRefs: [{name: tls-validity-checks-certificate}]}}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: backendtlspolicy, namespace: gateway-conformance-infra}
+spec:
+  parentRefs: [{name: same-namespace, namespace: gateway-conformance-infra}]
+  hostnames: [abc.example.com]
+  rules:
+  - matches: [{path: {type: Exact, value: /backendtlspolicy}}]
+    backendRefs: [{name: backendtlspolicy-test, port: 443}]
+  - matches: [{path: {type: Exact, value: /backendtlspolicy-host-mismatch}}]
+    backendRefs: [{name: backendtlspolicy-host-mismatch-test, port: 443}]
+  - matches: [{path: {type: Exact, value: /backendtlspolicy-cert-mismatch}}]
+    backendRefs: [{name: backendtlspolicy-cert-mismatch-test, port: 443}]
+  - matches: [{path: {type: Exact, value: /backendtlspolicy-reconcile-test}}]
+    backendRefs: [{name: backendtlspolicy-reconcile-test, port: 443}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: backendtlspolicy-reencrypt, namespace: gateway-conformance-infra}
+spec:
+  parentRefs: [{name: same-namespace-with-https-listener, namespace: gateway-conformance-infra}]
+  hostnames: [https-listener.org]
+  rules:
+  - matches: [{path: {type: Exact, value: /backendtlspolicy}}]
+    backendRefs: [{name: backendtlspolicy-test, port: 443}]
+";
+        case
+    };
+    let bed = Bed::start_with(&objects(Some(&ca.pem())), &["--tls-listen", "x"]);
+    let c = client();
+    let key = |o: &str| format!("gateway-conformance-infra/{o}");
+    let s = bed
+        .route_status(&c, &key("backendtlspolicy-reencrypt"))
+        .await;
+    route_ok(&s, &key("backendtlspolicy"), "same-namespace");
+    route_ok(
+        &s,
+        &key("backendtlspolicy-reencrypt"),
+        "same-namespace-with-https-listener",
+    );
+    let https_gw = key("same-namespace-with-https-listener");
+    for l in s["gateways"][&https_gw]["listeners"].as_array().unwrap() {
+        for type_ in ["Accepted", "ResolvedRefs", "Programmed"] {
+            assert_eq!(cond_of(&l["conditions"], type_).0, "True", "{l:#}");
+        }
+    }
+    let ancestor = |s: &Value, policy: &str, gateway: &str| -> Value {
+        s["backendTLSPolicies"][key(policy)]["ancestors"]
+            .as_array()
+            .and_then(|a| a.iter().find(|a| a["ancestorRef"]["name"] == gateway))
+            .cloned()
+            .unwrap_or_else(|| panic!("{policy} has no ancestor {gateway}: {s:#}"))
+    };
+    for policy in [
+        "normative-test",
+        "host-mismatch",
+        "cert-mismatch",
+        "reconcile-test",
+    ] {
+        let a = ancestor(&s, policy, "same-namespace");
+        assert_eq!(
+            cond_of(&a["conditions"], "Accepted"),
+            yes("Accepted"),
+            "{policy}"
+        );
+        assert_eq!(
+            cond_of(&a["conditions"], "ResolvedRefs"),
+            yes("ResolvedRefs"),
+            "{policy}"
+        );
+    }
+    let a = ancestor(&s, "normative-test", "same-namespace-with-https-listener");
+    assert_eq!(cond_of(&a["conditions"], "Accepted"), yes("Accepted"));
+    assert_eq!(
+        cond_of(&a["conditions"], "ResolvedRefs"),
+        yes("ResolvedRefs")
+    );
+
+    let body = |r: &Resp| String::from_utf8_lossy(&r.body).to_string();
+    let r = bed
+        .request(&c, "abc.example.com", "/backendtlspolicy", &[])
+        .await;
+    assert_eq!(
+        (r.status, body(&r)),
+        (200, "sni=abc.example.com path=/backendtlspolicy".into())
+    );
+    // Re-encrypted from the HTTPS listener.
+    let (connector, _) =
+        common::tls::connector_presenting(front_ca.issuer.der().clone(), None, true);
+    let port = bed.tls_port.unwrap();
+    let r = common::tls::exchange(
+        &connector,
+        port,
+        "https-listener.org",
+        "https-listener.org",
+        "/backendtlspolicy",
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.resp.status, 200);
+    assert_eq!(body(&r.resp), "sni=abc.example.com path=/backendtlspolicy");
+    for host in ["abc.example.org", "abc.example.com"] {
+        let r = bed
+            .request(&c, host, "/backendtlspolicy-host-mismatch", &[])
+            .await;
+        assert_ne!(
+            r.status, 200,
+            "{host}: the certificate does not name mismatch.example.com"
+        );
+    }
+    let r = bed
+        .request(
+            &c,
+            "abc.example.com",
+            "/backendtlspolicy-cert-mismatch",
+            &[],
+        )
+        .await;
+    assert_ne!(r.status, 200, "another CA signed the certificate");
+
+    // The reconcile policy's CA: missing, back, empty, back.
+    let reconcile = |want: bool| {
+        let c = c.clone();
+        let bed = &bed;
+        async move {
+            let s = bed
+                .status_when(&c, |s| {
+                    let a = &s["backendTLSPolicies"][key("reconcile-test")]["ancestors"][0];
+                    cond_of(&a["conditions"], "Accepted").0 == if want { "True" } else { "False" }
+                })
+                .await;
+            let a = ancestor(&s, "reconcile-test", "same-namespace");
+            if want {
+                assert_eq!(cond_of(&a["conditions"], "Accepted"), yes("Accepted"));
+                assert_eq!(
+                    cond_of(&a["conditions"], "ResolvedRefs"),
+                    yes("ResolvedRefs")
+                );
+            } else {
+                assert_eq!(
+                    cond_of(&a["conditions"], "Accepted"),
+                    no("NoValidCACertificate")
+                );
+                assert_eq!(
+                    cond_of(&a["conditions"], "ResolvedRefs"),
+                    no("InvalidCACertificateRef")
+                );
+            }
+        }
+    };
+    bed.rewrite(&objects(None));
+    reconcile(false).await;
+    bed.rewrite(&objects(Some(&ca.pem())));
+    reconcile(true).await;
+    bed.rewrite(&objects(Some("")));
+    reconcile(false).await;
+    bed.rewrite(&objects(Some(&ca.pem())));
+    reconcile(true).await;
 }
 
 /// HTTPRouteInvalidParentRefNotMatchingListenerPort and
