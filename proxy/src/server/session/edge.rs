@@ -118,10 +118,12 @@ impl<'t> Session<'t> {
 /// certificate: only a host that asks for client certificates is refused then, so that a
 /// handshake without SNI cannot reach it.
 fn misdirected(conn: &ConnInfo, rt: &Runtime, host: &str) -> bool {
+    if !conn.tls {
+        return false;
+    }
     let host = crate::router::strip_port(host);
     let Some(sni) = conn.sni.as_deref() else {
-        return conn.tls
-            && !host.is_empty()
+        return !host.is_empty()
             && rt.certs.mutual_config(Some(host)).is_some()
             && match (rt.certs.find(Some(host)), rt.certs.find(None)) {
                 (Some(asked), Some(got)) => !Arc::ptr_eq(&asked, &got),
