@@ -62,7 +62,7 @@ def supported_features():
 
 
 def run_tests():
-    cmd = ["cargo", "nextest", "run", "--profile", "conformance", "--no-fail-fast", "-E", FILTER]
+    cmd = ["cargo", "nextest", "run", "--workspace", "--profile", "conformance", "--no-fail-fast", "-E", FILTER]
     print("+", " ".join(cmd), file=sys.stderr)
     # A failing test is a result to report, not a reason to stop.
     subprocess.run(cmd, cwd=ROOT, check=False)

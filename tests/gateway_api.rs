@@ -5666,42 +5666,8 @@ spec:
 /// before a wildcard one (which covers several labels); other hosts get 404.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn http_routes_serve_the_names_of_their_listeners() {
-    let case = "\
-apiVersion: gateway.networking.k8s.io/v1
-kind: Gateway
-metadata: {name: httproute-listener-hostname-matching, namespace: gateway-conformance-infra}
-spec:
-  gatewayClassName: weir
-  listeners:
-  - {name: listener-1, port: 80, protocol: HTTP, hostname: bar.com, allowedRoutes: {namespaces: {from: Same}}}
-  - {name: listener-2, port: 80, protocol: HTTP, hostname: foo.bar.com, allowedRoutes: {namespaces: {from: Same}}}
-  - {name: listener-3, port: 80, protocol: HTTP, hostname: '*.bar.com', allowedRoutes: {namespaces: {from: Same}}}
-  - {name: listener-4, port: 80, protocol: HTTP, hostname: '*.foo.com', allowedRoutes: {namespaces: {from: Same}}}
----
-apiVersion: gateway.networking.k8s.io/v1
-kind: HTTPRoute
-metadata: {name: backend-v1, namespace: gateway-conformance-infra}
-spec:
-  parentRefs: [{name: httproute-listener-hostname-matching, namespace: gateway-conformance-infra, sectionName: listener-1}]
-  rules: [{backendRefs: [{name: infra-backend-v1, port: 8080}]}]
----
-apiVersion: gateway.networking.k8s.io/v1
-kind: HTTPRoute
-metadata: {name: backend-v2, namespace: gateway-conformance-infra}
-spec:
-  parentRefs: [{name: httproute-listener-hostname-matching, namespace: gateway-conformance-infra, sectionName: listener-2}]
-  rules: [{backendRefs: [{name: infra-backend-v2, port: 8080}]}]
----
-apiVersion: gateway.networking.k8s.io/v1
-kind: HTTPRoute
-metadata: {name: backend-v3, namespace: gateway-conformance-infra}
-spec:
-  parentRefs:
-  - {name: httproute-listener-hostname-matching, namespace: gateway-conformance-infra, sectionName: listener-3}
-  - {name: httproute-listener-hostname-matching, namespace: gateway-conformance-infra, sectionName: listener-4}
-  rules: [{backendRefs: [{name: infra-backend-v3, port: 8080}]}]
-";
-    let bed = Bed::start(case);
+    let case = listener_hostname_matching_case("HTTPRoute", "httproute-listener-hostname-matching");
+    let bed = Bed::start(&case);
     let c = client();
     let name = |r: &str| format!("gateway-conformance-infra/{r}");
     let s = bed.route_status(&c, &name("backend-v3")).await;
@@ -5726,16 +5692,7 @@ spec:
             assert_eq!(cond_of(&l["conditions"], type_).0, "True", "{l:#}");
         }
     }
-    for (host, backend) in [
-        ("bar.com", Some("infra-backend-v1")),
-        ("foo.bar.com", Some("infra-backend-v2")),
-        ("baz.bar.com", Some("infra-backend-v3")),
-        ("boo.bar.com", Some("infra-backend-v3")),
-        ("multiple.prefixes.bar.com", Some("infra-backend-v3")),
-        ("multiple.prefixes.foo.com", Some("infra-backend-v3")),
-        ("foo.com", None),
-        ("no.matching.host", None),
-    ] {
+    for (host, backend) in LISTENER_HOSTNAME_MATCHES {
         let r = bed.request(&c, host, "/", &[]).await;
         served_or_404(&r, backend, host);
     }
@@ -7353,6 +7310,68 @@ spec:
     assert_eq!(r.status, 404, "attached nowhere, served nowhere");
 }
 
+/// The suite's listener host name matching cases (HTTPRoute and GRPCRoute alike): a Gateway
+/// `gateway` with listeners for `bar.com`, `foo.bar.com`, `*.bar.com` and `*.foo.com`, and
+/// routes of `kind` without host names on them by `sectionName`.
+fn listener_hostname_matching_case(kind: &str, gateway: &str) -> String {
+    let mut case = format!(
+        "apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {{name: {gateway}, namespace: gateway-conformance-infra}}
+spec:
+  gatewayClassName: weir
+  listeners:
+"
+    );
+    for (i, host) in ["bar.com", "foo.bar.com", "'*.bar.com'", "'*.foo.com'"]
+        .iter()
+        .enumerate()
+    {
+        case += &format!(
+            "  - {{name: listener-{}, port: 80, protocol: HTTP, hostname: {host}, allowedRoutes: {{namespaces: {{from: Same}}}}}}\n",
+            i + 1
+        );
+    }
+    for (route, listeners) in [
+        ("backend-v1", &["listener-1"][..]),
+        ("backend-v2", &["listener-2"][..]),
+        ("backend-v3", &["listener-3", "listener-4"][..]),
+    ] {
+        let parents: Vec<String> = listeners
+            .iter()
+            .map(|l| {
+                format!("  - {{name: {gateway}, namespace: gateway-conformance-infra, sectionName: {l}}}\n")
+            })
+            .collect();
+        case += &format!(
+            "---
+apiVersion: gateway.networking.k8s.io/v1
+kind: {kind}
+metadata: {{name: {route}, namespace: gateway-conformance-infra}}
+spec:
+  parentRefs:
+{}  rules: [{{backendRefs: [{{name: infra-{route}, port: 8080}}]}}]
+",
+            parents.concat()
+        );
+    }
+    case
+}
+
+/// What [`listener_hostname_matching_case`] serves: (host, the backend), `None` for none.
+const LISTENER_HOSTNAME_MATCHES: [(&str, Option<&str>); 8] = [
+    ("bar.com", Some("infra-backend-v1")),
+    // The exact listener before `*.bar.com`.
+    ("foo.bar.com", Some("infra-backend-v2")),
+    ("baz.bar.com", Some("infra-backend-v3")),
+    ("boo.bar.com", Some("infra-backend-v3")),
+    // A wildcard covers several labels.
+    ("multiple.prefixes.bar.com", Some("infra-backend-v3")),
+    ("multiple.prefixes.foo.com", Some("infra-backend-v3")),
+    ("foo.com", None),
+    ("no.matching.host", None),
+];
+
 /// One unary gRPC call over h2c to Weir with `:authority` `authority` and metadata
 /// `headers`: the backend that answered (`x-echo-name`), the `grpc-status` (from the trailers
 /// or a trailers-only head) and the headers the backend received.
@@ -7405,42 +7424,8 @@ async fn grpc_call_to(
 /// name before a wildcard one (which covers several labels); the others are `UNIMPLEMENTED`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn grpc_routes_serve_the_names_of_their_listeners() {
-    let case = "\
-apiVersion: gateway.networking.k8s.io/v1
-kind: Gateway
-metadata: {name: grpcroute-listener-hostname-matching, namespace: gateway-conformance-infra}
-spec:
-  gatewayClassName: weir
-  listeners:
-  - {name: listener-1, port: 80, protocol: HTTP, hostname: bar.com, allowedRoutes: {namespaces: {from: Same}}}
-  - {name: listener-2, port: 80, protocol: HTTP, hostname: foo.bar.com, allowedRoutes: {namespaces: {from: Same}}}
-  - {name: listener-3, port: 80, protocol: HTTP, hostname: '*.bar.com', allowedRoutes: {namespaces: {from: Same}}}
-  - {name: listener-4, port: 80, protocol: HTTP, hostname: '*.foo.com', allowedRoutes: {namespaces: {from: Same}}}
----
-apiVersion: gateway.networking.k8s.io/v1
-kind: GRPCRoute
-metadata: {name: backend-v1, namespace: gateway-conformance-infra}
-spec:
-  parentRefs: [{name: grpcroute-listener-hostname-matching, namespace: gateway-conformance-infra, sectionName: listener-1}]
-  rules: [{backendRefs: [{name: infra-backend-v1, port: 8080}]}]
----
-apiVersion: gateway.networking.k8s.io/v1
-kind: GRPCRoute
-metadata: {name: backend-v2, namespace: gateway-conformance-infra}
-spec:
-  parentRefs: [{name: grpcroute-listener-hostname-matching, namespace: gateway-conformance-infra, sectionName: listener-2}]
-  rules: [{backendRefs: [{name: infra-backend-v2, port: 8080}]}]
----
-apiVersion: gateway.networking.k8s.io/v1
-kind: GRPCRoute
-metadata: {name: backend-v3, namespace: gateway-conformance-infra}
-spec:
-  parentRefs:
-  - {name: grpcroute-listener-hostname-matching, namespace: gateway-conformance-infra, sectionName: listener-3}
-  - {name: grpcroute-listener-hostname-matching, namespace: gateway-conformance-infra, sectionName: listener-4}
-  rules: [{backendRefs: [{name: infra-backend-v3, port: 8080}]}]
-";
-    let bed = Bed::start(case);
+    let case = listener_hostname_matching_case("GRPCRoute", "grpcroute-listener-hostname-matching");
+    let bed = Bed::start(&case);
     let c = client();
     let route = |r: &str| format!("gateway-conformance-infra/{r}");
     let s = bed
@@ -7463,16 +7448,7 @@ spec:
     }
     wait_ready(&c, &bed.weir).await;
     let echo = "/gateway_api_conformance.echo_basic.grpcecho.GrpcEcho/Echo";
-    for (authority, backend) in [
-        ("bar.com", Some("infra-backend-v1")),
-        ("foo.bar.com", Some("infra-backend-v2")),
-        ("baz.bar.com", Some("infra-backend-v3")),
-        ("boo.bar.com", Some("infra-backend-v3")),
-        ("multiple.prefixes.bar.com", Some("infra-backend-v3")),
-        ("multiple.prefixes.foo.com", Some("infra-backend-v3")),
-        ("foo.com", None),
-        ("no.matching.host", None),
-    ] {
+    for (authority, backend) in LISTENER_HOSTNAME_MATCHES {
         let (name, grpc_status, _) = grpc_call_to(&bed, authority, echo, &[]).await;
         assert_eq!(name.as_deref(), backend, "{authority}");
         let want = if backend.is_some() { "0" } else { "12" };

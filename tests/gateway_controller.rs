@@ -29,6 +29,28 @@ where
     }
 }
 
+/// `weir controller` pushing to `weir`'s admin API, reading the API server of `kubeconfig`,
+/// publishing 192.0.2.10 as the Gateways' address, its log (at `info`) to `log`.
+fn controller(weir: &Weir, kubeconfig: &std::path::Path, log: Stdio) -> Proc {
+    Proc {
+        child: Command::new(WEIR)
+            .args([
+                "controller",
+                "--proxy-admin",
+                &format!("http://127.0.0.1:{}", weir.admin),
+                "--publish-status-address",
+                "192.0.2.10",
+            ])
+            .env("KUBECONFIG", kubeconfig)
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap(),
+        port: 0,
+    }
+}
+
 fn backend(namespace: &str, name: &str, port: u16) -> String {
     format!(
         "apiVersion: v1\nkind: Service\nmetadata: {{name: {name}, namespace: {namespace}}}\n\
@@ -142,23 +164,7 @@ async fn gateway_api_is_watched_once_installed_and_its_status_written() {
     let kubeconfig = api.kubeconfig(&dir);
     let log_path = dir.join("controller.log");
     let log = std::fs::File::create(&log_path).unwrap();
-    let mut controller = Proc {
-        child: Command::new(WEIR)
-            .args([
-                "controller",
-                "--proxy-admin",
-                &format!("http://127.0.0.1:{}", weir.admin),
-                "--publish-status-address",
-                "192.0.2.10",
-            ])
-            .env("KUBECONFIG", &kubeconfig)
-            .env("RUST_LOG", "info")
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .unwrap(),
-        port: 0,
-    };
+    let mut controller = controller(&weir, &kubeconfig, log.into());
     let c = client();
     let served_by = |host: &'static str, path: &'static str| {
         let c = c.clone();
@@ -516,22 +522,7 @@ spec:
     let weir = Weir::start("{}", &[]);
     let dir = temp_dir("gateway-generations");
     let kubeconfig = api.kubeconfig(&dir);
-    let mut controller = Proc {
-        child: Command::new(WEIR)
-            .args([
-                "controller",
-                "--proxy-admin",
-                &format!("http://127.0.0.1:{}", weir.admin),
-                "--publish-status-address",
-                "192.0.2.10",
-            ])
-            .env("KUBECONFIG", &kubeconfig)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-        port: 0,
-    };
+    let mut controller = controller(&weir, &kubeconfig, Stdio::null());
     const GW: &str = "gateway.networking.k8s.io/v1";
     let get = |kind: &str, name: &str| {
         let ns = if kind == "GatewayClass" { "" } else { "infra" };
@@ -791,20 +782,7 @@ data:
     let weir = Weir::start("{}", &[]);
     let dir = temp_dir("gateway-versions");
     let kubeconfig = api.kubeconfig(&dir);
-    let mut controller = Proc {
-        child: Command::new(WEIR)
-            .args([
-                "controller",
-                "--proxy-admin",
-                &format!("http://127.0.0.1:{}", weir.admin),
-            ])
-            .env("KUBECONFIG", &kubeconfig)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-        port: 0,
-    };
+    let mut controller = controller(&weir, &kubeconfig, Stdio::null());
     let limit = Duration::from_secs(20);
     let get = |version: &str, kind: &str, name: &str| {
         api.get(
