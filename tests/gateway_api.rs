@@ -8153,7 +8153,10 @@ impl ClientCas {
     fn new() -> ClientCas {
         use rcgen::ExtendedKeyUsagePurpose::{ClientAuth, ServerAuth};
         let server_ca = common::ca::Ca::new("server CA");
-        let server = server_ca.leaf(&["example.org", "second-example.org"], ServerAuth);
+        let server = server_ca.leaf(
+            &["example.org", "second-example.org", "open.example.org"],
+            ServerAuth,
+        );
         let default_ca = common::ca::Ca::new("client CA");
         let per_port_ca = common::ca::Ca::new("per-port client CA");
         ClientCas {
@@ -8231,6 +8234,34 @@ impl ClientCas {
             r.map(|r| r.resp),
             asked.load(std::sync::atomic::Ordering::SeqCst),
         )
+    }
+
+    /// `GET path HTTP/1.0` without a Host over TLS with SNI `sni`, presenting `client`: the
+    /// answer's head.
+    async fn raw_http10(
+        &self,
+        port: u16,
+        sni: &str,
+        client: Option<&common::ca::Leaf>,
+        path: &str,
+    ) -> String {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let (connector, _) = common::tls::connector_presenting(
+            self.server_ca.issuer.der().clone(),
+            client.map(|c| (c.pem.as_str(), c.key_pem.as_str())),
+            true,
+        );
+        let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .unwrap();
+        let name = rustls::pki_types::ServerName::try_from(sni.to_string()).unwrap();
+        let mut tls = connector.connect(name, tcp).await.unwrap();
+        tls.write_all(format!("GET {path} HTTP/1.0\r\n\r\n").as_bytes())
+            .await
+            .unwrap();
+        let mut out = Vec::new();
+        let _ = tokio::time::timeout(Duration::from_secs(10), tls.read_to_end(&mut out)).await;
+        String::from_utf8_lossy(&out).to_string()
     }
 
     /// Three connections presenting `client` fail, each after Weir asked for a certificate.
@@ -8325,8 +8356,28 @@ async fn frontend_client_certificates_as_upstream_validates_them() {
     let case = client_validation_case("client-validation-default", "");
     let c = client();
 
+    // Beside the suite's objects: a route without host names on the listener that asks for
+    // client certificates, and another Gateway's listener that asks for none.
+    let with_open = format!(
+        "{case}---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {{name: any-host, namespace: gateway-conformance-infra}}
+spec:
+  parentRefs: [{{name: client-validation-default, sectionName: https}}]
+  rules: [{{matches: [{{path: {{type: PathPrefix, value: /any}}}}], backendRefs: [{{name: infra-backend-v3, port: 8080}}]}}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {{name: open, namespace: gateway-conformance-infra}}
+spec:
+  gatewayClassName: weir
+  listeners:
+  - {{name: https, port: 443, protocol: HTTPS, hostname: open.example.org, tls: {{certificateRefs: [{{name: tls-validity-checks-certificate}}]}}}}
+"
+    );
     let route = "gateway-conformance-infra/client-validation-default-test";
-    let bed = client_validation_bed(&c, &cas, &case, "443", route).await;
+    let bed = client_validation_bed(&c, &cas, &with_open, "443", route).await;
     let s = bed.status_when(&c, |_| true).await;
     let gw = &s["gateways"]["gateway-conformance-infra/client-validation-default"];
     for type_ in ["Accepted", "ResolvedRefs", "Programmed"] {
@@ -8347,6 +8398,14 @@ async fn frontend_client_certificates_as_upstream_validates_them() {
     cas.refused(port, "example.org", Some(&cas.per_port_client))
         .await;
     cas.refused(port, "example.org", None).await;
+    // A request without a host goes to host-less routes, the default certificate's: over a
+    // connection made for another name, without a client certificate, it is misdirected.
+    let with_cert = cas
+        .raw_http10(port, "example.org", Some(&cas.default_client), "/any")
+        .await;
+    assert!(with_cert.starts_with("HTTP/1.0 200"), "{with_cert}");
+    let without = cas.raw_http10(port, "open.example.org", None, "/any").await;
+    assert!(without.starts_with("HTTP/1.0 421"), "{without}");
     drop(bed);
 
     // Beside it, another Gateway's listener on the port asks for no client certificate and

@@ -92,7 +92,8 @@ where
     let mut upstream = match &service.tls {
         None => crate::upstream::Stream::Tcp(upstream),
         Some(tls) => {
-            let handshake = tls.handshake(&target, upstream, false);
+            // The ALPN the service offers (h2 for an h2c Service's port) is what it speaks.
+            let handshake = tls.handshake(&target, upstream, service.h2);
             match tokio::time::timeout(service.connect_timeout, handshake).await {
                 Ok(Ok(s)) => s,
                 Ok(Err(e)) => {

@@ -114,27 +114,29 @@ impl<'t> Session<'t> {
 /// a Host other than the SNI): it gets 421, so that the client opens a connection for that
 /// host. A Host that no certificate covers (no default) is not refused. Each Gateway listener
 /// host name gets a certificate entry of its own, so this is the Gateway API's "the request
-/// belongs to another listener" too. Without a server name the connection got the default
-/// certificate: only a host that asks for client certificates is refused then, so that a
-/// handshake without SNI cannot reach it.
+/// belongs to another listener" too. A request without a host (HTTP/1.0, HTTP/2 without
+/// `:authority`) is served by host-less routes, the default certificate's; that, and a
+/// connection without a server name (which got the default certificate), are refused only
+/// where the certificate asked for asks for client certificates, so that neither way reaches
+/// such a host without one.
 fn misdirected(conn: &ConnInfo, rt: &Runtime, host: &str) -> bool {
     if !conn.tls {
         return false;
     }
     let host = crate::router::strip_port(host);
-    let Some(sni) = conn.sni.as_deref() else {
-        return !host.is_empty()
-            && rt.certs.mutual_config(Some(host)).is_some()
-            && match (rt.certs.find(Some(host)), rt.certs.find(None)) {
-                (Some(asked), Some(got)) => !Arc::ptr_eq(&asked, &got),
-                _ => true,
-            };
-    };
-    !host.is_empty()
-        && !host.eq_ignore_ascii_case(sni)
-        && match (rt.certs.find(Some(host)), rt.certs.find(Some(sni))) {
-            (Some(asked), Some(got)) => !Arc::ptr_eq(&asked, &got),
-            (Some(_), None) => true,
-            (None, _) => false,
+    let asked_name = (!host.is_empty()).then_some(host);
+    let sni = conn.sni.as_deref();
+    if let (Some(h), Some(s)) = (asked_name, sni) {
+        if h.eq_ignore_ascii_case(s) {
+            return false;
         }
+    }
+    let Some(asked) = rt.certs.find(asked_name) else {
+        return false;
+    };
+    match rt.certs.find(sni) {
+        Some(got) if Arc::ptr_eq(&asked, &got) => false,
+        _ if asked_name.is_none() || sni.is_none() => rt.certs.mutual_config(asked_name).is_some(),
+        _ => true,
+    }
 }
