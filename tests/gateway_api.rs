@@ -1990,83 +1990,6 @@ spec:
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn each_host_belongs_to_its_most_specific_listener_only() {
-    let mut case = String::from(
-        "\
-apiVersion: gateway.networking.k8s.io/v1
-kind: Gateway
-metadata: {name: isolation, namespace: gateway-conformance-infra}
-spec:
-  gatewayClassName: weir
-  listeners:
-  - {name: empty-hostname, port: 80, protocol: HTTP, allowedRoutes: {namespaces: {from: All}}}
-  - {name: wildcard-example-com, port: 80, protocol: HTTP, hostname: '*.example.com', allowedRoutes: {namespaces: {from: All}}}
-  - {name: wildcard-foo-example-com, port: 80, protocol: HTTP, hostname: '*.foo.example.com', allowedRoutes: {namespaces: {from: All}}}
-  - {name: abc-foo-example-com, port: 80, protocol: HTTP, hostname: abc.foo.example.com, allowedRoutes: {namespaces: {from: All}}}
-",
-    );
-    for (i, listener) in [
-        "empty-hostname",
-        "wildcard-example-com",
-        "wildcard-foo-example-com",
-        "abc-foo-example-com",
-    ]
-    .iter()
-    .enumerate()
-    {
-        let backend = [
-            "infra-backend-v1",
-            "infra-backend-v2",
-            "infra-backend-v3",
-            "infra-backend-v1",
-        ][i];
-        case.push_str(&format!(
-            "---
-apiVersion: gateway.networking.k8s.io/v1
-kind: HTTPRoute
-metadata: {{name: attaches-to-{listener}, namespace: gateway-conformance-infra}}
-spec:
-  parentRefs: [{{name: isolation, sectionName: {listener}}}]
-  rules:
-  - matches: [{{path: {{type: PathPrefix, value: /{listener}}}}}]
-    backendRefs: [{{name: {backend}, port: 8080}}]
-"
-        ));
-    }
-    let bed = Bed::start(&case);
-    let c = client();
-    bed.route_status(
-        &c,
-        "gateway-conformance-infra/attaches-to-abc-foo-example-com",
-    )
-    .await;
-    let paths = [
-        "/empty-hostname",
-        "/wildcard-example-com",
-        "/wildcard-foo-example-com",
-        "/abc-foo-example-com",
-    ];
-    // (host, the one path served there); every other listener's path answers 404.
-    let cases = [
-        ("bar.com", "/empty-hostname"),
-        ("bar.example.com", "/wildcard-example-com"),
-        // `*.example.com` covers names several labels deep.
-        ("bar.baz.example.com", "/wildcard-example-com"),
-        ("bar.foo.example.com", "/wildcard-foo-example-com"),
-        ("x.y.foo.example.com", "/wildcard-foo-example-com"),
-        ("abc.foo.example.com", "/abc-foo-example-com"),
-        ("ABC.foo.example.com", "/abc-foo-example-com"),
-    ];
-    for (host, served) in cases {
-        for path in paths {
-            let r = bed.request(&c, host, path, &[]).await;
-            let want = if path == served { 200 } else { 404 };
-            assert_eq!(r.status, want, "{host}{path}");
-        }
-    }
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mirrors_get_copies_whose_answers_are_thrown_away() {
     use common::recorder::{response, Server};
     // Two mirrors: one answers slowly with an error, the other records; neither shows.
@@ -5922,8 +5845,12 @@ spec:
         for (host, served) in [
             ("bar.com", "/empty-hostname"),
             ("bar.example.com", "/wildcard-example-com"),
+            // `*.example.com` covers names several labels deep.
+            ("bar.baz.example.com", "/wildcard-example-com"),
             ("bar.foo.example.com", "/wildcard-foo-example-com"),
+            ("x.y.foo.example.com", "/wildcard-foo-example-com"),
             ("abc.foo.example.com", "/abc-foo-example-com"),
+            ("ABC.foo.example.com", "/abc-foo-example-com"),
         ] {
             for (name, _) in listeners {
                 let path = format!("/{name}");
@@ -8484,10 +8411,10 @@ async fn frontend_insecure_fallback_as_upstream_validates_it() {
             "{gw:#}"
         );
         let tls_port = bed.tls_port.unwrap();
-        for (client, asks) in [(Some(own), true), (Some(other), true), (None, true)] {
+        for client in [Some(own), Some(other), None] {
             let (r, asked) = cas.call(tls_port, host, client).await;
             served_by(&r.unwrap(), backend);
-            assert_eq!(asked, asks, "{port}");
+            assert!(asked, "{port}: a certificate is asked for");
         }
     }
 }

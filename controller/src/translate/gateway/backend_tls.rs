@@ -230,22 +230,12 @@ impl Translator<'_> {
                         return fail(self, &field, "InvalidKind", m);
                     }
                     let cm = Key::new(key.namespace.as_str(), r.name.as_str());
-                    let found = self
-                        .store
-                        .config_maps
-                        .get(&cm)
-                        .and_then(|c| c.data.as_ref())
-                        .and_then(|d| d.get("ca.crt"))
-                        .filter(|p| p.contains("-----BEGIN CERTIFICATE-----"));
-                    match found {
-                        Some(p) => {
+                    match self.config_map_ca(&cm) {
+                        Ok(p) => {
                             pem.push_str(p);
                             pem.push('\n');
                         }
-                        None => {
-                            let m = format!("ConfigMap {cm} has no PEM certificate at key ca.crt");
-                            return fail(self, &field, "InvalidCACertificateRef", m);
-                        }
+                        Err(m) => return fail(self, &field, "InvalidCACertificateRef", m),
                     }
                 }
                 Some(pem)

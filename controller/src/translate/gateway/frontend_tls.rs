@@ -8,6 +8,7 @@
 use weir_crds::gateway::{FrontendTls, FrontendValidation, ObjectReference};
 use weir_proxy::config::{ClientValidation, ClientValidationMode};
 
+use super::listeners::RefError;
 use super::status::Cond;
 use crate::problem::Reason;
 use crate::store::{Key, Kind};
@@ -123,49 +124,23 @@ impl Translator<'_> {
     /// The PEM CA certificates a `caCertificateRefs` entry of Gateway `key` names, or the
     /// listener condition reason and message of why it cannot be used.
     fn frontend_ca(&self, key: &Key, r: &ObjectReference) -> Result<&str, (&'static str, String)> {
-        let group = r.group.as_deref().unwrap_or("");
-        let kind = r.kind.as_deref().unwrap_or("");
-        if !group.is_empty() || kind != "ConfigMap" {
-            return Err((
-                "InvalidCACertificateKind",
-                format!("{group}/{kind} {:?} is not a ConfigMap", r.name),
-            ));
-        }
-        let ns = r.namespace.as_deref().unwrap_or(&key.namespace);
-        if ns != key.namespace
-            && !self.granted(
-                ("gateway", "Gateway", &key.namespace),
-                ("", "ConfigMap", ns, &r.name),
-            )
-        {
-            return Err((
-                "RefNotPermitted",
-                format!(
-                    "ConfigMap {ns}/{} is in another namespace and no ReferenceGrant there \
-                     allows Gateways of {}",
-                    r.name, key.namespace
-                ),
-            ));
-        }
+        let ns = self
+            .gateway_ref(key, r, "ConfigMap", "caCertificateRefs")
+            .map_err(|e| match e {
+                RefError::WrongKind(m) => ("InvalidCACertificateKind", m),
+                RefError::NotPermitted(m) => ("RefNotPermitted", m),
+            })?;
         let cm = Key::new(ns, r.name.as_str());
         let pem = self
-            .store
-            .config_maps
-            .get(&cm)
-            .and_then(|c| c.data.as_ref())
-            .and_then(|d| d.get("ca.crt"));
-        match pem {
-            None => Err((
+            .config_map_ca(&cm)
+            .map_err(|m| ("InvalidCACertificateRef", m))?;
+        // Parsed here as the proxy will, so that a bad bundle is this listener's problem.
+        weir_proxy::tls::parse_roots(pem).map_err(|m| {
+            (
                 "InvalidCACertificateRef",
-                format!("ConfigMap {cm} not found, or without key ca.crt"),
-            )),
-            Some(p) => match weir_proxy::tls::parse_roots(p) {
-                Ok(_) => Ok(p),
-                Err(m) => Err((
-                    "InvalidCACertificateRef",
-                    format!("ConfigMap {cm} key ca.crt: {m}"),
-                )),
-            },
-        }
+                format!("ConfigMap {cm} key ca.crt: {m}"),
+            )
+        })?;
+        Ok(pem)
     }
 }

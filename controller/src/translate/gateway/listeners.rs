@@ -261,9 +261,9 @@ impl Translator<'_> {
             ));
         };
         let ns = self
-            .gateway_secret_ref(key, r, "certificateRefs[0]")
+            .gateway_ref(key, r, "Secret", "certificateRefs[0]")
             .map_err(|e| match e {
-                RefError::NotSecret(m) => bad(m),
+                RefError::WrongKind(m) => bad(m),
                 RefError::NotPermitted(m) => Cond::no("ResolvedRefs", "RefNotPermitted", m),
             })?;
         let skey = Key::new(ns, r.name.as_str());
@@ -349,39 +349,41 @@ impl Translator<'_> {
     ) -> Result<ClientCertificate, (&'static str, String)> {
         let bad = |m: String| ("InvalidClientCertificateRef", m);
         let ns = self
-            .gateway_secret_ref(key, r, "clientCertificateRef")
+            .gateway_ref(key, r, "Secret", "clientCertificateRef")
             .map_err(|e| match e {
-                RefError::NotSecret(m) => bad(m),
+                RefError::WrongKind(m) => bad(m),
                 RefError::NotPermitted(m) => ("RefNotPermitted", m),
             })?;
         let (cert, key_pem) = self.client_certificate(ns, &r.name).map_err(bad)?;
         Ok(ClientCertificate { cert, key: key_pem })
     }
 
-    /// The namespace of the Secret that Gateway `key`'s reference `r` (named `field` in
-    /// messages) names, once it is a core Secret the Gateway may read.
-    fn gateway_secret_ref<'r>(
+    /// The namespace of the core object of kind `kind` (a Secret, a ConfigMap) that Gateway
+    /// `key`'s reference `r` (named `field` in messages) names, once it is of that kind and
+    /// the Gateway may read it (its own namespace, or another one's by ReferenceGrant).
+    pub(super) fn gateway_ref<'r>(
         &self,
         key: &'r Key,
         r: &'r ObjectReference,
+        kind: &str,
         field: &str,
     ) -> Result<&'r str, RefError> {
         let group = r.group.as_deref().unwrap_or("");
-        let kind = r.kind.as_deref().unwrap_or("Secret");
-        if !group.is_empty() || kind != "Secret" {
-            return Err(RefError::NotSecret(format!(
-                "{field} is a {group}/{kind}; only core Secrets are read"
+        let asked = r.kind.as_deref().unwrap_or(kind);
+        if !group.is_empty() || asked != kind {
+            return Err(RefError::WrongKind(format!(
+                "{field} is a {group}/{asked}; only core {kind}s are read"
             )));
         }
         let ns = r.namespace.as_deref().unwrap_or(&key.namespace);
         if ns != key.namespace
             && !self.granted(
                 ("gateway", "Gateway", &key.namespace),
-                ("", "Secret", ns, &r.name),
+                ("", kind, ns, &r.name),
             )
         {
             return Err(RefError::NotPermitted(format!(
-                "Secret {ns}/{} is in another namespace and no ReferenceGrant there allows \
+                "{kind} {ns}/{} is in another namespace and no ReferenceGrant there allows \
                  Gateways of {}",
                 r.name, key.namespace
             )));
@@ -413,10 +415,10 @@ impl Translator<'_> {
     }
 }
 
-/// Why a Gateway's Secret reference cannot be read.
-enum RefError {
-    /// Not a core Secret.
-    NotSecret(String),
+/// Why a Gateway's reference to a Secret or a ConfigMap cannot be read.
+pub(super) enum RefError {
+    /// Not a core object of the kind asked for.
+    WrongKind(String),
     /// In another namespace, without a ReferenceGrant.
     NotPermitted(String),
 }

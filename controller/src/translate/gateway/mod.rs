@@ -108,6 +108,19 @@ struct Attachment {
 }
 
 impl Translator<'_> {
+    /// The PEM CA certificates of ConfigMap `cm` (key `ca.crt`), as BackendTLSPolicies and
+    /// Gateways' client certificate validation name them, or why there are none.
+    pub(super) fn config_map_ca(&self, cm: &Key) -> Result<&str, String> {
+        self.store
+            .config_maps
+            .get(cm)
+            .and_then(|c| c.data.as_ref())
+            .and_then(|d| d.get("ca.crt"))
+            .filter(|p| p.contains("-----BEGIN CERTIFICATE-----"))
+            .map(String::as_str)
+            .ok_or_else(|| format!("ConfigMap {cm} has no PEM certificate at key ca.crt"))
+    }
+
     /// Translates every Gateway API object that is Weir's.
     pub(super) fn gateway_api(&mut self) {
         let store = self.store;
