@@ -8081,7 +8081,12 @@ impl ClientCas {
         use rcgen::ExtendedKeyUsagePurpose::{ClientAuth, ServerAuth};
         let server_ca = common::ca::Ca::new("server CA");
         let server = server_ca.leaf(
-            &["example.org", "second-example.org", "open.example.org"],
+            &[
+                "example.org",
+                "second-example.org",
+                "open.example.org",
+                "*.example.org",
+            ],
             ServerAuth,
         );
         let default_ca = common::ca::Ca::new("client CA");
@@ -8189,6 +8194,33 @@ impl ClientCas {
         let mut out = Vec::new();
         let _ = tokio::time::timeout(Duration::from_secs(10), tls.read_to_end(&mut out)).await;
         String::from_utf8_lossy(&out).to_string()
+    }
+
+    /// A kept-alive HTTP/1.1 connection over TLS with server name `sni`, presenting
+    /// `client`, and whether Weir asked for a certificate.
+    async fn connection(
+        &self,
+        port: u16,
+        sni: &str,
+        client: Option<&common::ca::Leaf>,
+    ) -> (
+        hyper::client::conn::http1::SendRequest<http_body_util::Empty<bytes::Bytes>>,
+        bool,
+    ) {
+        let (connector, asked) = common::tls::connector_presenting(
+            self.server_ca.issuer.der().clone(),
+            client.map(|c| (c.pem.as_str(), c.key_pem.as_str())),
+            true,
+        );
+        let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .unwrap();
+        let name = rustls::pki_types::ServerName::try_from(sni.to_string()).unwrap();
+        let tls = connector.connect(name, tcp).await.unwrap();
+        let io = hyper_util::rt::TokioIo::new(tls);
+        let (send, conn) = hyper::client::conn::http1::handshake(io).await.unwrap();
+        tokio::spawn(conn);
+        (send, asked.load(std::sync::atomic::Ordering::SeqCst))
     }
 
     /// Three connections presenting `client` fail, each after Weir asked for a certificate.
@@ -8370,6 +8402,132 @@ spec:
         421,
         "no SNI, no way around the validation"
     );
+}
+
+/// `GET path` with Host `host` on a kept-alive connection: the status and the backend that
+/// answered (empty when Weir answered).
+async fn get_on(
+    send: &mut hyper::client::conn::http1::SendRequest<http_body_util::Empty<bytes::Bytes>>,
+    host: &str,
+    path: &str,
+) -> (u16, String) {
+    use http_body_util::BodyExt;
+    let req = http::Request::get(path)
+        .header("host", host)
+        .body(http_body_util::Empty::new())
+        .unwrap();
+    let resp = send.send_request(req).await.unwrap();
+    let status = resp.status().as_u16();
+    let name = resp.headers().get("x-echo-name").cloned();
+    resp.into_body().collect().await.unwrap();
+    let name = name.map(|n| n.to_str().unwrap().to_string());
+    (status, name.unwrap_or_default())
+}
+
+/// Client certificates bind the routes of the listener that asks for them, wherever the
+/// request comes in: another Gateway's more specific host name on the same socket, with no
+/// client certificate asked for, does not lead to the protected listener's wildcard route
+/// (421, the route's backend never sees it); and a connection opened before the Gateway asked
+/// for client certificates is not served the protected route after it does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_certificates_bind_the_routes_of_their_listener() {
+    let cas = ClientCas::new();
+    let c = client();
+    let objects = |frontend: &str| {
+        format!(
+            "\
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {{name: protected, namespace: gateway-conformance-infra}}
+spec:
+  gatewayClassName: weir
+  {frontend}
+  listeners:
+  - name: https
+    port: 443
+    protocol: HTTPS
+    hostname: '*.example.org'
+    tls: {{certificateRefs: [{{name: tls-validity-checks-certificate}}]}}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {{name: protected-test, namespace: gateway-conformance-infra}}
+spec:
+  parentRefs: [{{name: protected}}]
+  rules: [{{matches: [{{path: {{type: PathPrefix, value: /secret}}}}], backendRefs: [{{name: infra-backend-v1, port: 8080}}]}}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {{name: open, namespace: gateway-conformance-infra}}
+spec:
+  gatewayClassName: weir
+  listeners:
+  - {{name: https, port: 443, protocol: HTTPS, hostname: open.example.org, tls: {{certificateRefs: [{{name: tls-validity-checks-certificate}}]}}}}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {{name: open-route, namespace: gateway-conformance-infra}}
+spec:
+  parentRefs: [{{name: open}}]
+  rules: [{{matches: [{{path: {{type: PathPrefix, value: /open}}}}], backendRefs: [{{name: infra-backend-v2, port: 8080}}]}}]
+"
+        )
+    };
+    let asks = "tls: {frontend: {default: {validation: {caCertificateRefs: \
+                [{kind: ConfigMap, group: '', name: tls-validity-checks-ca-certificate}]}}}}";
+    let route = "gateway-conformance-infra/protected-test";
+    let bed = client_validation_bed(&c, &cas, &objects(""), "443", route).await;
+    let port = bed.tls_port.unwrap();
+
+    // Before the Gateway asks for client certificates: a connection without one.
+    let (mut early, asked) = cas.connection(port, "a.example.org", None).await;
+    assert!(!asked);
+    assert_eq!(
+        get_on(&mut early, "a.example.org", "/secret").await,
+        (200, "infra-backend-v1".into())
+    );
+
+    bed.rewrite(&format!("{}{}", cas.manifests(), objects(asks)));
+    let started = std::time::Instant::now();
+    loop {
+        let (_, asked) = cas.call(port, "a.example.org", None).await;
+        if asked {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "never asked for a client certificate"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    wait_ready(&c, &bed.weir).await;
+
+    // The protected route, through its own listener's handshake.
+    let (mut own, asked) = cas
+        .connection(port, "a.example.org", Some(&cas.default_client))
+        .await;
+    assert!(asked);
+    assert_eq!(
+        get_on(&mut own, "a.example.org", "/secret").await,
+        (200, "infra-backend-v1".into())
+    );
+    // The connection from before the change no longer reaches it.
+    assert_eq!(get_on(&mut early, "a.example.org", "/secret").await.0, 421);
+
+    // Through the open Gateway's certificate: its own route is served, the protected
+    // wildcard route is not, with a client certificate or without.
+    let (mut open, asked) = cas.connection(port, "open.example.org", None).await;
+    assert!(!asked, "the open listener asks for no certificate");
+    assert_eq!(
+        get_on(&mut open, "open.example.org", "/open").await,
+        (200, "infra-backend-v2".into())
+    );
+    assert_eq!(
+        get_on(&mut open, "open.example.org", "/secret").await.0,
+        421
+    );
+    // Over the protected connection, the open host is another certificate's (421 as well).
+    assert_eq!(get_on(&mut own, "open.example.org", "/open").await.0, 421);
 }
 
 /// GatewayFrontendClientCertificateValidationInsecureFallback: with `AllowInsecureFallback`

@@ -48,6 +48,7 @@ fn routes(n: usize) -> Vec<Route> {
             mirrors: Vec::new(),
             timeout: None,
             upstream_error_status: None,
+            tls_hosts: Vec::new(),
         })
         .collect()
 }

@@ -91,7 +91,19 @@ struct Served {
     key: Arc<CertifiedKey>,
     /// `Some` for a certificate with `client_validation`: its own configuration, built once
     /// per table, whose verifier checks the client's certificate.
-    mutual: Option<Arc<ServerConfig>>,
+    mutual: Option<(Arc<ServerConfig>, Arc<ClientCheck>)>,
+}
+
+/// What a handshake that asked for a client certificate checked: the certificate served and
+/// its validation. A connection keeps it; a route that asks for a check is served only over
+/// a connection whose check is equal to the current table's (so a connection opened before
+/// the check was set or changed is not let through).
+#[derive(Debug, PartialEq, Eq)]
+pub struct ClientCheck {
+    /// The served certificate's id.
+    pub certificate: String,
+    /// The check its handshakes made.
+    pub validation: ClientValidation,
 }
 
 /// The certificates of one routing table, indexed by server name.
@@ -102,6 +114,8 @@ pub struct CertStore {
     wildcard: HashMap<String, Arc<Served>>,
     /// A certificate without `snis`: served when nothing else matches (or no SNI was sent).
     default: Option<Arc<Served>>,
+    /// The checks of certificates with `client_validation`, by certificate id.
+    checks: HashMap<String, Arc<ClientCheck>>,
 }
 
 impl std::fmt::Debug for CertStore {
@@ -129,7 +143,13 @@ impl CertStore {
                         let key = key.clone();
                         move |_: Option<&str>| Some(key.clone())
                     });
-                    Some(Arc::new(server_config_with(verifier, Arc::new(resolver))))
+                    let config = Arc::new(server_config_with(verifier, Arc::new(resolver)));
+                    let check = Arc::new(ClientCheck {
+                        certificate: c.id.clone(),
+                        validation: v.clone(),
+                    });
+                    store.checks.insert(c.id.clone(), check.clone());
+                    Some((config, check))
                 }
             };
             let served = Arc::new(Served { key, mutual });
@@ -159,10 +179,19 @@ impl CertStore {
     }
 
     /// The server configuration of a handshake for `server_name` when its certificate asks
-    /// for a client certificate; `None` means the shared configuration (no client
-    /// certificate asked for).
-    pub fn mutual_config(&self, server_name: Option<&str>) -> Option<Arc<ServerConfig>> {
+    /// for a client certificate, with what that handshake checks; `None` means the shared
+    /// configuration (no client certificate asked for).
+    pub fn mutual_config(
+        &self,
+        server_name: Option<&str>,
+    ) -> Option<(Arc<ServerConfig>, Arc<ClientCheck>)> {
         self.served(server_name).and_then(|s| s.mutual.clone())
+    }
+
+    /// The check of the certificate with id `certificate`, when it asks for client
+    /// certificates.
+    pub fn client_check(&self, certificate: &str) -> Option<&Arc<ClientCheck>> {
+        self.checks.get(certificate)
     }
 
     fn served(&self, server_name: Option<&str>) -> Option<&Arc<Served>> {
@@ -445,9 +474,15 @@ mod tests {
             cert("w", CERT_WILD, KEY_WILD, &["*.example.test"]),
         ])
         .unwrap();
-        assert!(store.mutual_config(Some("a.example.test")).is_some());
+        let (_, check) = store.mutual_config(Some("a.example.test")).unwrap();
+        assert!(Arc::ptr_eq(&check, store.client_check("m").unwrap()));
+        assert_eq!(
+            check.validation,
+            *mutual.client_validation.as_ref().unwrap()
+        );
         assert!(store.mutual_config(Some("b.example.test")).is_none());
         assert!(store.mutual_config(None).is_none());
+        assert!(store.client_check("w").is_none());
 
         // CERT_A is not signed by CERT_WILD: only `optional_no_ca` takes it.
         let leaf = CertificateDer::from_pem_slice(CERT_A.as_bytes()).unwrap();

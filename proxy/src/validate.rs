@@ -459,6 +459,21 @@ impl Config {
                     errs.push("route", &r.id, format!("excluded_hosts[{i}]"), m);
                 }
             }
+            for (i, t) in r.tls_hosts.iter().enumerate() {
+                if let Some(Err(m)) = t.host.as_deref().map(check_host) {
+                    errs.push("route", &r.id, format!("tls_hosts[{i}].host"), m);
+                }
+                let Some(id) = t.client_certificate.as_deref() else {
+                    continue;
+                };
+                let m = match self.certificates.iter().find(|c| c.id == id) {
+                    Some(c) if c.client_validation.is_some() => continue,
+                    Some(_) => format!("certificate {id:?} has no client_validation"),
+                    None => format!("no certificate with id {id:?}"),
+                };
+                let field = format!("tls_hosts[{i}].client_certificate");
+                errs.push("route", &r.id, field, m);
+            }
             for (i, p) in r.paths.iter().enumerate() {
                 if let Err(m) = check_path_rule(p) {
                     errs.push("route", &r.id, format!("paths[{i}].path"), m);
@@ -1099,6 +1114,23 @@ mod tests {
             "plugin \"p\": name: unknown plugin \"nosuch\"",
             "plugin \"q\": config: bad: not allowed",
             "plugin \"x\": route: no route with id \"zz\"",
+        ];
+        for w in want {
+            assert!(e.iter().any(|l| l.contains(w)), "missing {w:?} in {e:#?}");
+        }
+    }
+
+    #[test]
+    fn tls_hosts_name_a_certificate_that_asks_for_client_certificates() {
+        let e = errors(
+            "routes:\n\
+             - {id: r, hosts: [a.example.com], tls_hosts: [{host: 'a.*.com'}, {host: a.example.com, client_certificate: plain}, {client_certificate: missing}]}\n\
+             certificates: [{id: plain, cert: x, key: y, snis: [a.example.com]}]\n",
+        );
+        let want = [
+            "route \"r\": tls_hosts[0].host",
+            "route \"r\": tls_hosts[1].client_certificate: certificate \"plain\" has no client_validation",
+            "route \"r\": tls_hosts[2].client_certificate: no certificate with id \"missing\"",
         ];
         for w in want {
             assert!(e.iter().any(|l| l.contains(w)), "missing {w:?} in {e:#?}");

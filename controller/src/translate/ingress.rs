@@ -613,6 +613,7 @@ impl Translator<'_> {
             mirrors: Vec::new(),
             timeout: None,
             upstream_error_status: None,
+            tls_hosts: Vec::new(),
         });
     }
 }

@@ -8,6 +8,7 @@ pub mod canary;
 pub mod fallback;
 pub mod mirror;
 pub mod passthrough;
+pub mod tls_hosts;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, LazyLock};
@@ -33,6 +34,7 @@ use canary::CompiledCanary;
 use fallback::CompiledFallback;
 use mirror::CompiledMirror;
 use passthrough::Passthrough;
+use tls_hosts::TlsHosts;
 
 /// A compiled routing table.
 pub struct Runtime {
@@ -101,6 +103,9 @@ pub struct CompiledRoute {
     pub timeout: Option<Duration>,
     /// Answered when no try got an answer from the upstream.
     pub upstream_error: StatusCode,
+    /// Over TLS, the hosts served and the client-certificate checks they ask for; `None`,
+    /// any connection.
+    pub tls_hosts: Option<Box<TlsHosts>>,
 }
 
 /// A service, ready for requests.
@@ -401,6 +406,7 @@ impl Runtime {
                     .and_then(|s| StatusCode::from_u16(s).ok())
                     .unwrap_or(StatusCode::BAD_GATEWAY);
                 Ok(CompiledRoute {
+                    tls_hosts: TlsHosts::new(&r.tls_hosts, r.deep_wildcards, &certs),
                     mirrors,
                     upstream_error,
                     timeout: r.timeout.map(Duration::from_millis),

@@ -208,6 +208,27 @@ pub struct Route {
     /// the answer's head); 502 unless set. Timeouts stay 504.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub upstream_error_status: Option<u16>,
+    /// For requests over TLS: the hosts the route is served for and the client certificates
+    /// each asks for (a Gateway listener's, an Ingress host's). When set, a request over TLS
+    /// is served only if one entry covering its host asks for nothing, or asks for the
+    /// client-certificate check of the certificate the connection's handshake was made with;
+    /// otherwise it gets `421`. Unset: any connection.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tls_hosts: Vec<TlsHost>,
+}
+
+/// A host a route is served for over TLS, and the client certificate it asks for.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TlsHost {
+    /// A host as in the route's `hosts` (`*.` as the route's `deep_wildcards` says); absent,
+    /// every host.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
+    /// The id of a certificate with `client_validation`: the connection must have been
+    /// made with it, as its validation stands now. Absent: no client certificate asked for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_certificate: Option<String>,
 }
 
 /// TLS routing by server name: connections whose ClientHello names one of `hosts` go to a

@@ -32,6 +32,7 @@ use crate::config::{Config, ConfigError};
 use crate::metrics::Metrics;
 use crate::pipeline::{ConnActivity, LogRecord, LogSink, RequestCtx};
 use crate::plugins::Registry;
+use crate::tls::ClientCheck;
 
 pub use headers::Cidr;
 
@@ -480,7 +481,7 @@ pub(crate) fn worker(
                             }
                             passthrough::Decision::Terminate => {
                                 drop(rt);
-                                if let Some(stream) =
+                                if let Some((stream, check)) =
                                     handshake(&tls_config, stream, &shared, stop.clone()).await
                                 {
                                     let rt = shared.runtime.load_full();
@@ -494,6 +495,7 @@ pub(crate) fn worker(
                                             drop(rt);
                                             let mut conn = conn;
                                             conn.sni = name.map(Box::from);
+                                            conn.client_check = check;
                                             let h2 =
                                                 stream.get_ref().1.alpn_protocol() == Some(b"h2");
                                             serve_connection(
@@ -528,7 +530,10 @@ async fn handshake(
     stream: tokio::net::TcpStream,
     shared: &Shared,
     mut stop: watch::Receiver<bool>,
-) -> Option<tokio_rustls::server::TlsStream<tokio::net::TcpStream>> {
+) -> Option<(
+    tokio_rustls::server::TlsStream<tokio::net::TcpStream>,
+    Option<Arc<ClientCheck>>,
+)> {
     if *stop.borrow() {
         return None;
     }
@@ -538,7 +543,7 @@ async fn handshake(
         _ = stop.changed() => return None,
     };
     match result {
-        Ok(Ok(stream)) => Some(stream),
+        Ok(Ok(accepted)) => Some(accepted),
         Ok(Err(e)) => {
             shared
                 .metrics
@@ -583,7 +588,10 @@ async fn accept_tls(
     shared_config: &Arc<rustls::ServerConfig>,
     stream: tokio::net::TcpStream,
     shared: &Shared,
-) -> io::Result<tokio_rustls::server::TlsStream<tokio::net::TcpStream>> {
+) -> io::Result<(
+    tokio_rustls::server::TlsStream<tokio::net::TcpStream>,
+    Option<Arc<ClientCheck>>,
+)> {
     let acceptor = rustls::server::Acceptor::default();
     let start = tokio_rustls::LazyConfigAcceptor::new(acceptor, stream).await?;
     let config = {
@@ -596,11 +604,13 @@ async fn accept_tls(
         if certs.find(name).is_none() {
             return Err(io::Error::other("no certificate for the server name"));
         }
-        certs
-            .mutual_config(name)
-            .unwrap_or_else(|| shared_config.clone())
+        match certs.mutual_config(name) {
+            Some((config, check)) => (config, Some(check)),
+            None => (shared_config.clone(), None),
+        }
     };
-    start.into_stream(config).await
+    let (config, check) = config;
+    Ok((start.into_stream(config).await?, check))
 }
 
 /// hyper's server, as each kind of connection it takes needs it.

@@ -5,11 +5,14 @@
 //! asks for a client certificate in the handshakes of that listener's certificate entry, so a
 //! refused certificate fails the TLS connection itself (no HTTP answer is given).
 
+use std::collections::BTreeMap;
+
 use weir_crds::gateway::{FrontendTls, FrontendValidation, ObjectReference};
 use weir_proxy::config::{ClientValidation, ClientValidationMode};
 
 use super::listeners::RefError;
 use super::status::Cond;
+use super::GatewayEval;
 use crate::problem::Reason;
 use crate::store::{Key, Kind};
 use crate::translate::{obj, Translator};
@@ -35,6 +38,54 @@ pub(super) fn insecure_fallback(frontend: &FrontendTls) -> bool {
 }
 
 impl Translator<'_> {
+    /// Reports listeners that ask for client certificates while a listener of another
+    /// Gateway, with the same host name on the shared TLS socket, asks for none or for
+    /// others. One certificate serves a name there (the first Gateway's by name), so the
+    /// other's routes answer 421 to requests for it: never served without the check they ask
+    /// for, but not served either.
+    pub(super) fn client_certificate_overlaps(&mut self, gateways: &[GatewayEval]) {
+        let mut by_host: BTreeMap<&str, Vec<(usize, usize)>> = BTreeMap::new();
+        for (g, gw) in gateways.iter().enumerate() {
+            for (i, l) in gw.listeners.iter().enumerate() {
+                if l.has_certificate {
+                    by_host
+                        .entry(l.hostname.as_deref().unwrap_or("*"))
+                        .or_default()
+                        .push((g, i));
+                }
+            }
+        }
+        for (host, listeners) in by_host {
+            for &(g, i) in &listeners {
+                let mine = &gateways[g].listeners[i];
+                if mine.client_certificate.is_none() {
+                    continue;
+                }
+                let other = listeners.iter().find(|&&(h, j)| {
+                    h != g && gateways[h].listeners[j].client_certificate != mine.client_certificate
+                });
+                let Some(&(h, j)) = other else { continue };
+                let (key, theirs) = (&gateways[g].key, &gateways[h].listeners[j]);
+                let asks = match theirs.client_certificate {
+                    None => "no client certificate",
+                    Some(_) => "other client certificates",
+                };
+                self.problem(
+                    obj(Kind::Gateway, key),
+                    Reason::Conflict,
+                    format!("spec.listeners[{i}].hostname"),
+                    format!(
+                        "host name {host:?} is also served by listener {} of Gateway {}, \
+                         which asks for {asks}; Weir's TLS socket serves one certificate per \
+                         name, and this listener's routes answer 421 where the other's is \
+                         served: give each a host name of its own",
+                        theirs.name, gateways[h].key
+                    ),
+                );
+            }
+        }
+    }
+
     /// The client certificate validation of Gateway `key`'s HTTPS listeners on `port`.
     pub(super) fn frontend_validation(
         &mut self,

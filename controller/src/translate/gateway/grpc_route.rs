@@ -133,9 +133,7 @@ impl Translator<'_> {
                     Vec::new(),
                     priority,
                 );
-                r.hosts = at.hosts.clone();
-                r.protocols = at.protocols.clone();
-                r.excluded_hosts = at.excluded.clone();
+                at.place(&mut r);
                 let mut entries = backends.entries.clone();
                 let filters = self.http_filters(
                     Kind::GRPCRoute,

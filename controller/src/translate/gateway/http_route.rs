@@ -16,7 +16,7 @@ use weir_crds::gateway::{
     ParentReference, PathModifier,
 };
 use weir_proxy::config::{
-    ClientProtocol, PathKind, PathRule, PluginConfig, Route, RouteMirror, ValueMatch,
+    ClientProtocol, PathKind, PathRule, PluginConfig, Route, RouteMirror, TlsHost, ValueMatch,
     ValueMatchKind, WeightedBackend,
 };
 use weir_proxy::validate::check_path_rule;
@@ -59,9 +59,21 @@ pub(super) struct Attached<'r> {
     /// Whether every listener it attached to terminates TLS (`TLS` listeners in `Terminate`
     /// mode, for TLSRoutes).
     pub terminated: bool,
+    /// Its HTTPS host names with the client certificate each listener asks for; empty when
+    /// none asks.
+    pub tls_hosts: Vec<TlsHost>,
 }
 
 impl Attached<'_> {
+    /// Sets where a route of the table is served: hosts, protocols, the hosts left to other
+    /// listeners and the client certificates asked for.
+    pub fn place(&self, r: &mut Route) {
+        r.hosts = self.hosts.clone();
+        r.protocols = self.protocols.clone();
+        r.excluded_hosts = self.excluded.clone();
+        r.tls_hosts = self.tls_hosts.clone();
+    }
+
     /// The route's status, each parent with its `Accepted` and the route's `ResolvedRefs`.
     pub fn status(self, generation: Option<i64>, resolved: Cond) -> RouteStatus {
         RouteStatus {
@@ -104,7 +116,7 @@ impl Translator<'_> {
         };
         self.route_gateways = a.gateways.clone();
         let resolved = if a.attached {
-            self.http_rules(key, route, &a.hosts, &a.protocols, &a.excluded)
+            self.http_rules(key, route, &a)
         } else {
             Cond::yes("ResolvedRefs", "ResolvedRefs")
         };
@@ -128,6 +140,7 @@ impl Translator<'_> {
         let mut hosts: Option<BTreeSet<String>> = Some(BTreeSet::new());
         let mut any_host = false;
         let mut protocols: Vec<ClientProtocol> = Vec::new();
+        let mut tls_hosts: Vec<TlsHost> = Vec::new();
         // (gateway, listener) pairs the route attached to.
         let mut on: BTreeSet<(usize, usize)> = BTreeSet::new();
         for parent in parent_refs {
@@ -141,6 +154,22 @@ impl Translator<'_> {
                     let l = &gateways[at.gateway].listeners[i];
                     if let Some(p) = l.served_as.filter(|p| !protocols.contains(p)) {
                         protocols.push(p);
+                    }
+                    if l.served_as == Some(ClientProtocol::Https) {
+                        let certificate = &l.client_certificate;
+                        let entries = match names.is_empty() {
+                            true => vec![None],
+                            false => names.iter().cloned().map(Some).collect(),
+                        };
+                        for host in entries {
+                            let t = TlsHost {
+                                host,
+                                client_certificate: certificate.clone(),
+                            };
+                            if !tls_hosts.contains(&t) {
+                                tls_hosts.push(t);
+                            }
+                        }
                     }
                     if names.is_empty() {
                         any_host = true;
@@ -157,7 +186,12 @@ impl Translator<'_> {
         if any_host {
             hosts = None;
         }
+        // Only where a listener asks for client certificates does the proxy check.
+        if tls_hosts.iter().all(|t| t.client_certificate.is_none()) {
+            tls_hosts.clear();
+        }
         Some(Attached {
+            tls_hosts,
             attached: parents.iter().any(|(_, c)| c.holds()),
             parents,
             hosts: hosts.into_iter().flatten().collect(),
@@ -177,14 +211,7 @@ impl Translator<'_> {
     }
 
     /// Adds the routes of every rule; returns the route's `ResolvedRefs` condition.
-    fn http_rules(
-        &mut self,
-        key: &Key,
-        route: &HTTPRoute,
-        hosts: &[String],
-        protocols: &[ClientProtocol],
-        excluded: &[String],
-    ) -> Cond {
+    fn http_rules(&mut self, key: &Key, route: &HTTPRoute, at: &Attached) -> Cond {
         let mut resolved = Cond::yes("ResolvedRefs", "ResolvedRefs");
         let default_rule = Default::default();
         let rules = if route.spec.rules.is_empty() {
@@ -213,9 +240,7 @@ impl Translator<'_> {
                 let Some(mut r) = self.http_match(key, &id, &field, m) else {
                     continue;
                 };
-                r.hosts = hosts.to_vec();
-                r.protocols = protocols.to_vec();
-                r.excluded_hosts = excluded.to_vec();
+                at.place(&mut r);
                 r.timeout = request_timeout;
                 let mut entries = backends.entries.clone();
                 let mut edits = rule_edits.clone();
@@ -1213,6 +1238,7 @@ pub(super) fn new_route(
         // Envoy-based gateways answer 503 when the backend cannot be reached, and the
         // conformance suite (HTTPRouteRetryConnectionError) accepts 500 or 503 only.
         upstream_error_status: Some(503),
+        tls_hosts: Vec::new(),
     }
 }
 

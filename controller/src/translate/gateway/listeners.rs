@@ -36,6 +36,11 @@ pub(super) struct ListenerEval {
     pub served_as: Option<ClientProtocol>,
     /// A `TLS` listener that terminates (TLSRoutes get the decrypted bytes).
     pub terminates_tls: bool,
+    /// Whether a certificate of its own is served for its host name (a served `HTTPS` or
+    /// terminating `TLS` listener with a usable certificate).
+    pub has_certificate: bool,
+    /// The id of its certificate when that asks for client certificates.
+    pub client_certificate: Option<String>,
     pub accepted: Cond,
     pub resolved: Cond,
     pub conflicted: Cond,
@@ -119,6 +124,8 @@ impl Translator<'_> {
             from: From::Same,
             served_as: None,
             terminates_tls: false,
+            has_certificate: false,
+            client_certificate: None,
             accepted: Cond::yes("Accepted", "Accepted"),
             resolved: Cond::yes("ResolvedRefs", "ResolvedRefs"),
             conflicted: Cond::no("Conflicted", "NoConflicts", ""),
@@ -173,6 +180,8 @@ impl Translator<'_> {
             };
         }
         if let Some(f) = frontend {
+            // Unusable CAs outweigh the port (the suite reads `NoValidCACertificate` on
+            // listeners of any port).
             if let Some(c) = &f.accepted {
                 eval.accepted = c.clone();
             }
@@ -183,9 +192,13 @@ impl Translator<'_> {
         if l.protocol == "HTTPS" || eval.terminates_tls {
             let validation = frontend.and_then(|f| f.validation.clone());
             let serve = eval.accepted.holds();
-            if let Err(cond) = self.listener_certificate(key, l, serve, validation) {
+            match self.listener_certificate(key, l, serve, validation) {
+                Ok(id) => {
+                    eval.has_certificate = serve;
+                    eval.client_certificate = id;
+                }
                 // A certificate problem outweighs route kinds.
-                eval.resolved = cond;
+                Err(cond) => eval.resolved = cond,
             }
         }
         if eval.accepted.holds() {
@@ -238,14 +251,15 @@ impl Translator<'_> {
     }
 
     /// Adds the certificate of an HTTPS listener (when `serve`), asking clients for theirs as
-    /// `validation` says, or says why there is none.
+    /// `validation` says, or says why there is none. Returns the certificate's id when it
+    /// asks for client certificates.
     fn listener_certificate(
         &mut self,
         key: &Key,
         l: &Listener,
         serve: bool,
         validation: Option<ClientValidation>,
-    ) -> Result<(), Cond> {
+    ) -> Result<Option<String>, Cond> {
         let bad = |m: String| Cond::no("ResolvedRefs", "InvalidCertificateRef", m);
         let tls = l.tls.as_ref();
         if tls
@@ -276,7 +290,7 @@ impl Translator<'_> {
         };
         let (cert, key_pem) = pair.map_err(bad)?;
         if !serve {
-            return Ok(());
+            return Ok(None);
         }
         // One entry per listener host name, even where listeners share a Secret: the proxy
         // answers 421 to a request whose Host belongs to another entry than its SNI
@@ -289,7 +303,8 @@ impl Translator<'_> {
             _ => (format!("{skey}#default"), Vec::new()),
         };
         // Client certificates are a Gateway's setting: its entry is its own.
-        if validation.is_some() {
+        let asks = validation.is_some();
+        if asks {
             id = format!("{id}@{key}");
         }
         match self.config.certificates.iter_mut().find(|c| c.id == id) {
@@ -301,14 +316,14 @@ impl Translator<'_> {
                 }
             }
             None => self.config.certificates.push(Certificate {
-                id,
+                id: id.clone(),
                 cert,
                 key: key_pem,
                 snis,
                 client_validation: validation,
             }),
         }
-        Ok(())
+        Ok(asks.then_some(id))
     }
 
     /// The Gateway's `spec.tls.backend.clientCertificateRef`: `None` when there is none, else

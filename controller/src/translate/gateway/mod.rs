@@ -178,6 +178,7 @@ impl Translator<'_> {
                 backend_tls,
             });
         }
+        self.client_certificate_overlaps(&gateways);
         self.http_routes(&mut gateways);
         self.grpc_routes(&mut gateways);
         self.tls_routes(&mut gateways);
@@ -539,6 +540,103 @@ data:
             .iter()
             .find(|c| c.type_ == "Accepted");
         assert_eq!(accepted.unwrap().reason, "NoValidCACertificate");
+    }
+
+    /// Routes of a listener that asks for client certificates carry its certificate's id for
+    /// their HTTPS host names (the proxy answers 421 over other handshakes), routes of other
+    /// listeners carry none; another Gateway's listener with the same host name, asking for
+    /// none, is reported on the protecting Gateway.
+    #[test]
+    fn routes_of_a_protected_listener_name_its_certificate() {
+        let secret = format!(
+            "---
+apiVersion: v1
+kind: Secret
+metadata: {{name: secure-example-com, namespace: demo}}
+type: kubernetes.io/tls
+stringData:
+  tls.crt: |
+{}  tls.key: |
+{}---
+apiVersion: v1
+kind: ConfigMap
+metadata: {{name: client-ca, namespace: demo}}
+data:
+  ca.crt: |
+{}",
+            fixture_pem("a.example.test.crt"),
+            fixture_pem("a.example.test.key"),
+            fixture_pem("ca.crt")
+        );
+        let gateway = documented("caCertificateRefs: [{group: '', kind: ConfigMap");
+        let others = "---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: plain, namespace: demo}
+spec:
+  gatewayClassName: weir
+  listeners:
+  - {name: http, port: 80, protocol: HTTP}
+  - {name: https, port: 443, protocol: HTTPS, hostname: other.example.com, tls: {certificateRefs: [{name: secure-example-com}]}}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: both, namespace: demo}
+spec:
+  parentRefs: [{name: secure}, {name: plain}]
+  rules: [{backendRefs: [{name: app, port: 80}]}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: plain-only, namespace: demo}
+spec:
+  parentRefs: [{name: plain}]
+  rules: [{backendRefs: [{name: app, port: 80}]}]
+---
+apiVersion: v1
+kind: Service
+metadata: {name: app, namespace: demo}
+spec: {ports: [{port: 80}]}
+";
+        let t = translated(&format!("{gateway}{others}{secret}"));
+        assert!(t.problems.is_empty(), "{:?}", t.problems);
+        let id = "demo/secure-example-com#secure.example.com@demo/secure";
+        assert!(t.config.certificates.iter().any(|c| c.id == id));
+        let route = |name: &str| {
+            let prefix = format!("httproute:demo/{name}/");
+            t.config
+                .routes
+                .iter()
+                .find(|r| r.id.starts_with(&prefix))
+                .unwrap_or_else(|| panic!("{name}: {:#?}", t.config.routes))
+        };
+        let tls = |host: Option<&str>, cert: Option<&str>| weir_proxy::config::TlsHost {
+            host: host.map(str::to_string),
+            client_certificate: cert.map(str::to_string),
+        };
+        // Over TLS, `both` is served for the protected name with its check, for the plain
+        // Gateway's name without; over plain HTTP the proxy does not look.
+        let both = route("both");
+        assert_eq!(
+            both.tls_hosts,
+            [
+                tls(Some("secure.example.com"), Some(id)),
+                tls(Some("other.example.com"), None)
+            ]
+        );
+        assert!(route("plain-only").tls_hosts.is_empty());
+
+        // The plain Gateway takes the protected name as well: reported.
+        let clash = others.replace("other.example.com", "secure.example.com");
+        let t = translated(&format!("{gateway}{clash}{secret}"));
+        assert_eq!(t.problems.len(), 1, "{:?}", t.problems);
+        let p = &t.problems[0];
+        assert_eq!(p.field, "spec.listeners[0].hostname");
+        assert!(
+            p.message.contains("listener https of Gateway demo/plain"),
+            "{p:?}"
+        );
+        assert!(p.to_string().contains("demo/secure"), "{p:?}");
     }
 
     /// The Gateway with a backend client certificate of docs/gateway-api.md, translated.

@@ -100,13 +100,18 @@ impl<'t> Session<'t> {
             return Err(error(StatusCode::BAD_REQUEST, problem));
         }
         if misdirected(self.conn, self.rt, &self.s.record.host) {
-            return Err(error(
-                StatusCode::MISDIRECTED_REQUEST,
-                "this connection's certificate is not the one for this host",
-            ));
+            return Err(misdirected_request());
         }
         Ok(())
     }
+}
+
+/// `421`: the client is to open a connection of its own for the host it asked for.
+pub(super) fn misdirected_request() -> Answer {
+    error(
+        StatusCode::MISDIRECTED_REQUEST,
+        "this connection's certificate is not the one for this host",
+    )
 }
 
 /// Whether a request over TLS names a host whose certificate (its own, else the default one)

@@ -42,6 +42,7 @@ use super::Shared;
 use crate::compile::{CompiledRoute, CompiledService, Runtime};
 use crate::pipeline::{self, ConnActivity, ProxyBody};
 use crate::plugins::{EarlyResponse, RequestHead};
+use crate::tls::ClientCheck;
 use crate::upstream::{Added, ResponseBody, UpstreamBody};
 
 pub(super) use request::set_absolute_uri;
@@ -61,6 +62,8 @@ pub struct ConnInfo {
     pub port_value: HeaderValue,
     /// The server name the TLS client asked for (SNI), which chose the certificate.
     pub sni: Option<Box<str>>,
+    /// What the handshake checked of the client's certificate, when it asked for one.
+    pub client_check: Option<Arc<ClientCheck>>,
 }
 
 impl ConnInfo {
@@ -72,6 +75,7 @@ impl ConnInfo {
             peer_value: headers::ip_value(peer.ip()),
             port_value: HeaderValue::from(local_port),
             sni: None,
+            client_check: None,
         }
     }
 }

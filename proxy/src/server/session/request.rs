@@ -512,6 +512,7 @@ mod tests {
             mirrors: Box::new([]),
             timeout: None,
             upstream_error: StatusCode::BAD_GATEWAY,
+            tls_hosts: None,
             id: "r".into(),
             strip_path: strip,
             preserve_host: false,

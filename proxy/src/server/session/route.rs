@@ -93,6 +93,14 @@ impl<'t> Session<'t> {
             }
         };
         let route = &self.rt.routes[m.route];
+        if let Some(tls_hosts) = route.tls_hosts.as_deref().filter(|_| self.conn.tls) {
+            // The route's listener asks for a client certificate this connection's handshake
+            // did not check: the client is sent to a connection of its own for the host.
+            let host = crate::router::strip_port(host);
+            if !tls_hosts.admit(host, self.conn.client_check.as_ref()) {
+                return Err(super::edge::misdirected_request());
+            }
+        }
         let (matched_len, routing) = match routing {
             Cow::Borrowed(_) => (m.matched_len, None),
             Cow::Owned(r) => (with_params_len(path, m.matched_len), Some(r)),
