@@ -5,6 +5,7 @@
 //! A certificate with `client_validation` gets a server configuration of its own, chosen
 //! after the ClientHello, that asks for a client certificate (mutual TLS).
 
+pub mod client_cert;
 pub mod client_hello;
 
 use std::collections::HashMap;
@@ -14,11 +15,12 @@ use rustls::crypto::CryptoProvider;
 use rustls::pki_types::pem::{self, PemObject};
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::server::danger::ClientCertVerifier;
-use rustls::server::{ClientHello, NoClientAuth, ResolvesServerCert, WebPkiClientVerifier};
+use rustls::server::{ClientHello, NoClientAuth, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
 use rustls::{RootCertStore, ServerConfig};
 
-use crate::config::{Certificate, ClientValidation, ClientValidationMode};
+use crate::config::Certificate;
+pub use client_cert::{ClientCheck, PeerCert};
 
 /// The crypto provider every TLS object of the proxy is built with (ring).
 pub fn provider() -> Arc<CryptoProvider> {
@@ -94,18 +96,6 @@ struct Served {
     mutual: Option<(Arc<ServerConfig>, Arc<ClientCheck>)>,
 }
 
-/// What a handshake that asked for a client certificate checked: the certificate served and
-/// its validation. A connection keeps it; a route that asks for a check is served only over
-/// a connection whose check is equal to the current table's (so a connection opened before
-/// the check was set or changed is not let through).
-#[derive(Debug, PartialEq, Eq)]
-pub struct ClientCheck {
-    /// The served certificate's id.
-    pub certificate: String,
-    /// The check its handshakes made.
-    pub validation: ClientValidation,
-}
-
 /// The certificates of one routing table, indexed by server name.
 #[derive(Default)]
 pub struct CertStore {
@@ -137,17 +127,13 @@ impl CertStore {
             let mutual = match &c.client_validation {
                 None => None,
                 Some(v) => {
-                    let verifier =
-                        client_verifier(v).map_err(|m| (i, "client_validation.ca", m))?;
+                    let check = Arc::new(ClientCheck::new(&c.id, v).map_err(|(f, m)| (i, f, m))?);
+                    let verifier = check.verifier().map_err(|(f, m)| (i, f, m))?;
                     let resolver = Resolver({
                         let key = key.clone();
                         move |_: Option<&str>| Some(key.clone())
                     });
                     let config = Arc::new(server_config_with(verifier, Arc::new(resolver)));
-                    let check = Arc::new(ClientCheck {
-                        certificate: c.id.clone(),
-                        validation: v.clone(),
-                    });
                     store.checks.insert(c.id.clone(), check.clone());
                     Some((config, check))
                 }
@@ -232,69 +218,6 @@ pub fn parse_roots(pem: &str) -> Result<RootCertStore, String> {
             .map_err(|e| format!("certificate {} is unusable: {e}", i + 1))?;
     }
     Ok(roots)
-}
-
-/// The verifier of client certificates that `v` asks for.
-fn client_verifier(v: &ClientValidation) -> Result<Arc<dyn ClientCertVerifier>, String> {
-    let roots = Arc::new(parse_roots(&v.ca)?);
-    let builder = WebPkiClientVerifier::builder_with_provider(roots, provider());
-    let built = match v.mode {
-        ClientValidationMode::Require => builder.build(),
-        ClientValidationMode::Optional | ClientValidationMode::OptionalNoCa => {
-            builder.allow_unauthenticated().build()
-        }
-    };
-    let verifier = built.map_err(|e| format!("unusable CA certificates: {e}"))?;
-    Ok(match v.mode {
-        ClientValidationMode::OptionalNoCa => Arc::new(AnyClientCert(verifier)),
-        _ => verifier,
-    })
-}
-
-/// `optional_no_ca`: asks for a certificate (naming the CAs) and takes whatever comes. The
-/// handshake's signature is still checked, so a client that sends a certificate holds its key.
-#[derive(Debug)]
-struct AnyClientCert(Arc<dyn ClientCertVerifier>);
-
-impl ClientCertVerifier for AnyClientCert {
-    fn root_hint_subjects(&self) -> &[rustls::DistinguishedName] {
-        self.0.root_hint_subjects()
-    }
-
-    fn client_auth_mandatory(&self) -> bool {
-        false
-    }
-
-    fn verify_client_cert(
-        &self,
-        _end_entity: &CertificateDer<'_>,
-        _intermediates: &[CertificateDer<'_>],
-        _now: rustls::pki_types::UnixTime,
-    ) -> Result<rustls::server::danger::ClientCertVerified, rustls::Error> {
-        Ok(rustls::server::danger::ClientCertVerified::assertion())
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &rustls::DigitallySignedStruct,
-    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
-        self.0.verify_tls12_signature(message, cert, dss)
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &rustls::DigitallySignedStruct,
-    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
-        self.0.verify_tls13_signature(message, cert, dss)
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
-        self.0.supported_verify_schemes()
-    }
 }
 
 /// Chooses a certificate per handshake from whatever the current routing table holds.
@@ -465,9 +388,9 @@ mod tests {
     #[test]
     fn certificates_asking_for_client_certificates_get_their_own_configuration() {
         let mut mutual = cert("m", CERT_A, KEY_A, &["a.example.test"]);
-        mutual.client_validation = Some(ClientValidation {
+        mutual.client_validation = Some(crate::config::ClientValidation {
             ca: CERT_WILD.into(),
-            mode: ClientValidationMode::Require,
+            ..Default::default()
         });
         let store = CertStore::new(&[
             mutual.clone(),
@@ -483,26 +406,6 @@ mod tests {
         assert!(store.mutual_config(Some("b.example.test")).is_none());
         assert!(store.mutual_config(None).is_none());
         assert!(store.client_check("w").is_none());
-
-        // CERT_A is not signed by CERT_WILD: only `optional_no_ca` takes it.
-        let leaf = CertificateDer::from_pem_slice(CERT_A.as_bytes()).unwrap();
-        let now = rustls::pki_types::UnixTime::now();
-        for (mode, mandatory, takes_foreign) in [
-            (ClientValidationMode::Require, true, false),
-            (ClientValidationMode::Optional, false, false),
-            (ClientValidationMode::OptionalNoCa, false, true),
-        ] {
-            let v = ClientValidation {
-                ca: CERT_WILD.into(),
-                mode,
-            };
-            let verifier = client_verifier(&v).unwrap();
-            assert!(verifier.offer_client_auth(), "{mode:?}");
-            assert_eq!(verifier.client_auth_mandatory(), mandatory, "{mode:?}");
-            assert!(!verifier.root_hint_subjects().is_empty(), "{mode:?}");
-            let took = verifier.verify_client_cert(&leaf, &[], now).is_ok();
-            assert_eq!(took, takes_foreign, "{mode:?}");
-        }
 
         mutual.client_validation.as_mut().unwrap().ca = "not a pem".into();
         let Err((i, field, m)) = CertStore::new(&[mutual]) else {

@@ -933,8 +933,14 @@ impl Config {
                 errs.push("certificate", &c.id, field, m);
             }
             if let Some(v) = &c.client_validation {
-                if let Err(m) = crate::tls::parse_roots(&v.ca) {
-                    errs.push("certificate", &c.id, "client_validation.ca", m);
+                if let Err((field, m)) = crate::tls::ClientCheck::new(&c.id, v) {
+                    errs.push("certificate", &c.id, field, m);
+                }
+                if let Some(page) = &v.error_page {
+                    if page.parse::<http::Uri>().is_err() || page.is_empty() {
+                        let m = format!("{page:?} is not a URL");
+                        errs.push("certificate", &c.id, "client_validation.error_page", m);
+                    }
                 }
             }
         }

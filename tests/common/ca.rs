@@ -26,6 +26,7 @@ impl Ca {
         params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
         params.key_usages = vec![
             KeyUsagePurpose::KeyCertSign,
+            KeyUsagePurpose::CrlSign,
             KeyUsagePurpose::DigitalSignature,
         ];
         Ca {
@@ -35,6 +36,67 @@ impl Ca {
 
     pub fn pem(&self) -> String {
         self.issuer.pem()
+    }
+
+    /// An intermediate CA that this one signs.
+    pub fn intermediate(&self, cn: &str) -> Ca {
+        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.distinguished_name.push(DnType::CommonName, cn);
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        params.key_usages = vec![
+            KeyUsagePurpose::KeyCertSign,
+            KeyUsagePurpose::CrlSign,
+            KeyUsagePurpose::DigitalSignature,
+        ];
+        let key = KeyPair::generate().unwrap();
+        Ca {
+            issuer: CertifiedIssuer::signed_by(params, key, &*self.issuer).unwrap(),
+        }
+    }
+
+    /// A client certificate with common name `cn` and serial `serial`, valid now or, when
+    /// `expired`, only in 2000.
+    pub fn client(&self, cn: &str, serial: u64, expired: bool) -> Leaf {
+        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.distinguished_name.push(DnType::CommonName, cn);
+        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+        params.serial_number = Some(rcgen::SerialNumber::from(serial));
+        if expired {
+            params.not_before = rcgen::date_time_ymd(2000, 1, 1);
+            params.not_after = rcgen::date_time_ymd(2000, 12, 31);
+        }
+        let key = KeyPair::generate().unwrap();
+        let cert = params.signed_by(&key, &*self.issuer).unwrap();
+        Leaf {
+            der: cert.der().clone(),
+            pem: cert.pem(),
+            key_der: key.serialize_der(),
+            key_pem: key.serialize_pem(),
+        }
+    }
+
+    /// This CA's revocation list (PEM), revoking the certificates with serials `serials`.
+    pub fn crl(&self, serials: &[u64]) -> String {
+        rcgen::CertificateRevocationListParams {
+            this_update: rcgen::date_time_ymd(2020, 1, 1),
+            next_update: rcgen::date_time_ymd(2100, 1, 1),
+            crl_number: rcgen::SerialNumber::from(1u64),
+            issuing_distribution_point: None,
+            revoked_certs: serials
+                .iter()
+                .map(|s| rcgen::RevokedCertParams {
+                    serial_number: rcgen::SerialNumber::from(*s),
+                    revocation_time: rcgen::date_time_ymd(2020, 1, 1),
+                    reason_code: Some(rcgen::RevocationReason::KeyCompromise),
+                    invalidity_date: None,
+                })
+                .collect(),
+            key_identifier_method: rcgen::KeyIdMethod::Sha256,
+        }
+        .signed_by(&self.issuer)
+        .unwrap()
+        .pem()
+        .unwrap()
     }
 
     /// A certificate for `names`, for the purpose `eku`.

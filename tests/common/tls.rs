@@ -61,6 +61,16 @@ pub fn connector_presenting(
     client: Option<(&str, &str)>,
     sni: bool,
 ) -> (tokio_rustls::TlsConnector, Arc<AtomicBool>) {
+    connector_presenting_alpn(ca, client, sni, &[])
+}
+
+/// [`connector_presenting`] offering `alpn`.
+pub fn connector_presenting_alpn(
+    ca: CertificateDer<'static>,
+    client: Option<(&str, &str)>,
+    sni: bool,
+    alpn: &[&str],
+) -> (tokio_rustls::TlsConnector, Arc<AtomicBool>) {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let key = client.map(|(cert, key)| {
         let chain = CertificateDer::pem_slice_iter(cert.as_bytes())
@@ -81,6 +91,7 @@ pub fn connector_presenting(
             asked: asked.clone(),
         }));
     config.enable_sni = sni;
+    config.alpn_protocols = alpn.iter().map(|p| p.as_bytes().to_vec()).collect();
     (tokio_rustls::TlsConnector::from(Arc::new(config)), asked)
 }
 

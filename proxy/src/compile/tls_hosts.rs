@@ -49,22 +49,43 @@ impl TlsHosts {
     }
 
     /// Whether a request for `host` (without port) over a connection whose handshake made
-    /// `made` may be served: some entry covering the host asks for nothing, or for exactly
-    /// that check. A check changed since the handshake (another CA, another mode) is not it.
-    pub fn admit(&self, host: &str, made: Option<&Arc<ClientCheck>>) -> bool {
-        self.hosts.iter().any(|t| {
+    /// `made` may be served: some entry covering the host asks for exactly that check, or
+    /// for nothing. A check changed since the handshake (another CA, another mode) is not it.
+    pub fn admit(&self, host: &str, made: Option<&Arc<ClientCheck>>) -> Admit<'_> {
+        // The connection's own check first: its requests get what it decides (headers).
+        let mut open = false;
+        for t in &self.hosts {
             let covers = match t.host.as_deref() {
                 None => true,
                 Some(pattern) => covers(pattern, host, self.deep),
             };
-            covers
-                && match (&t.check, made) {
-                    (None, _) => true,
-                    (Some(want), Some(made)) => Arc::ptr_eq(want, made) || **want == **made,
-                    (Some(_), None) => false,
+            match (covers, &t.check, made) {
+                (false, _, _) => {}
+                (true, None, _) => open = true,
+                (true, Some(want), Some(made)) if Arc::ptr_eq(want, made) || **want == **made => {
+                    return Admit::Checked(want);
                 }
-        })
+                _ => {}
+            }
+        }
+        if open {
+            Admit::Open
+        } else {
+            Admit::Misdirected
+        }
     }
+}
+
+/// Whether a request may be served over its connection.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Admit<'a> {
+    /// An entry covering its host asks for no client certificate.
+    Open,
+    /// An entry covering its host asks for the check the connection's handshake made: the
+    /// request is served as that check decides.
+    Checked(&'a Arc<ClientCheck>),
+    /// No entry admits it over this connection (`421`).
+    Misdirected,
 }
 
 /// Whether a route host (`a.example.com`, `*.example.com`) covers a request's host, any case.
@@ -91,14 +112,16 @@ mod tests {
     use super::*;
     use crate::config::{ClientValidation, ClientValidationMode};
 
+    const CA_1: &str = include_str!("../../../tests/fixtures/tls/ca.crt");
+    const CA_2: &str = include_str!("../../../tests/fixtures/tls/wild.example.test.crt");
+
     fn check(id: &str, ca: &str) -> Arc<ClientCheck> {
-        Arc::new(ClientCheck {
-            certificate: id.into(),
-            validation: ClientValidation {
-                ca: ca.into(),
-                mode: ClientValidationMode::Require,
-            },
-        })
+        let v = ClientValidation {
+            ca: ca.into(),
+            mode: ClientValidationMode::Require,
+            ..Default::default()
+        };
+        Arc::new(ClientCheck::new(id, &v).unwrap())
     }
 
     fn hosts(entries: &[(Option<&str>, Option<&Arc<ClientCheck>>)], deep: bool) -> TlsHosts {
@@ -130,32 +153,45 @@ mod tests {
 
     #[test]
     fn a_protected_host_needs_the_check_its_certificate_makes() {
-        let a = check("a", "CA 1");
+        let a = check("a", CA_1);
         let table = hosts(
             &[(Some("*.example.com"), Some(&a)), (Some("open.test"), None)],
             true,
         );
         // The handshake of the protected certificate, as this table has it.
-        assert!(table.admit("x.example.com", Some(&a)));
+        assert_eq!(table.admit("x.example.com", Some(&a)), Admit::Checked(&a));
         // An equal check from the table before (rebuilt at each push) still counts.
-        assert!(table.admit("x.example.com", Some(&check("a", "CA 1"))));
+        assert!(matches!(
+            table.admit("x.example.com", Some(&check("a", CA_1))),
+            Admit::Checked(_)
+        ));
         // No check, another certificate's, or the same certificate's before its CA changed.
-        assert!(!table.admit("x.example.com", None));
-        assert!(!table.admit("x.example.com", Some(&check("b", "CA 1"))));
-        assert!(!table.admit("x.example.com", Some(&check("a", "CA 0"))));
+        assert_eq!(table.admit("x.example.com", None), Admit::Misdirected);
+        assert_eq!(
+            table.admit("x.example.com", Some(&check("b", CA_1))),
+            Admit::Misdirected
+        );
+        assert_eq!(
+            table.admit("x.example.com", Some(&check("a", CA_2))),
+            Admit::Misdirected
+        );
         // A host no entry covers is not served over TLS.
-        assert!(!table.admit("other.test", Some(&a)));
+        assert_eq!(table.admit("other.test", Some(&a)), Admit::Misdirected);
         // Another listener's unprotected host.
-        assert!(table.admit("open.test", None));
+        assert_eq!(table.admit("open.test", None), Admit::Open);
     }
 
     #[test]
     fn one_open_entry_covering_the_host_is_enough() {
-        let a = check("a", "CA");
+        let a = check("a", CA_1);
         let table = hosts(&[(Some("*.example.com"), Some(&a)), (None, None)], false);
-        assert!(table.admit("x.example.com", None));
+        assert_eq!(table.admit("x.example.com", None), Admit::Open);
+        assert_eq!(table.admit("x.example.com", Some(&a)), Admit::Checked(&a));
         let only_protected = hosts(&[(None, Some(&a))], false);
-        assert!(!only_protected.admit("x.example.com", None));
-        assert!(only_protected.admit("", Some(&a)));
+        assert_eq!(
+            only_protected.admit("x.example.com", None),
+            Admit::Misdirected
+        );
+        assert_eq!(only_protected.admit("", Some(&a)), Admit::Checked(&a));
     }
 }

@@ -803,7 +803,7 @@ pub struct Certificate {
 }
 
 /// How the handshakes of one served certificate ask for and check client certificates.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ClientValidation {
     /// PEM CA certificates a client certificate must chain to.
@@ -811,6 +811,51 @@ pub struct ClientValidation {
     /// What a handshake without a valid client certificate gets.
     #[serde(default)]
     pub mode: ClientValidationMode,
+    /// PEM certificate revocation lists: a certificate they revoke is invalid, and so is one
+    /// whose issuer has no list here (ingress-nginx's `ca.crl`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub crl: Option<String>,
+    /// The longest chain above the client's certificate: 1, signed by one of `ca` itself; 2,
+    /// through one intermediate; … (ingress-nginx's `auth-tls-verify-depth`). Absent: any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verify_depth: Option<u8>,
+    /// Where a missing or invalid certificate is refused, as `mode` says.
+    #[serde(default, skip_serializing_if = "ClientRefusal::is_handshake")]
+    pub refusal: ClientRefusal,
+    /// Requests get `ssl-client-verify`, `ssl-client-subject-dn` and `ssl-client-issuer-dn`
+    /// for the upstream (whatever the client sent under those names is dropped).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub upstream_headers: bool,
+    /// Requests also get `ssl-client-cert`: the client's certificate, URL-encoded PEM.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub pass_certificate: bool,
+    /// A regex the client certificate's subject DN (RFC 2253, `CN=…,O=…`) must match; other
+    /// requests, and requests without a certificate, get `403` (ingress-nginx's
+    /// `auth-tls-match-cn`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub match_subject: Option<String>,
+    /// With `refusal: http`, where a refused request is redirected (`302`) instead of `400`
+    /// (ingress-nginx's `auth-tls-error-page`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error_page: Option<String>,
+}
+
+/// Where a client certificate that `mode` does not accept is refused.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ClientRefusal {
+    /// The TLS handshake fails; no HTTP answer is given (the Gateway API's).
+    #[default]
+    Handshake,
+    /// The handshake completes and each request gets `400` (ingress-nginx's: its `496` for no
+    /// certificate and `495` for an invalid one, answered as `400`).
+    Http,
+}
+
+impl ClientRefusal {
+    fn is_handshake(&self) -> bool {
+        *self == ClientRefusal::Handshake
+    }
 }
 
 /// Whether a client certificate is required, and whether it must be valid.

@@ -495,7 +495,7 @@ pub(crate) fn worker(
                                             drop(rt);
                                             let mut conn = conn;
                                             conn.sni = name.map(Box::from);
-                                            conn.client_check = check;
+                                            client_of(&stream, check, &mut conn);
                                             let h2 =
                                                 stream.get_ref().1.alpn_protocol() == Some(b"h2");
                                             serve_connection(
@@ -611,6 +611,19 @@ async fn accept_tls(
     };
     let (config, check) = config;
     Ok((start.into_stream(config).await?, check))
+}
+
+/// What a connection's requests are told of its TLS client: the check its handshake made and
+/// the certificate it presented, checked once here.
+fn client_of(
+    stream: &tokio_rustls::server::TlsStream<tokio::net::TcpStream>,
+    check: Option<Arc<ClientCheck>>,
+    conn: &mut session::ConnInfo,
+) {
+    if let Some(check) = check {
+        conn.client_cert = check.peer(stream.get_ref().1.peer_certificates());
+        conn.client_check = Some(check);
+    }
 }
 
 /// hyper's server, as each kind of connection it takes needs it.

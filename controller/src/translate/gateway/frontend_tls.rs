@@ -140,7 +140,11 @@ impl Translator<'_> {
             };
         }
         FrontendEval {
-            validation: Some(ClientValidation { ca: pem, mode }),
+            validation: Some(ClientValidation {
+                ca: pem,
+                mode,
+                ..Default::default()
+            }),
             resolved,
             accepted: None,
         }

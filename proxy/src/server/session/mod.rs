@@ -42,7 +42,7 @@ use super::Shared;
 use crate::compile::{CompiledRoute, CompiledService, Runtime};
 use crate::pipeline::{self, ConnActivity, ProxyBody};
 use crate::plugins::{EarlyResponse, RequestHead};
-use crate::tls::ClientCheck;
+use crate::tls::{ClientCheck, PeerCert};
 use crate::upstream::{Added, ResponseBody, UpstreamBody};
 
 pub(super) use request::set_absolute_uri;
@@ -64,6 +64,8 @@ pub struct ConnInfo {
     pub sni: Option<Box<str>>,
     /// What the handshake checked of the client's certificate, when it asked for one.
     pub client_check: Option<Arc<ClientCheck>>,
+    /// The certificate the client presented, when the handshake asked for one.
+    pub client_cert: Option<Arc<PeerCert>>,
 }
 
 impl ConnInfo {
@@ -76,6 +78,7 @@ impl ConnInfo {
             port_value: HeaderValue::from(local_port),
             sni: None,
             client_check: None,
+            client_cert: None,
         }
     }
 }

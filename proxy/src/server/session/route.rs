@@ -7,9 +7,10 @@ use std::time::Instant;
 use http::header::{self, HeaderValue};
 use http::StatusCode;
 
-use super::{error, Answer, Matched, Session};
+use super::{error, Answer, ConnInfo, Matched, Session};
 use crate::access_log::Unlogged;
-use crate::compile::CompiledRoute;
+use crate::compile::tls_hosts::Admit;
+use crate::compile::{CompiledRoute, Runtime};
 use crate::config::ClientProtocol;
 use crate::pipeline;
 use crate::plugins::EarlyResponse;
@@ -18,6 +19,7 @@ use crate::router::{
     EscapedSlashes, Lookup, RequestView,
 };
 use crate::server::headers;
+use crate::tls::client_cert::{ClientCheck, Refused};
 
 impl<'t> Session<'t> {
     /// rewrite: the global plugins, on the request as the client sent it.
@@ -92,13 +94,18 @@ impl<'t> Session<'t> {
                 return Err(answer);
             }
         };
-        let route = &self.rt.routes[m.route];
+        let rt: &'t Runtime = self.rt;
+        let route = &rt.routes[m.route];
         if let Some(tls_hosts) = route.tls_hosts.as_deref().filter(|_| self.conn.tls) {
-            // The route's listener asks for a client certificate this connection's handshake
-            // did not check: the client is sent to a connection of its own for the host.
             let host = crate::router::strip_port(host);
-            if !tls_hosts.admit(host, self.conn.client_check.as_ref()) {
-                return Err(super::edge::misdirected_request());
+            match tls_hosts.admit(host, self.conn.client_check.as_ref()) {
+                Admit::Open => {}
+                Admit::Checked(check) => {
+                    client_certificate(check, self.conn, &mut self.head.headers)?
+                }
+                // The route asks for a client certificate this connection's handshake did
+                // not check: the client is sent to a connection of its own for the host.
+                Admit::Misdirected => return Err(super::edge::misdirected_request()),
             }
         }
         let (matched_len, routing) = match routing {
@@ -128,15 +135,41 @@ impl<'t> Session<'t> {
             location.push('?');
             location.push_str(q);
         }
-        let mut early = EarlyResponse::message(
-            StatusCode::TEMPORARY_REDIRECT,
-            "The request path had encoded slashes",
-        );
-        if let Ok(v) = HeaderValue::from_str(&location) {
-            early.headers.insert(header::LOCATION, v);
-        }
-        Box::new(early)
+        let message = "The request path had encoded slashes";
+        redirect(StatusCode::TEMPORARY_REDIRECT, message, &location)
     }
+}
+
+/// A request under its host's client-certificate check: refused as the check says (the
+/// `auth-tls-error-page` redirect instead, where one is set), else given the check's
+/// `ssl-client-*` headers for the upstream.
+fn client_certificate(
+    check: &ClientCheck,
+    conn: &ConnInfo,
+    headers: &mut http::HeaderMap,
+) -> Result<(), Answer> {
+    let peer = conn.client_cert.as_deref();
+    if let Err(refused) = check.decide(peer) {
+        let page = check.validation.error_page.as_deref();
+        return Err(match page.filter(|_| refused != Refused::Subject) {
+            Some(page) => redirect(StatusCode::FOUND, "Client certificate refused", page),
+            None => {
+                let (status, message) = refused.answer();
+                error(status, message)
+            }
+        });
+    }
+    check.upstream_headers(peer, headers);
+    Ok(())
+}
+
+/// A redirect to `location`, with a short message as its body.
+fn redirect(status: StatusCode, message: &str, location: &str) -> Answer {
+    let mut early = EarlyResponse::message(status, message);
+    if let Ok(v) = HeaderValue::from_str(location) {
+        early.headers.insert(header::LOCATION, v);
+    }
+    Box::new(early)
 }
 
 /// The route's redirect of a plain-HTTP request to HTTPS.
@@ -150,11 +183,7 @@ fn redirect_to_https(
         location.push('?');
         location.push_str(q);
     }
-    let mut early = EarlyResponse::message(route.https_redirect, "Please use HTTPS protocol");
-    if let Ok(v) = HeaderValue::from_str(&location) {
-        early.headers.insert(header::LOCATION, v);
-    }
-    Box::new(early)
+    redirect(route.https_redirect, "Please use HTTPS protocol", &location)
 }
 
 /// The route's budget joined to the gRPC client's deadline: the earlier bounds every try.
