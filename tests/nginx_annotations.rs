@@ -544,6 +544,108 @@ async fn ssl_redirect_sends_plain_http_to_https() {
     assert_eq!(r.status, 200, "{r:?}");
 }
 
+/// `auth-tls-*`: the Ingress's TLS host asks for client certificates signed by the Secret's
+/// CA; a request without one, or with another CA's, gets ingress-nginx's 400; a good one is
+/// served and the upstream reads it in the `ssl-client-*` headers (never what the client
+/// claims); another host on the same Secret asks for nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn auth_tls_checks_client_certificates() {
+    use rcgen::ExtendedKeyUsagePurpose::ServerAuth;
+    let web = echo("web");
+    let server_ca = common::ca::Ca::new("server CA");
+    let server = server_ca.leaf(&["mtls.test", "open.test"], ServerAuth);
+    let client_ca = common::ca::Ca::new("client CA");
+    let good = client_ca.client("partner", 1, false);
+    let foreign = common::ca::Ca::new("other CA").client("stranger", 2, false);
+    let ca_secret = format!(
+        "apiVersion: v1\nkind: Secret\nmetadata: {{name: client-ca, namespace: {NS}, \
+         labels: {{weir.dev/credential: \"true\"}}}}\nstringData:\n  ca.crt: {}",
+        block(&client_ca.pem())
+    );
+    let manifests = docs(&[
+        service(NS, "web", web.port),
+        tls_secret("site-tls", &server.pem, &server.key_pem),
+        ca_secret,
+        ingress_at(
+            "mtls",
+            "mtls.test",
+            &[
+                ("auth-tls-secret", &format!("{NS}/client-ca")),
+                ("auth-tls-verify-client", "on"),
+                ("auth-tls-pass-certificate-to-upstream", "true"),
+            ],
+            &[("/", "Prefix", "web")],
+            Some("site-tls"),
+        ),
+        ingress_at(
+            "open",
+            "open.test",
+            &[],
+            &[("/", "Prefix", "web")],
+            Some("site-tls"),
+        ),
+    ]);
+    let tls_port = free_port();
+    let s = Served::start(
+        &manifests,
+        &["--tls-listen", &format!("127.0.0.1:{tls_port}")],
+    );
+    wait_for_port(tls_port);
+    let c = client();
+    ready(&c, &s, "open.test", "/", 200).await;
+
+    let call = |client: Option<&common::ca::Leaf>, host: &'static str| {
+        let (connector, asked) = common::tls::connector_presenting(
+            server_ca.issuer.der().clone(),
+            client.map(|l| (l.pem.as_str(), l.key_pem.as_str())),
+            true,
+        );
+        async move {
+            let r = common::tls::exchange(&connector, tls_port, host, host, "/orders")
+                .await
+                .unwrap();
+            (r.resp, asked.load(std::sync::atomic::Ordering::SeqCst))
+        }
+    };
+    // The translation lands after the listener opens: wait for the host's own certificate.
+    let started = Instant::now();
+    while !call(None, "mtls.test").await.1 {
+        assert!(
+            started.elapsed() < T,
+            "never asked for a client certificate"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    let (r, _) = call(Some(&good), "mtls.test").await;
+    assert_eq!(r.status, 200, "{r:?}");
+    let seen = &r.json()["headers"];
+    assert_eq!(seen["ssl-client-verify"], "SUCCESS");
+    assert_eq!(seen["ssl-client-subject-dn"], "CN=partner");
+    assert_eq!(seen["ssl-client-issuer-dn"], "CN=client CA");
+    let pem = percent_decode(seen["ssl-client-cert"].as_str().unwrap());
+    assert_eq!(pem.trim(), good.pem.trim());
+
+    for (what, client, message) in [
+        (
+            "no certificate",
+            None,
+            "No required SSL certificate was sent",
+        ),
+        ("another CA's", Some(&foreign), "The SSL certificate error"),
+    ] {
+        let (r, asked) = call(client, "mtls.test").await;
+        assert!(asked, "{what}");
+        assert_eq!(r.status, 400, "{what}: {r:?}");
+        assert_eq!(r.json()["message"], message, "{what}");
+        assert_eq!(r.echo_name(), None, "{what}");
+    }
+    let (r, asked) = call(None, "open.test").await;
+    assert!(!asked, "the other host asks for no certificate");
+    assert_eq!(r.status, 200, "{r:?}");
+    assert!(r.json()["headers"].get("ssl-client-verify").is_none());
+}
+
 // ---------------------------------------------------------------------------------------------
 // 4. proxy-body-size
 
@@ -1201,14 +1303,14 @@ async fn unsupported_access_annotations_fail_closed() {
         nginx(
             "mtls",
             "mtls.test",
-            &[("auth-tls-verify-client", "on")],
+            &[("auth-tls-secret", "elsewhere/client-ca")],
             "guarded",
         ),
         nginx(
             "mtls-served",
             "mtls-served.test",
             &[
-                ("auth-tls-verify-client", "on"),
+                ("auth-tls-secret", "elsewhere/client-ca"),
                 ("weir.dev/unsupported-annotations", "serve"),
             ],
             "guarded",
@@ -1228,7 +1330,7 @@ async fn unsupported_access_annotations_fail_closed() {
     let c = client();
     ready(&c, &s, "plain.test", "/", 200).await;
 
-    // Client certificates are not supported: the Ingress answers 503 rather than serve
+    // A client CA of another namespace is not read: the Ingress answers 503 rather than serve
     // without the check.
     let before = up.count();
     let r = get_at(&c, &s, "mtls.test", "/account", &[]).await;
@@ -1259,13 +1361,13 @@ async fn unsupported_access_annotations_fail_closed() {
     // The log names each annotation that was not applied.
     let named = eventually(T, || {
         let log = s.log();
-        log.contains("auth-tls-verify-client") && log.contains("configuration-snippet")
+        log.contains("auth-tls-secret") && log.contains("configuration-snippet")
     });
     assert!(named, "log:\n{}", s.log());
     let log = s.log();
     let lines: Vec<&str> = log
         .lines()
-        .filter(|l| l.contains("auth-tls-verify-client"))
+        .filter(|l| l.contains("auth-tls-secret"))
         .collect();
     assert!(
         lines.iter().any(|l| l.contains("503")),

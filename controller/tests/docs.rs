@@ -17,6 +17,39 @@ spec:
   controller: weir.dev/ingress-controller
 ";
 
+/// The Secrets holding PEM that examples name without spelling it out: `demo/partner-ca`
+/// (a client CA) and `demo/partners-example-com` (a served certificate).
+fn pem_secrets() -> String {
+    let fixture = |f: &str| {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../tests/fixtures/tls")
+            .join(f);
+        let pem = std::fs::read_to_string(path).unwrap();
+        pem.lines()
+            .map(|l| format!("    {l}\n"))
+            .collect::<String>()
+    };
+    format!(
+        "apiVersion: v1
+kind: Secret
+metadata: {{name: partner-ca, namespace: demo, labels: {{weir.dev/credential: \"true\"}}}}
+stringData:
+  ca.crt: |
+{}---
+apiVersion: v1
+kind: Secret
+metadata: {{name: partners-example-com, namespace: demo}}
+type: kubernetes.io/tls
+stringData:
+  tls.crt: |
+{}  tls.key: |
+{}",
+        fixture("ca.crt"),
+        fixture("a.example.test.crt"),
+        fixture("a.example.test.key")
+    )
+}
+
 fn yaml_blocks(doc: &str) -> Vec<String> {
     let mut out = Vec::new();
     let mut rest = doc;
@@ -60,6 +93,10 @@ fn documented_examples_translate_cleanly() {
             // As a cluster (or the quick start) has it: `weir` is the default class, so the
             // plugin examples need no `ingressClassName`.
             Store::parse_manifests(DEFAULT_CLASS)
+                .unwrap()
+                .into_iter()
+                .for_each(|o| store.insert(o));
+            Store::parse_manifests(&pem_secrets())
                 .unwrap()
                 .into_iter()
                 .for_each(|o| store.insert(o));

@@ -52,6 +52,22 @@ pub const ACCESS_LOG: &str = "weir.dev/access-log";
 pub const FORWARDED_PREFIX: &str = "weir.dev/forwarded-prefix";
 /// Ingress: `"true"` sends requests to the Service's cluster IP instead of its endpoints.
 pub const SERVICE_UPSTREAM: &str = "weir.dev/service-upstream";
+/// Ingress: a Secret of its namespace (type `kubernetes.io/tls`, or labelled
+/// `weir.dev/credential: "true"`) whose `ca.crt` signs the client certificates its TLS hosts
+/// ask for, and whose `ca.crl`, when present, revokes some.
+pub const CLIENT_CERTIFICATE_SECRET: &str = "weir.dev/client-certificate-secret";
+/// Ingress: `require` (default), `optional` or `optional_no_ca`: which requests without a
+/// valid client certificate get `400`.
+pub const CLIENT_CERTIFICATE_MODE: &str = "weir.dev/client-certificate-mode";
+/// Ingress: the longest chain above a client certificate (default 1: signed by the CA).
+pub const CLIENT_CERTIFICATE_VERIFY_DEPTH: &str = "weir.dev/client-certificate-verify-depth";
+/// Ingress: a URL refused requests are redirected to instead of `400`.
+pub const CLIENT_CERTIFICATE_ERROR_PAGE: &str = "weir.dev/client-certificate-error-page";
+/// Ingress: `"true"` sends the client certificate upstream in `ssl-client-cert`.
+pub const CLIENT_CERTIFICATE_PASS_TO_UPSTREAM: &str =
+    "weir.dev/client-certificate-pass-to-upstream";
+/// Ingress: a regex the client certificate's subject DN must match (else `403`).
+pub const CLIENT_CERTIFICATE_MATCH_SUBJECT: &str = "weir.dev/client-certificate-match-subject";
 /// Ingress with ingress-nginx annotations: `serve` (default) serves it without the ones Weir
 /// does not support; `disable` makes its paths answer 503 instead.
 pub const UNSUPPORTED_ANNOTATIONS: &str = "weir.dev/unsupported-annotations";

@@ -55,14 +55,6 @@ pub fn classify(name: &str) -> (Status, &'static str) {
         "auth-request-redirect" => unsupported(
             "X-Auth-Request-Redirect is always the original path and query",
         ),
-        "auth-tls-secret"
-        | "auth-tls-verify-client"
-        | "auth-tls-verify-depth"
-        | "auth-tls-error-page"
-        | "auth-tls-pass-certificate-to-upstream"
-        | "auth-tls-match-cn" => unsupported(
-            "client certificate authentication is not supported yet",
-        ),
         "satisfy" => unsupported(
             "Weir requires every access rule (source ranges and authentication), as satisfy: all",
         ),

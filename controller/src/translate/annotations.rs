@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 
 use weir_crds::annotations as a;
-use weir_proxy::config::{ClientProtocol, UpstreamProtocol};
+use weir_proxy::config::{ClientProtocol, ClientValidationMode, UpstreamProtocol};
 
 /// A malformed annotation: (the annotation key, what was wrong).
 pub type AnnotationError = (String, String);
@@ -51,6 +51,25 @@ pub struct IngressAnnotations {
     pub protocol: Option<UpstreamProtocol>,
     /// `forwarded-prefix`.
     pub forwarded_prefix: Option<String>,
+    /// The `client-certificate-*` settings; `secret` set turns them on.
+    pub client_certificate: ClientCertificateAnnotations,
+}
+
+/// An Ingress's `client-certificate-*` annotations.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct ClientCertificateAnnotations {
+    /// `client-certificate-secret`.
+    pub secret: Option<String>,
+    /// `client-certificate-mode`.
+    pub mode: ClientValidationMode,
+    /// `client-certificate-verify-depth`.
+    pub verify_depth: Option<u8>,
+    /// `client-certificate-error-page`.
+    pub error_page: Option<String>,
+    /// `client-certificate-pass-to-upstream`.
+    pub pass_to_upstream: bool,
+    /// `client-certificate-match-subject`.
+    pub match_subject: Option<String>,
 }
 
 /// A canary Ingress's rules.
@@ -303,6 +322,58 @@ pub fn ingress(annotations: &BTreeMap<String, String>) -> Parsed<IngressAnnotati
                     return Err((key.into(), why));
                 }
                 out.upgrade_protocols = tokens;
+            }
+            a::CLIENT_CERTIFICATE_SECRET => {
+                let names = plugin_names(key, v)?;
+                match <[String; 1]>::try_from(names) {
+                    Ok([name]) => out.client_certificate.secret = Some(name),
+                    Err(_) => {
+                        return Err((
+                            key.into(),
+                            format!(
+                                "{v:?} must name exactly one Secret of the Ingress's namespace"
+                            ),
+                        ))
+                    }
+                }
+            }
+            a::CLIENT_CERTIFICATE_MODE => {
+                out.client_certificate.mode = match v.trim() {
+                    "require" => ClientValidationMode::Require,
+                    "optional" => ClientValidationMode::Optional,
+                    "optional_no_ca" => ClientValidationMode::OptionalNoCa,
+                    other => {
+                        return Err((
+                            key.into(),
+                            format!("{other:?} is not one of require, optional, optional_no_ca"),
+                        ))
+                    }
+                }
+            }
+            a::CLIENT_CERTIFICATE_VERIFY_DEPTH => {
+                out.client_certificate.verify_depth = Some(number(key, v, 1, 16)?)
+            }
+            a::CLIENT_CERTIFICATE_ERROR_PAGE => {
+                let url = v.trim();
+                let ok = url.parse::<http::Uri>().is_ok_and(|u| u.scheme().is_some())
+                    || url.starts_with('/');
+                if !ok || http::HeaderValue::from_str(url).is_err() {
+                    return Err((key.into(), format!("{url:?} is not a URL or a path")));
+                }
+                out.client_certificate.error_page = Some(url.to_string());
+            }
+            a::CLIENT_CERTIFICATE_PASS_TO_UPSTREAM => {
+                out.client_certificate.pass_to_upstream = boolean(key, v)?
+            }
+            a::CLIENT_CERTIFICATE_MATCH_SUBJECT => {
+                let re = v.trim();
+                if let Err(e) = regex::RegexBuilder::new(re).size_limit(1 << 20).build() {
+                    return Err((
+                        key.into(),
+                        format!("{re:?} is not a regular expression: {e}"),
+                    ));
+                }
+                out.client_certificate.match_subject = Some(re.to_string());
             }
             a::CANARY => out.canary = boolean(key, v)?,
             a::CANARY_WEIGHT => out.canary_rules.weight = Some(number(key, v, 0, 1_000_000)?),

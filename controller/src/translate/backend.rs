@@ -430,7 +430,7 @@ impl Translator<'_> {
     /// loads it. The Secret must be one a cluster's controller watches (type
     /// `kubernetes.io/tls`, or labelled `weir.dev/credential: "true"`), so that standalone
     /// mode and a cluster agree. Messages never quote the Secret.
-    fn ca_bundle(&self, namespace: &str, name: &str) -> Result<String, String> {
+    pub(super) fn ca_bundle(&self, namespace: &str, name: &str) -> Result<String, String> {
         let skey = Key::new(namespace, name);
         let label = format!(
             "{}={:?}",

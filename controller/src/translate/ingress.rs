@@ -164,6 +164,7 @@ impl Translator<'_> {
             self.owned.push(key.clone());
             self.canary(key, ing);
         }
+        self.bind_protected_routes();
     }
 
     /// A canary Ingress: its backends join the routes other Ingresses serve for the same host
@@ -377,6 +378,18 @@ impl Translator<'_> {
                 Vec::new()
             }
         };
+        let validation = self.client_validation(key, &ann.client_certificate);
+        if let Some(Err(())) = validation {
+            disabled = disabled.or(Some(
+                "its Ingress's client-certificate Secret cannot be used",
+            ));
+        }
+        let validation = self.client_validation(key, &ann.client_certificate);
+        if let Some(Err(())) = validation {
+            disabled = disabled.or(Some(
+                "its Ingress's client-certificate Secret cannot be used",
+            ));
+        }
         let overrides = Overrides {
             ingress: key.clone(),
             upstream: ann.upstream.clone(),
@@ -393,6 +406,9 @@ impl Translator<'_> {
             fallback,
         };
         self.tls(key, ing);
+        if let Some(Ok(v)) = &validation {
+            self.protect_hosts(key, ing, v);
+        }
         let Some(spec) = ing.spec.as_ref() else {
             return;
         };

@@ -4,6 +4,7 @@
 
 pub mod annotations;
 mod backend;
+mod client_certs;
 mod consumers;
 pub mod gateway;
 mod ingress;
@@ -167,6 +168,8 @@ struct Translator<'a> {
     backend_client_certs: BTreeMap<Key, weir_proxy::config::ClientCertificate>,
     /// BackendTLSPolicies that lose a conflict (computed once, on first use).
     tls_conflicts: Option<BTreeSet<Key>>,
+    /// Ingress hosts that ask for client certificates, with their certificate entries.
+    protected_hosts: client_certs::ProtectedHosts,
 }
 
 impl<'a> Translator<'a> {
@@ -212,6 +215,7 @@ impl<'a> Translator<'a> {
             checked_policies: BTreeSet::new(),
             backend_client_certs: BTreeMap::new(),
             tls_conflicts: None,
+            protected_hosts: Default::default(),
         }
     }
 

@@ -290,6 +290,7 @@ impl Conv<'_> {
         self.paths();
         self.redirects();
         self.tls();
+        self.client_certificates();
         self.limits();
         self.access();
         self.auth();

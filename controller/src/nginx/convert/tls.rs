@@ -207,3 +207,132 @@ impl Conv<'_> {
         self.upstream.tls = Some(tls);
     }
 }
+
+/// An annotation carried over (Weir's annotation and its value), or why not.
+type Carried = Result<(&'static str, String), (Status, String)>;
+
+impl Conv<'_> {
+    /// `auth-tls-*`: client certificates, as `weir.dev/client-certificate-*`.
+    pub(super) fn client_certificates(&mut self) {
+        const KEYS: [&str; 6] = [
+            "auth-tls-secret",
+            "auth-tls-verify-client",
+            "auth-tls-verify-depth",
+            "auth-tls-error-page",
+            "auth-tls-pass-certificate-to-upstream",
+            "auth-tls-match-cn",
+        ];
+        let tls: BTreeMap<&str, String> = KEYS
+            .iter()
+            .filter_map(|k| self.take(k).map(|v| (*k, v)))
+            .collect();
+        if tls.is_empty() {
+            return;
+        }
+        let Some(secret) = tls.get("auth-tls-secret") else {
+            for (k, v) in &tls {
+                let m = "no effect without auth-tls-secret";
+                self.record(k, v, Status::Applied, m);
+            }
+            return;
+        };
+        // Each setting (annotation, value), as Weir's annotation and value or why it cannot be.
+        let mut out: Vec<(&str, &str, Carried)> = Vec::new();
+        let (ns, name) = match secret.trim().split_once('/') {
+            Some((ns, name)) => (ns.to_string(), name.to_string()),
+            None => (self.key.namespace.clone(), secret.trim().to_string()),
+        };
+        let mode = tls.get("auth-tls-verify-client").map(|v| v.trim());
+        let off = mode == Some("off");
+        out.push((
+            "auth-tls-secret",
+            secret,
+            if ns != self.key.namespace {
+                let m = "Weir reads client CA Secrets from the Ingress's own namespace; copy the Secret there";
+                Err((Status::Unsupported, m.into()))
+            } else {
+                Ok((a::CLIENT_CERTIFICATE_SECRET, name))
+            },
+        ));
+        if let Some(v) = tls.get("auth-tls-verify-client") {
+            let mode = match v.trim() {
+                "on" => Ok("require"),
+                "optional" => Ok("optional"),
+                "optional_no_ca" => Ok("optional_no_ca"),
+                "off" => Ok(""),
+                _ => Err((
+                    Status::Invalid,
+                    "not on, off, optional or optional_no_ca".to_string(),
+                )),
+            };
+            out.push((
+                "auth-tls-verify-client",
+                v,
+                mode.map(|m| (a::CLIENT_CERTIFICATE_MODE, m.to_string())),
+            ));
+        }
+        if let Some(v) = tls.get("auth-tls-verify-depth") {
+            let depth = match v.trim().parse::<u8>() {
+                Ok(d @ 1..=16) => Ok((a::CLIENT_CERTIFICATE_VERIFY_DEPTH, d.to_string())),
+                _ => Err((
+                    Status::Invalid,
+                    "not a whole number from 1 to 16".to_string(),
+                )),
+            };
+            out.push(("auth-tls-verify-depth", v, depth));
+        }
+        if let Some(v) = tls.get("auth-tls-error-page") {
+            out.push((
+                "auth-tls-error-page",
+                v,
+                Ok((a::CLIENT_CERTIFICATE_ERROR_PAGE, v.trim().to_string())),
+            ));
+        }
+        if let Some(v) = tls.get("auth-tls-pass-certificate-to-upstream") {
+            let pass = match parse_bool(v) {
+                Some(b) => Ok((a::CLIENT_CERTIFICATE_PASS_TO_UPSTREAM, b.to_string())),
+                None => Err((Status::Invalid, "not a boolean".to_string())),
+            };
+            out.push(("auth-tls-pass-certificate-to-upstream", v, pass));
+        }
+        if let Some(v) = tls.get("auth-tls-match-cn") {
+            out.push((
+                "auth-tls-match-cn",
+                v,
+                Ok((a::CLIENT_CERTIFICATE_MATCH_SUBJECT, v.trim().to_string())),
+            ));
+        }
+        // One setting that cannot be carried over leaves the host unprotected: none is
+        // applied, and the Ingress fails closed (auth-* annotations guard access).
+        let failed = out.iter().any(|(_, _, r)| r.is_err());
+        for (k, v, r) in out {
+            match r {
+                Err((status, m)) => self.record(k, v, status, m),
+                Ok(_) if failed => {
+                    let m = "not applied: another auth-tls annotation of this Ingress is not";
+                    self.record(k, v, Status::Unsupported, m);
+                }
+                Ok(_) if off => {
+                    let m = "no effect: auth-tls-verify-client is off (no client certificate is asked for, and no ssl-client-* header is sent)";
+                    self.record(k, v, Status::Applied, m);
+                }
+                Ok((weir, value)) => {
+                    if !value.is_empty() {
+                        self.weir.insert(weir.into(), value);
+                    }
+                    let note = match k {
+                        "auth-tls-secret" => "the Secret must be of type kubernetes.io/tls or labelled weir.dev/credential: \"true\" (Weir reads only those in a cluster); its ca.crl, when present, must cover every CA of a client's chain, as nginx's ssl_crl",
+                        "auth-tls-match-cn" => "matched against the subject DN in RFC 2253 order (CN first), as nginx's $ssl_client_s_dn",
+                        _ => "",
+                    };
+                    let status = if note.is_empty() {
+                        Status::Applied
+                    } else {
+                        Status::Differs
+                    };
+                    self.record(k, v, status, note);
+                }
+            }
+        }
+    }
+}
