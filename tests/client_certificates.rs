@@ -50,11 +50,14 @@ impl Pki {
         }
     }
 
-    /// The table: `SECURE` asks for client certificates as `validation` says (its CA and
-    /// the server certificate filled in), `OPEN` for none; both route to `echo_port`.
+    /// The table: `SECURE` asks for client certificates as `validation` says (its CA, unless
+    /// given, and the server certificate filled in), `OPEN` for none; both route to
+    /// `echo_port`.
     fn table(&self, echo_port: u16, validation: Value) -> String {
         let mut validation = validation;
-        validation["ca"] = json!(self.client_ca.pem());
+        if validation.get("ca").is_none() {
+            validation["ca"] = json!(self.client_ca.pem());
+        }
         json!({
             "routes": [
                 {"id": "secure", "hosts": [SECURE], "service": "s",
@@ -119,17 +122,21 @@ impl Conn {
         for (k, v) in headers {
             req = req.header(*k, *v);
         }
+        // The connection takes the next request once it has finished with the last.
         let resp = match self {
             Conn::H1(send) => {
+                send.ready().await.unwrap();
                 let req = req.header("host", host).body(Body::new()).unwrap();
                 let mut req = req;
                 *req.uri_mut() = "/".parse().unwrap();
                 send.send_request(req).await.unwrap()
             }
-            Conn::H2(send) => send
-                .send_request(req.body(Body::new()).unwrap())
-                .await
-                .unwrap(),
+            Conn::H2(send) => {
+                send.ready().await.unwrap();
+                send.send_request(req.body(Body::new()).unwrap())
+                    .await
+                    .unwrap()
+            }
         };
         let status = resp.status().as_u16();
         let location = resp
@@ -295,4 +302,34 @@ async fn a_connection_made_for_another_host_gets_421() {
     }
     let mut c = pki.connect(port, SECURE, Some(&pki.good), &["h2"]).await;
     assert_eq!(c.get(SECURE, &[]).await.0, 200);
+}
+
+/// A push that rotates the CA keeps serving kept-alive connections whose certificate the new
+/// CAs still accept (no 421, no reconnect); one the new CAs refuse gets the refusal of the
+/// new settings: `400` where refusals are answered at HTTP, `421` (a new handshake, which
+/// refuses it) where the handshake refuses.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rotated_ca_keeps_the_connections_it_still_accepts() {
+    let pki = Pki::new();
+    let up = echo("up");
+    let c = client();
+    let next_ca = Ca::new("next client CA");
+    for refusal in ["http", "handshake"] {
+        let validation = |ca: String| json!({"mode": "require", "refusal": refusal, "ca": ca});
+        let (weir, port) = start(&pki, up.port, validation(pki.client_ca.pem()));
+        let mut kept = pki.connect(port, SECURE, Some(&pki.good), &[]).await;
+        assert_eq!(kept.get(SECURE, &[]).await.0, 200, "{refusal}");
+
+        // Both CAs while clients move over: the kept connection goes on.
+        let both = format!("{}{}", pki.client_ca.pem(), next_ca.pem());
+        let table = pki.table(up.port, validation(both));
+        assert_eq!(push(&c, &weir, &table).await.status, 200);
+        assert_eq!(kept.get(SECURE, &[]).await.0, 200, "{refusal}");
+
+        // The old CA gone: its certificates are refused.
+        let table = pki.table(up.port, validation(next_ca.pem()));
+        assert_eq!(push(&c, &weir, &table).await.status, 200);
+        let want = if refusal == "http" { 400 } else { 421 };
+        assert_eq!(kept.get(SECURE, &[]).await.0, want, "{refusal}");
+    }
 }

@@ -8416,6 +8416,8 @@ async fn get_on(
         .header("host", host)
         .body(http_body_util::Empty::new())
         .unwrap();
+    // The connection takes the next request once it has finished with the last.
+    send.ready().await.unwrap();
     let resp = send.send_request(req).await.unwrap();
     let status = resp.status().as_u16();
     let name = resp.headers().get("x-echo-name").cloned();

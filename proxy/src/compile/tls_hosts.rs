@@ -50,10 +50,11 @@ impl TlsHosts {
 
     /// Whether a request for `host` (without port) over a connection whose handshake made
     /// `made` may be served: some entry covering the host asks for exactly that check, or
-    /// for nothing. A check changed since the handshake (another CA, another mode) is not it.
+    /// for a later check of the same certificate, or for nothing.
     pub fn admit(&self, host: &str, made: Option<&Arc<ClientCheck>>) -> Admit<'_> {
         // The connection's own check first: its requests get what it decides (headers).
         let mut open = false;
+        let mut rechecked = None;
         for t in &self.hosts {
             let covers = match t.host.as_deref() {
                 None => true,
@@ -65,13 +66,16 @@ impl TlsHosts {
                 (true, Some(want), Some(made)) if Arc::ptr_eq(want, made) || **want == **made => {
                     return Admit::Checked(want);
                 }
+                (true, Some(want), Some(made)) if want.certificate == made.certificate => {
+                    rechecked = Some(want);
+                }
                 _ => {}
             }
         }
-        if open {
-            Admit::Open
-        } else {
-            Admit::Misdirected
+        match (rechecked, open) {
+            (Some(want), _) => Admit::Rechecked(want),
+            (None, true) => Admit::Open,
+            (None, false) => Admit::Misdirected,
         }
     }
 }
@@ -84,6 +88,10 @@ pub enum Admit<'a> {
     /// An entry covering its host asks for the check the connection's handshake made: the
     /// request is served as that check decides.
     Checked(&'a Arc<ClientCheck>),
+    /// An entry covering its host asks for a check of the certificate the connection's
+    /// handshake was made with, changed since (a rotated CA, another mode): the connection's
+    /// certificate is checked again under it, and the request decided by that.
+    Rechecked(&'a Arc<ClientCheck>),
     /// No entry admits it over this connection (`421`).
     Misdirected,
 }

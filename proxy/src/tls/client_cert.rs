@@ -102,7 +102,22 @@ impl ClientCheck {
             subject,
             issuer,
             escaped_pem: self.validation.pass_certificate.then(|| escaped_pem(leaf)),
+            chain: chain?.iter().map(|c| c.clone().into_owned()).collect(),
         }))
+    }
+
+    /// Whether this check's handshake would have let `peer` (none: no certificate) in: a
+    /// connection made under an earlier check of the same certificate keeps being served
+    /// only then (a CA rotated, a mode relaxed), and is sent to reconnect otherwise.
+    pub fn admits_handshake(&self, peer: Option<&PeerCert>) -> bool {
+        let v = &self.validation;
+        if v.refusal == ClientRefusal::Http {
+            return true;
+        }
+        match peer {
+            None => v.mode != ClientValidationMode::Require,
+            Some(p) => p.verified.is_ok() || v.mode == ClientValidationMode::OptionalNoCa,
+        }
     }
 
     /// A request's fate under this check, for a connection that presented `peer`: `Ok` to
@@ -204,6 +219,8 @@ pub struct PeerCert {
     pub issuer: String,
     /// The certificate as URL-encoded PEM, when the check passes it upstream.
     pub escaped_pem: Option<String>,
+    /// The chain as presented, checked again when the certificate's check changes.
+    pub chain: Vec<CertificateDer<'static>>,
 }
 
 /// The CAs, revocation lists and depth a client's chain is checked against.
@@ -683,6 +700,34 @@ mod tests {
         let p = c.peer(Some(std::slice::from_ref(&bad))).unwrap();
         assert_eq!(c.decide(Some(&p)), Err(Subject));
         assert_eq!(c.decide(None), Err(Subject));
+    }
+
+    #[test]
+    fn a_later_check_admits_what_its_handshake_would_have() {
+        let root = ca("Root CA", None);
+        let good = client(&root, "good", 1, false);
+        let foreign = client(&ca("Other", None), "x", 2, false);
+        use ClientValidationMode::*;
+        for (refusal, mode, none, valid, invalid) in [
+            (ClientRefusal::Handshake, Require, false, true, false),
+            (ClientRefusal::Handshake, Optional, true, true, false),
+            (ClientRefusal::Handshake, OptionalNoCa, true, true, true),
+            // Refused at HTTP: every connection is let in, and each request decided.
+            (ClientRefusal::Http, Require, true, true, true),
+        ] {
+            let c = check(ClientValidation {
+                ca: root.pem(),
+                mode,
+                refusal,
+                ..Default::default()
+            });
+            let what = format!("{refusal:?} {mode:?}");
+            assert_eq!(c.admits_handshake(None), none, "{what}");
+            let p = c.peer(Some(std::slice::from_ref(&good))).unwrap();
+            assert_eq!(c.admits_handshake(Some(&p)), valid, "{what}");
+            let p = c.peer(Some(std::slice::from_ref(&foreign))).unwrap();
+            assert_eq!(c.admits_handshake(Some(&p)), invalid, "{what}");
+        }
     }
 
     #[test]

@@ -7,7 +7,7 @@ use std::time::Instant;
 use http::header::{self, HeaderValue};
 use http::StatusCode;
 
-use super::{error, Answer, ConnInfo, Matched, Session};
+use super::{error, Answer, Matched, Session};
 use crate::access_log::Unlogged;
 use crate::compile::tls_hosts::Admit;
 use crate::compile::{CompiledRoute, Runtime};
@@ -19,7 +19,7 @@ use crate::router::{
     EscapedSlashes, Lookup, RequestView,
 };
 use crate::server::headers;
-use crate::tls::client_cert::{ClientCheck, Refused};
+use crate::tls::client_cert::{ClientCheck, PeerCert, Refused};
 
 impl<'t> Session<'t> {
     /// rewrite: the global plugins, on the request as the client sent it.
@@ -101,7 +101,16 @@ impl<'t> Session<'t> {
             match tls_hosts.admit(host, self.conn.client_check.as_ref()) {
                 Admit::Open => {}
                 Admit::Checked(check) => {
-                    client_certificate(check, self.conn, &mut self.head.headers)?
+                    let peer = self.conn.client_cert.as_deref();
+                    client_certificate(check, peer, &mut self.head.headers)?
+                }
+                Admit::Rechecked(check) => {
+                    let chain = self.conn.client_cert.as_ref().map(|p| p.chain.as_slice());
+                    let peer = check.peer(chain);
+                    if !check.admits_handshake(peer.as_deref()) {
+                        return Err(super::edge::misdirected_request());
+                    }
+                    client_certificate(check, peer.as_deref(), &mut self.head.headers)?
                 }
                 // The route asks for a client certificate this connection's handshake did
                 // not check: the client is sent to a connection of its own for the host.
@@ -145,10 +154,9 @@ impl<'t> Session<'t> {
 /// `ssl-client-*` headers for the upstream.
 fn client_certificate(
     check: &ClientCheck,
-    conn: &ConnInfo,
+    peer: Option<&PeerCert>,
     headers: &mut http::HeaderMap,
 ) -> Result<(), Answer> {
-    let peer = conn.client_cert.as_deref();
     if let Err(refused) = check.decide(peer) {
         let page = check.validation.error_page.as_deref();
         return Err(match page.filter(|_| refused != Refused::Subject) {
