@@ -573,6 +573,8 @@ async fn auth_tls_checks_client_certificates() {
                 ("auth-tls-secret", &format!("{NS}/client-ca")),
                 ("auth-tls-verify-client", "on"),
                 ("auth-tls-pass-certificate-to-upstream", "true"),
+                // Plain HTTP is not served unchecked, even so.
+                ("ssl-redirect", "false"),
             ],
             &[("/", "Prefix", "web")],
             Some("site-tls"),
@@ -640,6 +642,11 @@ async fn auth_tls_checks_client_certificates() {
         assert_eq!(r.json()["message"], message, "{what}");
         assert_eq!(r.echo_name(), None, "{what}");
     }
+    // Plain HTTP carries no certificate: sent to HTTPS (426 Upgrade Required).
+    let r = get_at(&c, &s, "mtls.test", "/orders", &[]).await;
+    assert_eq!(r.status, 426, "{r:?}");
+    assert_eq!(r.echo_name(), None);
+
     let (r, asked) = call(None, "open.test").await;
     assert!(!asked, "the other host asks for no certificate");
     assert_eq!(r.status, 200, "{r:?}");

@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::networking::v1::Ingress;
 use weir_crds::annotations as a;
-use weir_proxy::config::{Certificate, ClientRefusal, ClientValidation, TlsHost};
+use weir_proxy::config::{Certificate, ClientProtocol, ClientRefusal, ClientValidation, TlsHost};
 
 use super::annotations::ClientCertificateAnnotations;
 use super::{obj, secret_text, Translator};
@@ -147,6 +147,9 @@ impl Translator<'_> {
                     host: Some(host.clone()),
                     client_certificate: Some(id.clone()),
                 }];
+                // Plain HTTP would carry no certificate at all: such requests are sent to
+                // HTTPS (the route's redirect status), never served unchecked.
+                r.protocols = vec![ClientProtocol::Https];
             }
         }
     }
@@ -156,7 +159,7 @@ impl Translator<'_> {
 mod tests {
     use crate::store::Store;
     use crate::translate::{translate, Options, Translation};
-    use weir_proxy::config::{ClientRefusal, ClientValidationMode, TlsHost};
+    use weir_proxy::config::{ClientProtocol, ClientRefusal, ClientValidationMode, TlsHost};
 
     fn fixture_pem(file: &str) -> String {
         let path = format!(
@@ -263,6 +266,12 @@ spec:
             }]
         );
         assert!(route("www.example.com").is_empty());
+        let protocols = |host: &str| {
+            let r = t.config.routes.iter().find(|r| r.hosts == [host]).unwrap();
+            r.protocols.clone()
+        };
+        assert_eq!(protocols("partners.example.com"), [ClientProtocol::Https]);
+        assert!(protocols("www.example.com").is_empty());
         weir_proxy::compile::Runtime::compile(t.config, &weir_proxy::Registry::builtin()).unwrap();
     }
 
