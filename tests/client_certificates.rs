@@ -83,11 +83,7 @@ impl Pki {
             true,
             alpn,
         );
-        let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port))
-            .await
-            .unwrap();
-        let name = rustls::pki_types::ServerName::try_from(sni.to_string()).unwrap();
-        let tls = connector.connect(name, tcp).await.unwrap();
+        let tls = common::tls::handshake(&connector, port, sni).await.unwrap();
         let h2 = tls.get_ref().1.alpn_protocol() == Some(b"h2");
         let io = hyper_util::rt::TokioIo::new(tls);
         if h2 {

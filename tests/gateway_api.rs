@@ -8183,11 +8183,7 @@ impl ClientCas {
             client.map(|c| (c.pem.as_str(), c.key_pem.as_str())),
             true,
         );
-        let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port))
-            .await
-            .unwrap();
-        let name = rustls::pki_types::ServerName::try_from(sni.to_string()).unwrap();
-        let mut tls = connector.connect(name, tcp).await.unwrap();
+        let mut tls = common::tls::handshake(&connector, port, sni).await.unwrap();
         tls.write_all(format!("GET {path} HTTP/1.0\r\n\r\n").as_bytes())
             .await
             .unwrap();
@@ -8212,11 +8208,7 @@ impl ClientCas {
             client.map(|c| (c.pem.as_str(), c.key_pem.as_str())),
             true,
         );
-        let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port))
-            .await
-            .unwrap();
-        let name = rustls::pki_types::ServerName::try_from(sni.to_string()).unwrap();
-        let tls = connector.connect(name, tcp).await.unwrap();
+        let tls = common::tls::handshake(&connector, port, sni).await.unwrap();
         let io = hyper_util::rt::TokioIo::new(tls);
         let (send, conn) = hyper::client::conn::http1::handshake(io).await.unwrap();
         tokio::spawn(conn);

@@ -19,18 +19,24 @@ pub struct Leaf {
     pub key_pem: String,
 }
 
+/// A CA certificate's parameters: common name `cn`, signing certificates and CRLs.
+fn ca_params(cn: &str) -> CertificateParams {
+    let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    params.distinguished_name.push(DnType::CommonName, cn);
+    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    params.key_usages = vec![
+        KeyUsagePurpose::KeyCertSign,
+        KeyUsagePurpose::CrlSign,
+        KeyUsagePurpose::DigitalSignature,
+    ];
+    params
+}
+
 impl Ca {
     pub fn new(cn: &str) -> Ca {
-        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
-        params.distinguished_name.push(DnType::CommonName, cn);
-        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        params.key_usages = vec![
-            KeyUsagePurpose::KeyCertSign,
-            KeyUsagePurpose::CrlSign,
-            KeyUsagePurpose::DigitalSignature,
-        ];
         Ca {
-            issuer: CertifiedIssuer::self_signed(params, KeyPair::generate().unwrap()).unwrap(),
+            issuer: CertifiedIssuer::self_signed(ca_params(cn), KeyPair::generate().unwrap())
+                .unwrap(),
         }
     }
 
@@ -38,19 +44,23 @@ impl Ca {
         self.issuer.pem()
     }
 
+    /// A certificate with `params` that this CA signs, and its new key.
+    fn sign(&self, params: CertificateParams) -> Leaf {
+        let key = KeyPair::generate().unwrap();
+        let cert = params.signed_by(&key, &*self.issuer).unwrap();
+        Leaf {
+            der: cert.der().clone(),
+            pem: cert.pem(),
+            key_der: key.serialize_der(),
+            key_pem: key.serialize_pem(),
+        }
+    }
+
     /// An intermediate CA that this one signs.
     pub fn intermediate(&self, cn: &str) -> Ca {
-        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
-        params.distinguished_name.push(DnType::CommonName, cn);
-        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        params.key_usages = vec![
-            KeyUsagePurpose::KeyCertSign,
-            KeyUsagePurpose::CrlSign,
-            KeyUsagePurpose::DigitalSignature,
-        ];
         let key = KeyPair::generate().unwrap();
         Ca {
-            issuer: CertifiedIssuer::signed_by(params, key, &*self.issuer).unwrap(),
+            issuer: CertifiedIssuer::signed_by(ca_params(cn), key, &*self.issuer).unwrap(),
         }
     }
 
@@ -65,14 +75,7 @@ impl Ca {
             params.not_before = rcgen::date_time_ymd(2000, 1, 1);
             params.not_after = rcgen::date_time_ymd(2000, 12, 31);
         }
-        let key = KeyPair::generate().unwrap();
-        let cert = params.signed_by(&key, &*self.issuer).unwrap();
-        Leaf {
-            der: cert.der().clone(),
-            pem: cert.pem(),
-            key_der: key.serialize_der(),
-            key_pem: key.serialize_pem(),
-        }
+        self.sign(params)
     }
 
     /// This CA's revocation list (PEM), revoking the certificates with serials `serials`.
@@ -119,14 +122,7 @@ impl Ca {
         }
         params.distinguished_name.push(DnType::CommonName, "leaf");
         params.extended_key_usages = vec![eku];
-        let key = KeyPair::generate().unwrap();
-        let cert = params.signed_by(&key, &*self.issuer).unwrap();
-        Leaf {
-            der: cert.der().clone(),
-            pem: cert.pem(),
-            key_der: key.serialize_der(),
-            key_pem: key.serialize_pem(),
-        }
+        self.sign(params)
     }
 }
 

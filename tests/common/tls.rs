@@ -140,6 +140,23 @@ pub async fn get_with_host(
     exchange(&connector(alpn), port, server_name, host, path).await
 }
 
+/// A TLS connection to 127.0.0.1:`port` through `connector`, with server name
+/// `server_name` (bounded wait); `Err` says why the handshake failed.
+pub async fn handshake(
+    connector: &tokio_rustls::TlsConnector,
+    port: u16,
+    server_name: &str,
+) -> Result<tokio_rustls::client::TlsStream<tokio::net::TcpStream>, String> {
+    let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .map_err(|e| e.to_string())?;
+    let name = ServerName::try_from(server_name.to_string()).unwrap();
+    tokio::time::timeout(Duration::from_secs(10), connector.connect(name, tcp))
+        .await
+        .map_err(|_| "handshake timed out".to_string())?
+        .map_err(|e| e.to_string())
+}
+
 /// [`get_with_host`] through `connector`.
 pub async fn exchange(
     connector: &tokio_rustls::TlsConnector,
@@ -148,14 +165,7 @@ pub async fn exchange(
     host: &str,
     path: &str,
 ) -> Result<TlsResp, String> {
-    let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port))
-        .await
-        .map_err(|e| e.to_string())?;
-    let name = ServerName::try_from(server_name.to_string()).unwrap();
-    let tls = tokio::time::timeout(Duration::from_secs(10), connector.connect(name, tcp))
-        .await
-        .map_err(|_| "handshake timed out".to_string())?
-        .map_err(|e| e.to_string())?;
+    let tls = handshake(connector, port, server_name).await?;
     let (_, session) = tls.get_ref();
     let peer_cert = session.peer_certificates().expect("server certificate")[0]
         .clone()

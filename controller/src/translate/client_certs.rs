@@ -158,17 +158,8 @@ impl Translator<'_> {
 #[cfg(test)]
 mod tests {
     use crate::store::Store;
-    use crate::translate::{translate, Options, Translation};
+    use crate::translate::{fixture_pem, fixture_tls_secret, translate, Options, Translation};
     use weir_proxy::config::{ClientProtocol, ClientRefusal, ClientValidationMode, TlsHost};
-
-    fn fixture_pem(file: &str) -> String {
-        let path = format!(
-            "{}/../tests/fixtures/tls/{file}",
-            env!("CARGO_MANIFEST_DIR")
-        );
-        let text = std::fs::read_to_string(path).unwrap();
-        text.lines().map(|l| format!("    {l}\n")).collect()
-    }
 
     /// The example of docs/annotations.md with its Secrets, `extra` appended.
     fn translated(ca_secret: bool, extra: &str) -> Translation {
@@ -183,16 +174,8 @@ kind: IngressClass
 metadata: {{name: weir}}
 spec: {{controller: weir.dev/ingress-controller}}
 ---
-apiVersion: v1
-kind: Secret
-metadata: {{name: partners-example-com, namespace: demo}}
-type: kubernetes.io/tls
-stringData:
-  tls.crt: |
-{}  tls.key: |
 {}",
-            fixture_pem("a.example.test.crt"),
-            fixture_pem("a.example.test.key")
+            fixture_tls_secret("demo", "partners-example-com")
         );
         if ca_secret {
             yaml.push_str(&format!(

@@ -557,6 +557,28 @@ fn secret_text(secret: &k8s_openapi::api::core::v1::Secret, key: &str) -> Option
     }
 }
 
+/// A PEM file of tests/fixtures/tls, indented as a YAML block scalar's lines (4 spaces).
+#[cfg(test)]
+pub(crate) fn fixture_pem(file: &str) -> String {
+    let path = format!(
+        "{}/../tests/fixtures/tls/{file}",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let text = std::fs::read_to_string(path).unwrap();
+    text.lines().map(|l| format!("    {l}\n")).collect()
+}
+
+/// A `kubernetes.io/tls` Secret `namespace/name` holding the a.example.test fixture pair.
+#[cfg(test)]
+pub(crate) fn fixture_tls_secret(namespace: &str, name: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: Secret\nmetadata: {{name: {name}, namespace: {namespace}}}\n\
+         type: kubernetes.io/tls\nstringData:\n  tls.crt: |\n{}  tls.key: |\n{}",
+        fixture_pem("a.example.test.crt"),
+        fixture_pem("a.example.test.key")
+    )
+}
+
 /// An object reference for problems.
 fn obj(kind: Kind, key: &Key) -> ObjectRef {
     ObjectRef {

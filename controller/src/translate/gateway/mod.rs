@@ -395,7 +395,7 @@ pub(super) const GRPC_ROUTE_ID_PREFIX: &str = grpc_route::ID_PREFIX;
 #[cfg(test)]
 mod tests {
     use crate::store::Store;
-    use crate::translate::{translate, Options};
+    use crate::translate::{fixture_pem, fixture_tls_secret, translate, Options};
 
     /// The translation of a manifest text, with the default options and plugins.
     fn translated(yaml: &str) -> crate::translate::Translation {
@@ -450,15 +450,6 @@ spec: {{controllerName: weir.dev/gateway-controller}}
     }
 
     /// A PEM of tests/fixtures/tls, indented as a YAML block scalar's lines (4 spaces).
-    fn fixture_pem(file: &str) -> String {
-        let path = format!(
-            "{}/../tests/fixtures/tls/{file}",
-            env!("CARGO_MANIFEST_DIR")
-        );
-        let text = std::fs::read_to_string(path).unwrap();
-        text.lines().map(|l| format!("    {l}\n")).collect()
-    }
-
     /// The TLSRoute example of docs/gateway-api.md, translated.
     #[test]
     fn the_documented_tls_route_passes_its_host_through() {
@@ -483,23 +474,10 @@ spec: {{ports: [{{port: 8443}}]}}
         assert!(status.conditions.iter().all(|c| c.holds()), "{status:?}");
     }
 
-    /// The Gateway with client certificate validation of docs/gateway-api.md, translated:
-    /// its listener's certificate asks for client certificates signed by the ConfigMap's CA;
-    /// without the ConfigMap the listener is not served.
-    #[test]
-    fn the_documented_client_certificate_validation_resolves() {
-        let secret = format!(
-            "apiVersion: v1
-kind: Secret
-metadata: {{name: secure-example-com, namespace: demo}}
-type: kubernetes.io/tls
-stringData:
-  tls.crt: |
-{}  tls.key: |
-{}",
-            fixture_pem("a.example.test.crt"),
-            fixture_pem("a.example.test.key")
-        );
+    /// The objects the client certificate example of docs/gateway-api.md names: the
+    /// `demo/secure-example-com` TLS Secret, and (after `---`) the `demo/client-ca` ConfigMap.
+    fn secure_secret_and_client_ca() -> (String, String) {
+        let secret = fixture_tls_secret("demo", "secure-example-com");
         let config_map = format!(
             "---
 apiVersion: v1
@@ -510,6 +488,15 @@ data:
 {}",
             fixture_pem("ca.crt")
         );
+        (secret, config_map)
+    }
+
+    /// The Gateway with client certificate validation of docs/gateway-api.md, translated:
+    /// its listener's certificate asks for client certificates signed by the ConfigMap's CA;
+    /// without the ConfigMap the listener is not served.
+    #[test]
+    fn the_documented_client_certificate_validation_resolves() {
+        let (secret, config_map) = secure_secret_and_client_ca();
         let gateway = documented("caCertificateRefs: [{group: '', kind: ConfigMap");
         let t = translated(&format!("{gateway}{secret}{config_map}"));
         assert!(t.problems.is_empty(), "{:?}", t.problems);
@@ -548,26 +535,8 @@ data:
     /// none, is reported on the protecting Gateway.
     #[test]
     fn routes_of_a_protected_listener_name_its_certificate() {
-        let secret = format!(
-            "---
-apiVersion: v1
-kind: Secret
-metadata: {{name: secure-example-com, namespace: demo}}
-type: kubernetes.io/tls
-stringData:
-  tls.crt: |
-{}  tls.key: |
-{}---
-apiVersion: v1
-kind: ConfigMap
-metadata: {{name: client-ca, namespace: demo}}
-data:
-  ca.crt: |
-{}",
-            fixture_pem("a.example.test.crt"),
-            fixture_pem("a.example.test.key"),
-            fixture_pem("ca.crt")
-        );
+        let (secret, config_map) = secure_secret_and_client_ca();
+        let secret = format!("---\n{secret}{config_map}");
         let gateway = documented("caCertificateRefs: [{group: '', kind: ConfigMap");
         let others = "---
 apiVersion: gateway.networking.k8s.io/v1
