@@ -173,15 +173,16 @@ mod tests {
             table.admit("x.example.com", Some(&check("a", CA_1))),
             Admit::Checked(_)
         ));
-        // No check, another certificate's, or the same certificate's before its CA changed.
+        // No check, or another certificate's.
         assert_eq!(table.admit("x.example.com", None), Admit::Misdirected);
         assert_eq!(
             table.admit("x.example.com", Some(&check("b", CA_1))),
             Admit::Misdirected
         );
+        // The same certificate's before its CA changed: checked again under the new one.
         assert_eq!(
             table.admit("x.example.com", Some(&check("a", CA_2))),
-            Admit::Misdirected
+            Admit::Rechecked(&a)
         );
         // A host no entry covers is not served over TLS.
         assert_eq!(table.admit("other.test", Some(&a)), Admit::Misdirected);
