@@ -1530,3 +1530,293 @@ async fn host_and_backend_annotations_reach_the_upstream() {
         "{r:?}"
     );
 }
+
+/// A TLS backend on 127.0.0.1 serving `leaf` itself: it reads a PROXY protocol line when the
+/// connection starts with one, ends TLS, and answers `NAME proxy=LINE` (`-` without a line)
+/// to the first request.
+fn passthrough_backend(leaf: &common::ca::Leaf, name: &'static str) -> u16 {
+    let config = leaf.server_config_for(&[], None);
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::from_std(listener).unwrap();
+        while let Ok((mut tcp, _)) = listener.accept().await {
+            let acceptor = acceptor.clone();
+            tokio::spawn(async move {
+                let mut first = [0u8; 5];
+                let _ = tcp.peek(&mut first).await;
+                let mut line = Vec::new();
+                if &first == b"PROXY" {
+                    while !line.ends_with(b"\r\n") && line.len() < 120 {
+                        let Ok(b) = tcp.read_u8().await else { return };
+                        line.push(b);
+                    }
+                }
+                let Ok(mut tls) = acceptor.accept(tcp).await else {
+                    return;
+                };
+                let mut buf = [0u8; 4096];
+                let _ = tls.read(&mut buf).await;
+                let line = String::from_utf8_lossy(&line).trim_end().to_string();
+                let body = format!("{name} proxy={}", if line.is_empty() { "-" } else { &line });
+                let answer = format!(
+                    "HTTP/1.1 200 OK\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                let _ = tls.write_all(answer.as_bytes()).await;
+                let _ = tls.shutdown().await;
+            });
+        }
+    });
+    port
+}
+
+/// `ssl-passthrough`: TLS connections for a passed-through host reach the backend's own
+/// certificate and TLS (the client verifies the backend, not Weir), beside a host Weir
+/// terminates on the same socket; the PROXY protocol line is sent when asked for; a
+/// ClientHello that never completes is closed after --header-read-timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ssl_passthrough_hands_tls_connections_to_the_backend() {
+    use rcgen::ExtendedKeyUsagePurpose::ServerAuth;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let web = echo("web");
+    let weir_ca = common::ca::Ca::new("Weir's CA");
+    let site = weir_ca.leaf(&["web.test"], ServerAuth);
+    let backend_ca = common::ca::Ca::new("backend CA");
+    let argo_leaf = backend_ca.leaf(&["argo.test", "vault.test"], ServerAuth);
+    let argo = passthrough_backend(&argo_leaf, "argo");
+    let vault = passthrough_backend(&argo_leaf, "vault");
+    let manifests = docs(&[
+        service(NS, "web", web.port),
+        service(NS, "argo", argo),
+        service(NS, "vault", vault),
+        tls_secret("site-tls", &site.pem, &site.key_pem),
+        ingress_at(
+            "web",
+            "web.test",
+            &[],
+            &[("/", "Prefix", "web")],
+            Some("site-tls"),
+        ),
+        nginx("argo", "argo.test", &[("ssl-passthrough", "true")], "argo"),
+        nginx(
+            "vault",
+            "vault.test",
+            &[
+                ("ssl-passthrough", "true"),
+                ("weir.dev/ssl-passthrough-proxy-protocol", "v1"),
+            ],
+            "vault",
+        ),
+    ]);
+    let tls_port = free_port();
+    let s = Served::start(
+        &manifests,
+        &[
+            "--tls-listen",
+            &format!("127.0.0.1:{tls_port}"),
+            "--header-read-timeout",
+            "1s",
+        ],
+    );
+    wait_for_port(tls_port);
+    let trusting_backend = common::tls::connector_trusting(backend_ca.issuer.der().clone(), &[]);
+    let trusting_weir = common::tls::connector_trusting(weir_ca.issuer.der().clone(), &[]);
+    // The translation lands after the listener opens.
+    let started = Instant::now();
+    let r = loop {
+        match common::tls::exchange(&trusting_backend, tls_port, "argo.test", "argo.test", "/")
+            .await
+        {
+            Ok(r) => break r,
+            Err(e) => assert!(
+                started.elapsed() < T,
+                "argo.test never passed through: {e}; log:\n{}",
+                s.log()
+            ),
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(r.resp.status, 200);
+    assert_eq!(String::from_utf8_lossy(&r.resp.body), "argo proxy=-");
+    assert_eq!(
+        r.peer_cert.as_ref(),
+        argo_leaf.der.as_ref(),
+        "the backend's certificate"
+    );
+    // Weir's certificate is not what the client meets there.
+    let e = common::tls::exchange(&trusting_weir, tls_port, "argo.test", "argo.test", "/").await;
+    assert!(e.is_err(), "{:?}", e.map(|r| r.resp));
+
+    // The PROXY protocol line names the client's and Weir's ends.
+    let r = common::tls::exchange(&trusting_backend, tls_port, "vault.test", "vault.test", "/")
+        .await
+        .unwrap();
+    let body = String::from_utf8_lossy(&r.resp.body).to_string();
+    let want = "vault proxy=PROXY TCP4 127.0.0.1 127.0.0.1 ";
+    assert!(body.starts_with(want), "{body}");
+    assert!(body.ends_with(&format!(" {tls_port}")), "{body}");
+
+    // The terminated host on the same socket, and a name no Ingress passes through, are
+    // Weir's.
+    let r = common::tls::exchange(&trusting_weir, tls_port, "web.test", "web.test", "/x")
+        .await
+        .unwrap();
+    assert_eq!(r.resp.status, 200);
+    assert_eq!(r.resp.json()["path"], "/x");
+    assert_eq!(r.peer_cert.as_ref(), site.der.as_ref());
+    let e = common::tls::handshake(&trusting_backend, tls_port, "other.test").await;
+    assert!(e.is_err(), "an unknown name is not passed through");
+
+    // A ClientHello that never completes: a record header announcing 512 bytes, then
+    // silence. The connection is closed after --header-read-timeout (1 s), not held.
+    let mut tcp = tokio::net::TcpStream::connect(("127.0.0.1", tls_port))
+        .await
+        .unwrap();
+    tcp.write_all(&[0x16, 0x03, 0x01, 0x02, 0x00, 0x01])
+        .await
+        .unwrap();
+    let started = Instant::now();
+    let mut buf = [0u8; 64];
+    let read = tokio::time::timeout(Duration::from_secs(10), tcp.read(&mut buf)).await;
+    assert!(
+        matches!(read, Ok(Ok(0)) | Ok(Err(_))),
+        "closed, not answered: {read:?}"
+    );
+    let waited = started.elapsed();
+    assert!(
+        waited >= Duration::from_millis(800),
+        "closed only after the timeout: {waited:?}"
+    );
+    // Not handed to the TLS handshake either, which would wait a second timeout (2 s).
+    assert!(
+        waited < Duration::from_millis(1900),
+        "not held past the timeout: {waited:?}"
+    );
+}
+
+/// `mirror-*`: the mirror gets a copy of each request (path and query as the upstream got
+/// them, `mirror-host` as Host, the body unless `mirror-request-body: off`), the client never
+/// waits for a slow or dead mirror, and each copy is counted in /metrics by outcome.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mirror_annotations_copy_requests() {
+    let web = echo("web");
+    let mirror = Server::start(|_| response(500, "", "the mirror's answer"));
+    let slow = Server::start(|_| {
+        std::thread::sleep(Duration::from_secs(3));
+        response(200, "", "late")
+    });
+    let dead = free_port();
+    let target = |port: u16| format!("http://127.0.0.1:{port}");
+    let manifests = docs(&[
+        service(NS, "web", web.port),
+        nginx(
+            "shop",
+            "shop.test",
+            &[
+                (
+                    "mirror-target",
+                    &format!("{}$request_uri", target(mirror.port)),
+                ),
+                ("mirror-host", "copy.test"),
+            ],
+            "web",
+        ),
+        nginx(
+            "quiet",
+            "quiet.test",
+            &[
+                ("mirror-target", &target(mirror.port)),
+                ("mirror-request-body", "off"),
+            ],
+            "web",
+        ),
+        nginx(
+            "slow",
+            "slow.test",
+            &[("mirror-target", &target(slow.port))],
+            "web",
+        ),
+        nginx(
+            "dead",
+            "dead.test",
+            &[("mirror-target", &target(dead))],
+            "web",
+        ),
+    ]);
+    let s = Served::start(&manifests, &[]);
+    let c = client();
+    ready(&c, &s, "dead.test", "/", 200).await;
+    let copy_of = |line: &str| {
+        let line = line.to_string();
+        (0..250)
+            .find_map(|_| {
+                std::thread::sleep(Duration::from_millis(20));
+                mirror.seen().into_iter().find(|r| r.request_line() == line)
+            })
+            .unwrap_or_else(|| panic!("no copy {line:?} reached the mirror"))
+    };
+
+    let r = call(
+        &c,
+        &s,
+        "POST",
+        "shop.test",
+        "/orders?x=1",
+        &[],
+        &b"payload"[..],
+    )
+    .await;
+    assert_eq!(r.status, 200, "the upstream's answer, not the mirror's");
+    assert_eq!(echoed(&r), ("/orders".to_string(), Some("x=1".to_string())));
+    let seen = copy_of("POST /orders?x=1 HTTP/1.1");
+    assert_eq!(seen.header("host").as_deref(), Some("copy.test"));
+    assert_eq!(seen.body, b"payload");
+
+    let r = call(&c, &s, "POST", "quiet.test", "/q", &[], &b"secret"[..]).await;
+    assert_eq!(r.status, 200);
+    let seen = copy_of("POST /q HTTP/1.1");
+    assert_eq!(
+        seen.header("host").as_deref(),
+        Some("127.0.0.1"),
+        "the target's host by default"
+    );
+    assert!(seen.body.is_empty(), "no body: {:?}", seen.body);
+    assert!(
+        matches!(seen.header("content-length").as_deref(), None | Some("0")),
+        "{}",
+        seen.head
+    );
+
+    for host in ["slow.test", "dead.test"] {
+        let started = Instant::now();
+        let r = get_at(&c, &s, host, "/", &[]).await;
+        assert_eq!(r.status, 200);
+        assert!(
+            started.elapsed() < Duration::from_millis(1500),
+            "{host}: the mirror held the client up for {:?}",
+            started.elapsed()
+        );
+    }
+    let started = Instant::now();
+    loop {
+        let m = get(&c, &s.admin_url("/metrics"), &[]).await;
+        let m = String::from_utf8_lossy(&m.body);
+        let line = |service: &str, outcome: &str| {
+            format!("weir_mirror_requests_total{{service=\"mirror:demo/{service}\",outcome=\"{outcome}\"}} ")
+        };
+        // dead.test was also asked while the table loaded: its count is at least 2.
+        let counted = m.contains(&line("dead", "failed"))
+            && !m.contains(&line("dead", "answered"))
+            && m.contains(&format!("{}1", line("shop", "answered")))
+            && m.contains(&format!("{}1", line("slow", "answered")));
+        if counted {
+            break;
+        }
+        assert!(started.elapsed() < T, "copies not counted:\n{m}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}

@@ -68,6 +68,19 @@ pub const CLIENT_CERTIFICATE_PASS_TO_UPSTREAM: &str =
     "weir.dev/client-certificate-pass-to-upstream";
 /// Ingress: a regex the client certificate's subject DN must match (else `403`).
 pub const CLIENT_CERTIFICATE_MATCH_SUBJECT: &str = "weir.dev/client-certificate-match-subject";
+/// Ingress: `"true"` hands TLS connections for its hosts, undecrypted, to the backend of
+/// each rule's `/` path (routing by the ClientHello's server name).
+pub const SSL_PASSTHROUGH: &str = "weir.dev/ssl-passthrough";
+/// Ingress with `ssl-passthrough`: `v1` or `v2`, the PROXY protocol header its backends get
+/// before the client's bytes.
+pub const SSL_PASSTHROUGH_PROXY_PROTOCOL: &str = "weir.dev/ssl-passthrough-proxy-protocol";
+/// Ingress: `http://host[:port]` or `https://host[:port]`, where a copy of each request goes
+/// (its answer thrown away).
+pub const MIRROR_TARGET: &str = "weir.dev/mirror-target";
+/// Ingress with `mirror-target`: the copies' `Host` header (default: the target's host).
+pub const MIRROR_HOST: &str = "weir.dev/mirror-host";
+/// Ingress with `mirror-target`: `"false"` sends the copies without the request's body.
+pub const MIRROR_REQUEST_BODY: &str = "weir.dev/mirror-request-body";
 /// Ingress with ingress-nginx annotations: `serve` (default) serves it without the ones Weir
 /// does not support; `disable` makes its paths answer 503 instead.
 pub const UNSUPPORTED_ANNOTATIONS: &str = "weir.dev/unsupported-annotations";

@@ -4,7 +4,7 @@
 //! Series are keyed by route/service id, so they survive config swaps.
 
 use std::cell::Cell;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -69,6 +69,29 @@ pub struct Metrics {
     pub access_log_dropped: AtomicU64,
     /// HTTP/2 connections closed for resetting too many started streams (rapid reset).
     pub h2_cancel_closes: AtomicU64,
+    /// Mirror copies by service and outcome (few: one lock per copy is cheap beside it).
+    mirrors: Mutex<BTreeMap<(Arc<str>, MirrorOutcome), u64>>,
+}
+
+/// How a mirror copy ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum MirrorOutcome {
+    /// The mirror answered (any status).
+    Answered,
+    /// No answer: no target, connection or protocol failure, body not available.
+    Failed,
+    /// No answer within the copy's deadline.
+    TimedOut,
+}
+
+impl MirrorOutcome {
+    fn label(self) -> &'static str {
+        match self {
+            MirrorOutcome::Answered => "answered",
+            MirrorOutcome::Failed => "failed",
+            MirrorOutcome::TimedOut => "timeout",
+        }
+    }
 }
 
 thread_local! {
@@ -91,7 +114,14 @@ impl Metrics {
             tls_handshake_failures: AtomicU64::new(0),
             access_log_dropped: AtomicU64::new(0),
             h2_cancel_closes: AtomicU64::new(0),
+            mirrors: Mutex::default(),
         }
+    }
+
+    /// Counts one mirror copy to `service`.
+    pub fn record_mirror(&self, service: &Arc<str>, outcome: MirrorOutcome) {
+        let mut m = self.mirrors.lock().unwrap_or_else(|e| e.into_inner());
+        *m.entry((service.clone(), outcome)).or_default() += 1;
     }
 
     fn shard(&self) -> std::sync::MutexGuard<'_, Shard> {
@@ -171,6 +201,20 @@ impl Metrics {
              weir_upstream_requests_total{{connection=\"reused\"}} {}",
             connections[0], connections[1]
         );
+        out.push_str("# HELP weir_mirror_requests_total Request copies sent to mirrors, by service and outcome.\n# TYPE weir_mirror_requests_total counter\n");
+        for ((service, outcome), n) in self
+            .mirrors
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+        {
+            let _ = writeln!(
+                out,
+                "weir_mirror_requests_total{{service=\"{}\",outcome=\"{}\"}} {n}",
+                escape(service),
+                outcome.label()
+            );
+        }
         histogram(
             &mut out,
             "weir_request_duration_seconds",

@@ -623,6 +623,16 @@ impl Config {
                         format!("{} is not between 0 and 100", m.percent),
                     );
                 }
+                if let Some(h) = &m.host {
+                    if h.is_empty() || http::HeaderValue::from_str(h).is_err() {
+                        errs.push(
+                            "route",
+                            &r.id,
+                            format!("mirrors[{i}].host"),
+                            format!("{h:?} is not a valid Host header value"),
+                        );
+                    }
+                }
             }
             if !matches!(r.https_redirect_status_code, 301 | 302 | 307 | 308 | 426) {
                 errs.push(

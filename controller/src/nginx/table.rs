@@ -61,9 +61,6 @@ pub fn classify(name: &str) -> (Status, &'static str) {
         "enable-global-auth" => differs(
             "no effect: Weir has no global external authentication from a ConfigMap",
         ),
-        "ssl-passthrough" => unsupported(
-            "TLS passthrough (routing by SNI without terminating TLS) is not supported",
-        ),
         "ssl-ciphers" | "ssl-prefer-server-ciphers" | "proxy-ssl-ciphers" | "proxy-ssl-protocols" => {
             differs("no effect: rustls offers only its modern cipher suites and TLS 1.2/1.3")
         }
@@ -76,9 +73,6 @@ pub fn classify(name: &str) -> (Status, &'static str) {
         | "global-rate-limit-ignored-cidrs" => unsupported(
             "removed from ingress-nginx; use Weir's rate-limiting plugin with policy: redis",
         ),
-        "mirror-target" | "mirror-uri" | "mirror-request-body" | "mirror-host" => {
-            unsupported("request mirroring is not supported")
-        }
         "connection-proxy-header" => unsupported(
             "Weir manages the Connection header towards upstreams itself",
         ),

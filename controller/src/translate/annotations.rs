@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 
 use weir_crds::annotations as a;
-use weir_proxy::config::{ClientProtocol, ClientValidationMode, UpstreamProtocol};
+use weir_proxy::config::{ClientProtocol, ClientValidationMode, ProxyProtocol, UpstreamProtocol};
 
 /// A malformed annotation: (the annotation key, what was wrong).
 pub type AnnotationError = (String, String);
@@ -53,6 +53,76 @@ pub struct IngressAnnotations {
     pub forwarded_prefix: Option<String>,
     /// The `client-certificate-*` settings; `secret` set turns them on.
     pub client_certificate: ClientCertificateAnnotations,
+    /// `ssl-passthrough`.
+    pub ssl_passthrough: bool,
+    /// `ssl-passthrough-proxy-protocol`.
+    pub passthrough_proxy_protocol: Option<ProxyProtocol>,
+    /// The `mirror-*` settings; `target` set turns them on.
+    pub mirror: MirrorAnnotations,
+}
+
+/// An Ingress's `mirror-*` annotations.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MirrorAnnotations {
+    /// `mirror-target`.
+    pub target: Option<MirrorTarget>,
+    /// `mirror-host`.
+    pub host: Option<String>,
+    /// `mirror-request-body` (default true).
+    pub body: bool,
+}
+
+impl Default for MirrorAnnotations {
+    fn default() -> Self {
+        MirrorAnnotations {
+            target: None,
+            host: None,
+            body: true,
+        }
+    }
+}
+
+/// Where an Ingress's mirror copies go.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MirrorTarget {
+    /// Over TLS (`https`).
+    pub tls: bool,
+    /// Host name or IP address (an IPv6 one without brackets).
+    pub host: String,
+    /// Port (default 80 or 443).
+    pub port: u16,
+}
+
+impl MirrorTarget {
+    /// Parses `http://host[:port]` or `https://host[:port]` (a trailing `/` allowed).
+    pub fn parse(url: &str) -> Result<MirrorTarget, String> {
+        let bad = || format!("{url:?} is not http://host[:port] or https://host[:port]");
+        let uri: http::Uri = url.parse().map_err(|_| bad())?;
+        let tls = match uri.scheme_str() {
+            Some("http") => false,
+            Some("https") => true,
+            _ => return Err(bad()),
+        };
+        let authority = uri.authority().ok_or_else(bad)?;
+        let path = uri.path_and_query().map_or("", |p| p.as_str());
+        if !matches!(path, "" | "/") || authority.as_str().contains('@') {
+            return Err(format!(
+                "{url:?} has a path, query or user: the copy keeps the request's own path and query"
+            ));
+        }
+        let host = authority
+            .host()
+            .trim_start_matches('[')
+            .trim_end_matches(']');
+        if host.is_empty() {
+            return Err(bad());
+        }
+        Ok(MirrorTarget {
+            tls,
+            host: host.to_ascii_lowercase(),
+            port: authority.port_u16().unwrap_or(if tls { 443 } else { 80 }),
+        })
+    }
 }
 
 /// An Ingress's `client-certificate-*` annotations.
@@ -375,6 +445,29 @@ pub fn ingress(annotations: &BTreeMap<String, String>) -> Parsed<IngressAnnotati
                 }
                 out.client_certificate.match_subject = Some(re.to_string());
             }
+            a::SSL_PASSTHROUGH => out.ssl_passthrough = boolean(key, v)?,
+            a::SSL_PASSTHROUGH_PROXY_PROTOCOL => {
+                out.passthrough_proxy_protocol = Some(match v.trim() {
+                    "v1" => ProxyProtocol::V1,
+                    "v2" => ProxyProtocol::V2,
+                    other => return Err((key.into(), format!("{other:?} is not v1 or v2"))),
+                })
+            }
+            a::MIRROR_TARGET => {
+                out.mirror.target =
+                    Some(MirrorTarget::parse(v.trim()).map_err(|m| (key.into(), m))?)
+            }
+            a::MIRROR_HOST => {
+                let h = v.trim();
+                if h.is_empty()
+                    || h.contains(['/', ' ', '@'])
+                    || http::HeaderValue::from_str(h).is_err()
+                {
+                    return Err((key.into(), format!("{h:?} is not a host name")));
+                }
+                out.mirror.host = Some(h.to_string());
+            }
+            a::MIRROR_REQUEST_BODY => out.mirror.body = boolean(key, v)?,
             a::CANARY => out.canary = boolean(key, v)?,
             a::CANARY_WEIGHT => out.canary_rules.weight = Some(number(key, v, 0, 1_000_000)?),
             a::CANARY_WEIGHT_TOTAL => {
@@ -538,6 +631,47 @@ mod tests {
         assert_eq!(r.https_redirect_status_code, Some(308));
         assert_eq!(r.regex_priority, 7);
         assert_eq!(unknown, ["weir.dev/retries"]);
+    }
+
+    #[test]
+    fn mirror_targets_are_a_scheme_a_host_and_maybe_a_port() {
+        let t = MirrorTarget::parse("https://Mirror.example.com").unwrap();
+        assert_eq!(
+            (t.tls, t.host.as_str(), t.port),
+            (true, "mirror.example.com", 443)
+        );
+        let t = MirrorTarget::parse("http://127.0.0.1:8081/").unwrap();
+        assert_eq!((t.tls, t.host.as_str(), t.port), (false, "127.0.0.1", 8081));
+        let t = MirrorTarget::parse("http://[::1]:9").unwrap();
+        assert_eq!((t.host.as_str(), t.port), ("::1", 9));
+        for bad in [
+            "mirror.example.com",
+            "ftp://m.example.com",
+            "https://m.example.com/copy",
+            "https://m.example.com?q=1",
+            "https://user@m.example.com",
+            "https://",
+        ] {
+            assert!(MirrorTarget::parse(bad).is_err(), "{bad}");
+        }
+        let (r, _) = ingress(&map(&[
+            ("weir.dev/mirror-target", "https://m.example.com:8443"),
+            ("weir.dev/mirror-host", "copy.example.com"),
+            ("weir.dev/mirror-request-body", "false"),
+            ("weir.dev/ssl-passthrough", "true"),
+            ("weir.dev/ssl-passthrough-proxy-protocol", "v2"),
+        ]));
+        let r = r.unwrap();
+        assert_eq!(r.mirror.target.map(|t| t.port), Some(8443));
+        assert_eq!(r.mirror.host.as_deref(), Some("copy.example.com"));
+        assert!(!r.mirror.body);
+        assert!(r.ssl_passthrough);
+        assert_eq!(r.passthrough_proxy_protocol, Some(ProxyProtocol::V2));
+        let (r, _) = ingress(&map(&[
+            ("weir.dev/ssl-passthrough-proxy-protocol", "v3"),
+            ("weir.dev/mirror-host", "a b"),
+        ]));
+        assert_eq!(r.unwrap_err().len(), 2);
     }
 
     #[test]

@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::networking::v1::{Ingress, IngressBackend, ServiceBackendPort};
 use weir_crds::annotations as a;
-use weir_proxy::config::{PathKind, PathRule, PluginConfig, Route};
+use weir_proxy::config::{PathKind, PathRule, PluginConfig, Route, RouteMirror};
 use weir_proxy::validate::check_host;
 
 use super::annotations::{self, IngressAnnotations};
@@ -86,6 +86,8 @@ struct RouteContext<'a> {
     overrides: Overrides,
     /// The fallback service (`weir.dev/default-backend`) and the statuses it answers.
     fallback: Option<(String, Vec<u16>)>,
+    /// Where copies of the requests go (`weir.dev/mirror-target`).
+    mirror: Option<RouteMirror>,
 }
 
 fn kind_name(k: PathKind) -> &'static str {
@@ -384,12 +386,6 @@ impl Translator<'_> {
                 "its Ingress's client-certificate Secret cannot be used",
             ));
         }
-        let validation = self.client_validation(key, &ann.client_certificate);
-        if let Some(Err(())) = validation {
-            disabled = disabled.or(Some(
-                "its Ingress's client-certificate Secret cannot be used",
-            ));
-        }
         let overrides = Overrides {
             ingress: key.clone(),
             upstream: ann.upstream.clone(),
@@ -397,6 +393,7 @@ impl Translator<'_> {
             service_upstream: ann.service_upstream,
         };
         let fallback = self.fallback_of(key, &ann);
+        let mirror = self.ingress_mirror(key, &ann.mirror);
         let ctx = RouteContext {
             key,
             ann: &ann,
@@ -404,8 +401,13 @@ impl Translator<'_> {
             disabled,
             overrides,
             fallback,
+            mirror,
         };
         self.tls(key, ing);
+        // A disabled Ingress's TLS connections are terminated, to be answered 503.
+        if ann.ssl_passthrough && disabled.is_none() {
+            self.ssl_passthrough(key, ing, &ann);
+        }
         if let Some(Ok(v)) = &validation {
             self.protect_hosts(key, ing, v);
         }
@@ -626,7 +628,12 @@ impl Translator<'_> {
             backends: Vec::new(),
             deep_wildcards: false,
             excluded_hosts: Vec::new(),
-            mirrors: Vec::new(),
+            mirrors: ctx
+                .mirror
+                .iter()
+                .filter(|_| disabled.is_none())
+                .cloned()
+                .collect(),
             timeout: None,
             upstream_error_status: None,
             tls_hosts: Vec::new(),

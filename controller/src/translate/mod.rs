@@ -8,6 +8,8 @@ mod client_certs;
 mod consumers;
 pub mod gateway;
 mod ingress;
+mod mirror;
+mod passthrough;
 mod plugins;
 mod tls;
 

@@ -398,6 +398,12 @@ impl Runtime {
                         Ok::<_, Vec<ConfigError>>(CompiledMirror {
                             service: index(&format!("mirrors[{i}].service"), &m.service)?,
                             per_million: (m.percent * 10_000.0).round() as u32,
+                            // Checked by validation.
+                            host: m
+                                .host
+                                .as_deref()
+                                .and_then(|h| HeaderValue::from_str(h).ok()),
+                            body: m.body,
                         })
                     })
                     .collect::<Result<Box<[_]>, _>>()?;

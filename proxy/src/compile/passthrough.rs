@@ -5,19 +5,31 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use super::backends::Backends;
-use crate::config::TlsRoute;
+use crate::config::{ProxyProtocol, TlsRoute};
 
 /// The passthrough routes of a table, by server name.
 #[derive(Default)]
 pub struct Passthrough {
     exact: HashMap<Box<str>, usize>,
-    /// `*.suffix` names by suffix; any depth under it.
+    /// `*.suffix` names by suffix; any depth under it unless the route says one label.
     wildcard: HashMap<Box<str>, usize>,
     /// The first route without names: any server name.
     any: Option<usize>,
-    /// Each route's id, its backends (`None`: every share closes), and whether Weir
-    /// terminates its connections.
-    routes: Vec<(Arc<str>, Option<Backends>, bool)>,
+    routes: Vec<PassRoute>,
+}
+
+/// One TLS route, compiled.
+pub struct PassRoute {
+    /// The route's id.
+    pub id: Arc<str>,
+    /// Its backends; `None`: every share closes.
+    pub backends: Option<Backends>,
+    /// Weir terminates its connections.
+    pub terminate: bool,
+    /// Its `*.` names cover one label only.
+    single_label: bool,
+    /// The PROXY protocol header its backends get first.
+    pub proxy_protocol: Option<ProxyProtocol>,
 }
 
 impl Passthrough {
@@ -48,8 +60,13 @@ impl Passthrough {
                     (service, Default::default(), b.weight)
                 })
                 .collect();
-            p.routes
-                .push((r.id.as_str().into(), Backends::new(list), r.terminate));
+            p.routes.push(PassRoute {
+                id: r.id.as_str().into(),
+                backends: Backends::new(list),
+                terminate: r.terminate,
+                single_label: r.single_label_wildcards,
+                proxy_protocol: r.proxy_protocol,
+            });
         }
         p
     }
@@ -59,10 +76,9 @@ impl Passthrough {
         self.routes.is_empty()
     }
 
-    /// The route for a server name (its id, backends and whether Weir terminates it).
-    pub fn find(&self, name: &str) -> Option<(&Arc<str>, Option<&Backends>, bool)> {
-        let (id, backends, terminate) = &self.routes[self.index(name)?];
-        Some((id, backends.as_ref(), *terminate))
+    /// The route for a server name.
+    pub fn find(&self, name: &str) -> Option<&PassRoute> {
+        Some(&self.routes[self.index(name)?])
     }
 
     /// The route for a server name: exact, then the longest wildcard suffix.
@@ -72,10 +88,14 @@ impl Passthrough {
             return Some(i);
         }
         let mut rest = lower.as_str();
+        let mut first = true;
         while let Some((_, suffix)) = rest.split_once('.') {
             if let Some(&i) = self.wildcard.get(suffix) {
-                return Some(i);
+                if first || !self.routes[i].single_label {
+                    return Some(i);
+                }
             }
+            first = false;
             rest = suffix;
         }
         self.any
@@ -85,9 +105,10 @@ impl Passthrough {
 impl Passthrough {
     /// After Weir's handshake: the route (id and service chosen) that takes a connection
     /// naming `name` decrypted, if a terminating route serves that name.
-    pub fn terminated(&self, name: &str) -> Option<(Arc<str>, Option<usize>)> {
-        let (id, backends, terminate) = self.find(name)?;
-        terminate.then(|| (id.clone(), backends.and_then(|b| b.choose().service)))
+    pub fn terminated(&self, name: &str) -> Option<(&PassRoute, Option<usize>)> {
+        let r = self.find(name)?;
+        let service = r.backends.as_ref().and_then(|b| b.choose().service);
+        r.terminate.then_some((r, service))
     }
 }
 
@@ -102,10 +123,11 @@ mod tests {
             {"id": "b", "hosts": ["*.foo.example.com", "exact.example.com"]},
             {"id": "c", "hosts": ["exact.example.com"]},
             {"id": "d"},
+            {"id": "e", "hosts": ["*.shallow.example.com"], "single_label_wildcards": true},
         ]))
         .unwrap();
         let p = Passthrough::new(&routes, &HashMap::new());
-        let id = |n: &str| p.find(n).map(|(id, _, _)| id.to_string());
+        let id = |n: &str| p.find(n).map(|r| r.id.to_string());
         assert!(
             p.terminated("x.example.com").is_none(),
             "passthrough routes"
@@ -124,5 +146,11 @@ mod tests {
             "the route without names"
         );
         assert_eq!(id("other.org").as_deref(), Some("d"));
+        assert_eq!(id("x.shallow.example.com").as_deref(), Some("e"));
+        assert_eq!(
+            id("x.y.shallow.example.com").as_deref(),
+            Some("a"),
+            "one label only: a deeper name falls to the next wildcard"
+        );
     }
 }

@@ -250,6 +250,24 @@ pub struct TlsRoute {
     /// the decrypted bytes, instead of the connection as it came.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub terminate: bool,
+    /// A `*.` host covers names one label deep only (`*.example.com` matches
+    /// `a.example.com`, not `a.b.example.com`), as an Ingress's hosts do; otherwise any depth.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub single_label_wildcards: bool,
+    /// The PROXY protocol header sent to the backend before the client's bytes, carrying
+    /// the client's address; absent, none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub proxy_protocol: Option<ProxyProtocol>,
+}
+
+/// A version of HAProxy's PROXY protocol.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ProxyProtocol {
+    /// The text header (`PROXY TCP4 …\r\n`).
+    V1,
+    /// The binary header.
+    V2,
 }
 
 /// A service that gets a copy of a share of a route's requests.
@@ -261,6 +279,12 @@ pub struct RouteMirror {
     /// The share of requests copied, 0 to 100.
     #[serde(default = "hundred")]
     pub percent: f64,
+    /// The copy's `Host` header; absent, as the route sends its requests' to the service.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
+    /// The copy carries the request's body; `false` sends it without one.
+    #[serde(default = "yes", skip_serializing_if = "is_true")]
+    pub body: bool,
 }
 
 fn hundred() -> f64 {

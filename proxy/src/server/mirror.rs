@@ -8,6 +8,8 @@
 //! for retries); any other is copied as it streams through to the upstream, and the copy goes
 //! once it has ended — or not at all when it grows past `--max-retry-body`, rather than hold
 //! the client back or buffer without bound. A protocol upgrade (a WebSocket) is not copied.
+//! A mirror without `body` gets the head alone, at once. Each copy is counted in
+//! `weir_mirror_requests_total` by how it ended.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -18,7 +20,10 @@ use http_body_util::BodyExt;
 
 pub use crate::compile::mirror::{chosen, CompiledMirror};
 use crate::compile::{CompiledRoute, Runtime};
+use crate::metrics::MirrorOutcome;
 use crate::upstream::{self, Added, UpstreamBody};
+
+use super::Shared;
 
 /// Longest a copy may take, connection to last byte of the answer, whatever the service's
 /// own timeouts: a slow mirror must not pile up copies.
@@ -35,7 +40,9 @@ enum CopyBody {
 
 /// Sends each chosen mirror its copy: with `whole`, the body known now; else the body of
 /// `later` (one receiver per mirror, from the upstream body's tee).
-pub fn spawn_all(
+#[allow(clippy::too_many_arguments)] // the request's parts, each borrowed where it lies
+pub(crate) fn spawn_all(
+    shared: &Arc<Shared>,
     rt: &Arc<Runtime>,
     mirrors: Vec<CompiledMirror>,
     route: &CompiledRoute,
@@ -47,17 +54,19 @@ pub fn spawn_all(
     let mut later = later.into_iter();
     for m in mirrors {
         let body = match (&whole, later.next()) {
+            _ if !m.body => CopyBody::Ready(Bytes::new()),
             (Some(b), _) => CopyBody::Ready(b.clone()),
             (None, Some(rx)) => CopyBody::Later(rx),
             (None, None) => continue,
         };
-        spawn(rt, m, route, head, added, body);
+        spawn(shared, rt, m, route, head, added, body);
     }
 }
 
 /// Sends a copy of the request with this head and body to mirror `m`, on its own task.
 /// `added` are the proxy's own request headers (`X-Forwarded-*`, …).
 fn spawn(
+    shared: &Arc<Shared>,
     rt: &Arc<Runtime>,
     m: CompiledMirror,
     route: &CompiledRoute,
@@ -69,14 +78,19 @@ fn spawn(
     for (name, value) in added.iter() {
         headers.append(name.clone(), value.clone());
     }
+    if !m.body {
+        // The head alone: nothing may announce a body that does not follow.
+        headers.remove(header::CONTENT_LENGTH);
+        headers.remove(header::TRANSFER_ENCODING);
+    }
     let copy = Copy {
         method: head.method.clone(),
         uri: head.uri.clone(),
         headers,
-        host_header: route.host_header.clone(),
+        host_header: m.host.or_else(|| route.host_header.clone()),
         preserve_host: route.preserve_host,
     };
-    let rt = rt.clone();
+    let (shared, rt) = (shared.clone(), rt.clone());
     tokio::spawn(async move {
         let id = rt.services[m.service].id.clone();
         let sent = async {
@@ -88,11 +102,21 @@ fn spawn(
             };
             copy.send(&rt, m.service, body).await
         };
-        match tokio::time::timeout(MIRROR_DEADLINE, sent).await {
-            Ok(Ok(status)) => tracing::debug!(service = %id, status, "mirrored"),
-            Ok(Err(e)) => tracing::debug!(service = %id, error = %e, "not mirrored"),
-            Err(_) => tracing::debug!(service = %id, "mirror copy timed out"),
-        }
+        let outcome = match tokio::time::timeout(MIRROR_DEADLINE, sent).await {
+            Ok(Ok(status)) => {
+                tracing::debug!(service = %id, status, "mirrored");
+                MirrorOutcome::Answered
+            }
+            Ok(Err(e)) => {
+                tracing::debug!(service = %id, error = %e, "not mirrored");
+                MirrorOutcome::Failed
+            }
+            Err(_) => {
+                tracing::debug!(service = %id, "mirror copy timed out");
+                MirrorOutcome::TimedOut
+            }
+        };
+        shared.metrics.record_mirror(&id, outcome);
     });
 }
 

@@ -475,9 +475,16 @@ pub(crate) fn worker(
                             let limit = shared.opts.header_read_timeout;
                             passthrough::decide(&rt, &stream, limit).await
                         };
+                        let ends = (peer, stream.local_addr().unwrap_or(peer));
                         match decision {
-                            passthrough::Decision::Pass(route, service) => {
-                                passthrough::pass(rt, route, service, stream).await
+                            passthrough::Decision::Pass(pass) => {
+                                passthrough::pass(rt, pass, ends, stream).await
+                            }
+                            passthrough::Decision::Close => {
+                                shared
+                                    .metrics
+                                    .tls_handshake_failures
+                                    .fetch_add(1, Ordering::Relaxed);
                             }
                             passthrough::Decision::Terminate => {
                                 drop(rt);
@@ -489,7 +496,8 @@ pub(crate) fn worker(
                                     match name.and_then(|n| rt.passthrough.terminated(n)) {
                                         // A TLSRoute of a terminating listener: the bytes.
                                         Some((route, service)) => {
-                                            passthrough::pass(rt, route, service, stream).await
+                                            let pass = passthrough::Pass::new(route, service);
+                                            passthrough::pass(rt.clone(), pass, ends, stream).await
                                         }
                                         None => {
                                             drop(rt);

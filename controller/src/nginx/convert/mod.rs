@@ -24,6 +24,7 @@ mod auth;
 mod backends;
 mod balancing;
 mod limits;
+mod mirror;
 mod paths;
 mod redirects;
 mod responses;
@@ -290,7 +291,9 @@ impl Conv<'_> {
         self.paths();
         self.redirects();
         self.tls();
+        self.ssl_passthrough();
         self.client_certificates();
+        self.mirror();
         self.limits();
         self.access();
         self.auth();

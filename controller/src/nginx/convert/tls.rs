@@ -208,6 +208,24 @@ impl Conv<'_> {
     }
 }
 
+impl Conv<'_> {
+    /// `ssl-passthrough`, as `weir.dev/ssl-passthrough`.
+    pub(super) fn ssl_passthrough(&mut self) {
+        let Some(v) = self.take("ssl-passthrough") else {
+            return;
+        };
+        match parse_bool(&v) {
+            Some(true) => {
+                self.weir.insert(a::SSL_PASSTHROUGH.into(), "true".into());
+                let m = "TLS connections naming the Ingress's hosts go, undecrypted, to the backend of each rule's \"/\" path, as in ingress-nginx; no --enable-ssl-passthrough flag is needed (Weir reads the server name without an extra hop)";
+                self.record("ssl-passthrough", &v, Status::Applied, m);
+            }
+            Some(false) => self.applied("ssl-passthrough", &v),
+            None => self.record("ssl-passthrough", &v, Status::Invalid, "not a boolean"),
+        }
+    }
+}
+
 /// An annotation carried over (Weir's annotation and its value), or why not.
 type Carried = Result<(&'static str, String), (Status, String)>;
 

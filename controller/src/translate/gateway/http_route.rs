@@ -810,7 +810,12 @@ impl Translator<'_> {
             return Err(Cond::no("ResolvedRefs", "UnsupportedValue", m));
         }
         match self.http_backend(route_kind, key, &backend, true) {
-            Ok(service) => Ok(RouteMirror { service, percent }),
+            Ok(service) => Ok(RouteMirror {
+                service,
+                percent,
+                host: None,
+                body: true,
+            }),
             Err((cond, reason, m)) => {
                 self.problem(
                     me,

@@ -58,6 +58,8 @@ impl Translator<'_> {
                 hosts: at.hosts.clone(),
                 backends: backends.entries,
                 terminate: at.terminated,
+                single_label_wildcards: false,
+                proxy_protocol: None,
             });
         }
         resolved

@@ -98,7 +98,10 @@ impl<'t> Session<'t> {
         }
         if !mirrors.is_empty() {
             let (route, added) = (plan.route, &self.added);
-            mirror::spawn_all(self.rt, mirrors, route, head, added, body.whole, body.later);
+            let (shared, rt) = (self.shared, self.rt);
+            mirror::spawn_all(
+                shared, rt, mirrors, route, head, added, body.whole, body.later,
+            );
         }
         let head = std::mem::replace(&mut self.head, Request::new(()).into_parts().0);
         self.request = Some(Request::from_parts(head, body.upstream));
