@@ -262,6 +262,9 @@ struct ProxyArgs {
     /// Time in-flight requests get to finish after SIGTERM.
     #[arg(long, env = "WEIR_SHUTDOWN_GRACE", default_value = "30s", value_parser = parse_duration)]
     shutdown_grace: Duration,
+    /// Time Weir goes on accepting and serving as usual after SIGTERM, with /readyz answering 503, so that load balancers and kube-proxy stop sending before the listeners close (then --shutdown-grace applies).
+    #[arg(long, env = "WEIR_SHUTDOWN_DELAY", default_value = "0s", value_parser = parse_duration)]
+    shutdown_delay: Duration,
     /// An upgraded connection (WebSocket, over HTTP/1.1 or HTTP/2) with no byte in either direction for this long is closed; 0 for no limit.
     #[arg(long, env = "WEIR_TUNNEL_IDLE_TIMEOUT", default_value = "1h", value_parser = parse_duration)]
     tunnel_idle_timeout: Duration,
@@ -540,6 +543,7 @@ impl ProxyArgs {
             access_log: self.access_log,
             access_log_queue: self.access_log_queue,
             shutdown_grace: self.shutdown_grace,
+            shutdown_delay: self.shutdown_delay,
             tunnel_idle_timeout: self.tunnel_idle_timeout,
             http2,
             ..defaults

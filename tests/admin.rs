@@ -270,6 +270,61 @@ fn the_status_listener_serves_probes_and_metrics_only_and_reports_draining() {
     assert!(weir.proc.wait_exit(Duration::from_secs(10)).success());
 }
 
+/// `--shutdown-delay`: after SIGTERM `/readyz` answers 503 at once while new connections are
+/// still accepted and served as usual; once the delay is over the listener closes and the
+/// process exits. A second signal cuts the delay short.
+#[test]
+fn the_shutdown_delay_serves_on_while_readiness_fails() {
+    let up = echo("up");
+    let mut weir = Weir::start(&table(up.port, "/"), &["--shutdown-delay", "2s"]);
+    let port = weir.proc.port;
+    let admin = weir.admin;
+    let get = |port: u16, path: &str| {
+        raw(
+            port,
+            format!("GET {path} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n").as_bytes(),
+            Duration::from_secs(5),
+        )
+    };
+    assert!(get(admin, "/readyz").starts_with("HTTP/1.1 200"));
+    let started = Instant::now();
+    weir.proc.terminate();
+    assert!(
+        eventually(Duration::from_secs(1), || get(admin, "/readyz")
+            .starts_with("HTTP/1.1 503")),
+        "readyz during the delay: {}",
+        get(admin, "/readyz")
+    );
+    // A new connection during the delay is served as before.
+    let during = get(port, "/during");
+    assert!(during.starts_with("HTTP/1.1 200"), "{during}");
+    assert!(
+        started.elapsed() < Duration::from_millis(1500),
+        "checked within the delay"
+    );
+    let status = weir.proc.wait_exit(Duration::from_secs(10));
+    assert!(status.success(), "exit status {status:?}");
+    assert!(
+        started.elapsed() >= Duration::from_secs(2),
+        "stopped only after the delay: {:?}",
+        started.elapsed()
+    );
+    assert!(std::net::TcpStream::connect(("127.0.0.1", port)).is_err());
+
+    // A second SIGTERM ends the delay at once.
+    let mut weir = Weir::start(&table(up.port, "/"), &["--shutdown-delay", "60s"]);
+    let admin = weir.admin;
+    // Ready means the signal handlers are in place.
+    assert!(eventually(Duration::from_secs(5), || get(admin, "/readyz")
+        .starts_with("HTTP/1.1 200")));
+    weir.proc.terminate();
+    assert!(eventually(Duration::from_secs(1), || get(admin, "/readyz")
+        .starts_with("HTTP/1.1 503")));
+    weir.proc.terminate();
+    let status = weir.proc.wait_exit(Duration::from_secs(10));
+    assert!(status.success(), "exit status {status:?}");
+}
+
 #[test]
 fn a_busy_address_is_named_in_the_error() {
     let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();

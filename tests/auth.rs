@@ -786,3 +786,129 @@ async fn rate_limits_count_per_consumer_and_a_consumer_can_have_its_own() {
         [200, 200, 200, 200, 200, 429]
     );
 }
+
+// ---------------------------------------------------------------------------------------------
+// mtls-auth
+
+/// `block` indented as a YAML literal block's lines (under a key at 2 spaces).
+fn literal(text: &str) -> String {
+    text.lines().map(|l| format!("    {l}\n")).collect()
+}
+
+/// `mtls-auth` from manifests: the Ingress's TLS host asks for client certificates, a
+/// certificate of the plugin's CA is its CN's consumer (so a per-consumer rate limit counts
+/// per certificate), and none, another CA's, a revoked one or an unknown CN get 401 without
+/// reaching the upstream.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mtls_auth_maps_client_certificates_to_consumers() {
+    use rcgen::ExtendedKeyUsagePurpose::ServerAuth;
+    const HOST: &str = "partners.example.test";
+    let up = echo("up");
+    let server_ca = common::ca::Ca::new("server CA");
+    let server = server_ca.leaf(&[HOST], ServerAuth);
+    let client_ca = common::ca::Ca::new("partner CA");
+    let alice = client_ca.client("alice", 1, false);
+    let bob = client_ca.client("bob", 2, false);
+    let revoked = client_ca.client("alice", 3, false);
+    let stranger = client_ca.client("stranger", 4, false);
+    let foreign = common::ca::Ca::new("other CA").client("alice", 5, false);
+    let m = docs(&[
+        service("demo", "up", up.port),
+        format!(
+            "apiVersion: v1\nkind: Secret\nmetadata: {{name: site, namespace: demo}}\ntype: kubernetes.io/tls\nstringData:\n  tls.crt: |\n{}  tls.key: |\n{}",
+            literal(&server.pem),
+            literal(&server.key_pem)
+        ),
+        format!(
+            "apiVersion: v1\nkind: Secret\nmetadata: {{name: partner-ca, namespace: demo, labels: {{weir.dev/credential: \"true\"}}}}\nstringData:\n  ca.crt: |\n{}  ca.crl: |\n{}",
+            literal(&client_ca.pem()),
+            literal(&client_ca.crl(&[3]))
+        ),
+        consumer("alice", &[], &[], ""),
+        consumer("bob", &[], &[], ""),
+        plugin("certs", "mtls-auth", "{ca_certificates: [partner-ca]}"),
+        plugin("limit", "rate-limiting", r#"{"minute": 2, "limit_by": "consumer"}"#),
+        format!(
+            "apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata:
+  name: partners
+  namespace: demo
+  annotations: {{weir.dev/plugins: \"certs,limit\"}}
+spec:
+  ingressClassName: weir
+  tls: [{{hosts: [{HOST}], secretName: site}}]
+  rules:
+  - host: {HOST}
+    http:
+      paths: [{{path: /, pathType: Prefix, backend: {{service: {{name: up, port: {{number: 80}}}}}}}}]
+"
+        ),
+    ]);
+    let tls_port = free_port();
+    let tls_listen = format!("127.0.0.1:{tls_port}");
+    let w = Manifests::start(&[("10.yaml", &m)], &["--tls-listen", &tls_listen]);
+    wait_for_port(tls_port);
+    let call = |cert: Option<&common::ca::Leaf>| {
+        let (connector, asked) = common::tls::connector_presenting(
+            server_ca.issuer.der().clone(),
+            cert.map(|l| (l.pem.as_str(), l.key_pem.as_str())),
+            true,
+        );
+        async move {
+            let r = common::tls::exchange(&connector, tls_port, HOST, HOST, "/orders")
+                .await
+                .unwrap();
+            (r.resp, asked.load(std::sync::atomic::Ordering::SeqCst))
+        }
+    };
+    // The table lands after the listener opens: wait until the handshake asks.
+    let started = std::time::Instant::now();
+    while !call(None).await.1 {
+        assert!(
+            started.elapsed() < T,
+            "never asked for a client certificate"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let _ = &w;
+
+    let (r, _) = call(Some(&alice)).await;
+    assert_eq!(r.status, 200, "{r:?}");
+    assert_eq!(
+        upstream_header(&r, "x-consumer-username").as_deref(),
+        Some("alice")
+    );
+    assert_eq!(
+        upstream_header(&r, "x-consumer-id").as_deref(),
+        Some("demo/alice")
+    );
+    assert_eq!(
+        upstream_header(&r, "x-credential-identifier").as_deref(),
+        Some("CN=alice")
+    );
+    // Alice's second request is her last this minute; Bob's certificate has its own budget.
+    assert_eq!(call(Some(&alice)).await.0.status, 200);
+    assert_eq!(call(Some(&alice)).await.0.status, 429);
+    let (r, _) = call(Some(&bob)).await;
+    assert_eq!(r.status, 200);
+    assert_eq!(
+        upstream_header(&r, "x-consumer-username").as_deref(),
+        Some("bob")
+    );
+
+    assert_refused(
+        &call(None).await.0,
+        401,
+        "No required TLS certificate was sent",
+    );
+    for (what, cert) in [
+        ("another CA's", &foreign),
+        ("revoked", &revoked),
+        ("unknown CN", &stranger),
+    ] {
+        let (r, _) = call(Some(cert)).await;
+        assert_eq!(r.status, 401, "{what}: {r:?}");
+        assert_refused(&r, 401, "TLS certificate failed verification");
+    }
+}

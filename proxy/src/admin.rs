@@ -250,10 +250,15 @@ fn health_gauges(rt: &crate::compile::Runtime, out: &mut String) {
     }
 }
 
-/// 200 once a first table was applied, 503 before.
+/// 200 once a first table was applied, 503 before and once the proxy is shutting down.
 fn readyz(proxy: &Proxy) -> Response<ProxyBody> {
     let shared = proxy.shared();
-    if shared.ready.load(Ordering::Acquire) {
+    if shared.unready.load(Ordering::Relaxed) {
+        json_response(
+            StatusCode::SERVICE_UNAVAILABLE,
+            json!({ "status": "shutting down" }),
+        )
+    } else if shared.ready.load(Ordering::Acquire) {
         json_response(
             StatusCode::OK,
             json!({ "status": "ready", "hash": &*shared.runtime.load().hash }),
@@ -285,13 +290,8 @@ fn metrics(proxy: &Proxy) -> Response<ProxyBody> {
 
 /// The status listener: probes and metrics, nothing that reads or changes the table.
 fn status_route(proxy: &Proxy, req: Request<Incoming>) -> Response<ProxyBody> {
-    let shared = proxy.shared();
     match (req.method(), req.uri().path()) {
         (&Method::GET, "/healthz") => json_response(StatusCode::OK, json!({ "status": "ok" })),
-        (&Method::GET, "/readyz") if shared.stopping.load(Ordering::Relaxed) => json_response(
-            StatusCode::SERVICE_UNAVAILABLE,
-            json!({ "status": "shutting down" }),
-        ),
         (&Method::GET, "/readyz") => readyz(proxy),
         (&Method::GET, "/metrics") => metrics(proxy),
         (_, "/healthz" | "/readyz" | "/metrics") => json_response(

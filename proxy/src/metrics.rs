@@ -82,6 +82,8 @@ pub enum MirrorOutcome {
     Failed,
     /// No answer within the copy's deadline.
     TimedOut,
+    /// Not sent: the mirror had too many copies on their way already.
+    Dropped,
 }
 
 impl MirrorOutcome {
@@ -90,6 +92,7 @@ impl MirrorOutcome {
             MirrorOutcome::Answered => "answered",
             MirrorOutcome::Failed => "failed",
             MirrorOutcome::TimedOut => "timeout",
+            MirrorOutcome::Dropped => "dropped",
         }
     }
 }

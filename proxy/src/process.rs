@@ -97,6 +97,15 @@ impl Proxy {
                     })?;
             }
             wait_for_signal().await;
+            self.shared().unready.store(true, Ordering::Relaxed);
+            if !opts.shutdown_delay.is_zero() {
+                tracing::info!(
+                    delay_s = opts.shutdown_delay.as_secs_f64(),
+                    "shutting down: /readyz answers 503, serving on until the delay is over"
+                );
+                // A second signal cuts the delay short.
+                let _ = tokio::time::timeout(opts.shutdown_delay, wait_for_signal()).await;
+            }
             tracing::info!(
                 grace_s = opts.shutdown_grace.as_secs_f64(),
                 "shutting down: draining connections"

@@ -408,8 +408,10 @@ impl Translator<'_> {
         if ann.ssl_passthrough && disabled.is_none() {
             self.ssl_passthrough(key, ing, &ann);
         }
-        if let Some(Ok(v)) = &validation {
-            self.protect_hosts(key, ing, v);
+        match &validation {
+            Some(Ok(v)) => self.protect_hosts(key, ing, v),
+            Some(Err(())) => {}
+            None => self.ask_for_client_certificates(key, ing, &plugins),
         }
         let Some(spec) = ing.spec.as_ref() else {
             return;

@@ -9,6 +9,7 @@ mod consumers;
 pub mod gateway;
 mod ingress;
 mod mirror;
+mod mtls_auth;
 mod passthrough;
 mod plugins;
 mod tls;

@@ -74,6 +74,11 @@ impl Resolved {
         &self.plugin
     }
 
+    /// The configuration, as the routing table gets it.
+    pub(super) fn config(&self) -> &serde_json::Value {
+        &self.config
+    }
+
     /// The routing-table entry for one scope. Ids: `<plugin>[@<route or service>][~<consumer>]`,
     /// `<plugin>@~<consumer>` for a consumer alone.
     ///
@@ -197,23 +202,29 @@ impl Translator<'_> {
         };
         self.checked.insert(object.clone());
         let result = (|| {
-            let config = match (config, from) {
+            let mut config = match (config, from) {
                 (Some(_), Some(_)) => {
                     return Err((
-                        "spec.configFrom",
+                        "spec.configFrom".to_string(),
                         "set either spec.config or spec.configFrom, not both".to_string(),
                     ));
                 }
                 (None, Some((ns, name, key))) => self
                     .config_from_secret(&ns, &name, &key)
-                    .map_err(|m| ("spec.configFrom", m))?,
+                    .map_err(|m| ("spec.configFrom".to_string(), m))?,
                 (Some(c), None) => c,
                 (None, None) => serde_json::json!({}),
             };
+            if plugin == super::mtls_auth::KIND {
+                self.mtls_ca_certificates(namespace.as_deref(), &mut config)?;
+            }
             match self.validator.check(&plugin, &config) {
                 Ok(()) => Ok(config),
-                Err(None) => Err(("spec.plugin", format!("unknown plugin {plugin:?}"))),
-                Err(Some(m)) => Err(("spec.config", m)),
+                Err(None) => Err((
+                    "spec.plugin".to_string(),
+                    format!("unknown plugin {plugin:?}"),
+                )),
+                Err(Some(m)) => Err(("spec.config".to_string(), m)),
             }
         })();
         let out = match result {
@@ -226,7 +237,7 @@ impl Translator<'_> {
                 namespace,
             }),
             Err((field, message)) => {
-                let reason = if field == "spec.configFrom" {
+                let reason = if field == "spec.configFrom" || field.starts_with("spec.config.ca") {
                     Reason::InvalidSecret
                 } else {
                     Reason::InvalidPluginConfig

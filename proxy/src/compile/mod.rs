@@ -149,6 +149,8 @@ pub struct CompiledService {
     /// Whether each target has a non-zero weight, by the balancer's index (empty without
     /// checks, where only [`Balancer::is_empty`] matters).
     pub weighted: Box<[bool]>,
+    /// The gate of copies mirrored to this service.
+    pub mirror_gate: mirror::MirrorGate,
 }
 
 impl CompiledService {
@@ -604,6 +606,7 @@ fn compile_service(
         probe_tls,
         counts_load,
         weighted,
+        mirror_gate: Default::default(),
     })
 }
 

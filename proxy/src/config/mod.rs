@@ -581,7 +581,14 @@ pub fn namespaces_meet(a: Option<&str>, b: Option<&str>) -> bool {
 
 /// Plugins that cannot be scoped to a consumer (Kong's `no_consumer`): they decide who the
 /// consumer is, or whether it may pass, so a consumer-scoped copy could replace a route's.
-pub const NOT_CONSUMER_SCOPED: [&str; 5] = ["key-auth", "basic-auth", "jwt", "acl", "forward-auth"];
+pub const NOT_CONSUMER_SCOPED: [&str; 6] = [
+    "key-auth",
+    "basic-auth",
+    "jwt",
+    "mtls-auth",
+    "acl",
+    "forward-auth",
+];
 
 /// A consumer of the API, identified by an authentication plugin.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

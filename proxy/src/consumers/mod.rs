@@ -126,6 +126,9 @@ impl std::fmt::Debug for JwtCredential {
 pub struct Directory {
     consumers: Vec<ConsumerEntry>,
     by_id: HashMap<Arc<str>, usize>,
+    /// Consumers by username and by custom id (`mtls-auth`'s `consumer_by`), in table order.
+    by_name: HashMap<String, Vec<usize>>,
+    by_custom_id: HashMap<String, Vec<usize>>,
     keys: HashMap<[u8; 32], Vec<Key>>,
     basic: HashMap<String, Vec<Secret>>,
     jwt: HashMap<String, Vec<JwtCredential>>,
@@ -156,6 +159,12 @@ impl Directory {
         for (i, c) in consumers.iter().enumerate() {
             let id: Arc<str> = c.id.as_str().into();
             d.by_id.insert(id.clone(), i);
+            if let Some(u) = &c.username {
+                d.by_name.entry(u.clone()).or_default().push(i);
+            }
+            if let Some(c) = &c.custom_id {
+                d.by_custom_id.entry(c.clone()).or_default().push(i);
+            }
             d.consumers.push(ConsumerEntry {
                 id,
                 username: c.username.clone(),
@@ -302,6 +311,26 @@ impl<'a> View<'a> {
             let consumer = &dir.consumers[j.consumer];
             self.can_see(consumer).then_some((j, consumer))
         })
+    }
+
+    /// The first consumer this plugin may see whose username (`custom_id` false) or custom
+    /// id is `name`; for a plugin with a namespace, only its namespace's (a username is
+    /// anyone's to choose in another).
+    pub fn by_name(&self, name: &str, custom_id: bool) -> Option<&'a ConsumerEntry> {
+        let dir = self.dir;
+        let index = if custom_id {
+            &dir.by_custom_id
+        } else {
+            &dir.by_name
+        };
+        index
+            .get(name)?
+            .iter()
+            .map(|&i| &dir.consumers[i])
+            .find(|c| match self.namespace {
+                Some(ns) => c.namespace.as_deref() == Some(ns),
+                None => true,
+            })
     }
 
     /// A consumer by id; for a plugin with a namespace also by `<namespace>/<name>` or by

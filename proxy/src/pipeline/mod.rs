@@ -37,6 +37,9 @@ pub struct RequestCtx {
     pub request_id: u64,
     /// Whether the client connection is TLS (Weir's own listener, not a proxy's header).
     pub client_tls: bool,
+    /// The certificate the client presented in the connection's handshake, when the
+    /// handshake asked for one.
+    pub client_cert: Option<Arc<crate::tls::PeerCert>>,
     /// The matched route's id.
     pub route: Option<Arc<str>>,
     /// The matched route's service id.
@@ -157,6 +160,7 @@ impl RequestCtx {
             client_ip,
             request_id,
             client_tls: false,
+            client_cert: None,
             route: None,
             service: None,
             consumer: None,

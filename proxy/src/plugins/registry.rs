@@ -60,6 +60,7 @@ impl Registry {
             Arc::new(super::request_termination::FACTORY),
             Arc::new(super::auth::JWT),
             Arc::new(super::auth::KEY_AUTH),
+            Arc::new(super::auth::MTLS_AUTH),
             Arc::new(super::auth::BASIC_AUTH),
             Arc::new(super::auth::ACL),
             Arc::new(super::forward_auth::FACTORY),

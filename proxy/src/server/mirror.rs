@@ -9,7 +9,9 @@
 //! once it has ended — or not at all when it grows past `--max-retry-body`, rather than hold
 //! the client back or buffer without bound. A protocol upgrade (a WebSocket) is not copied.
 //! A mirror without `body` gets the head alone, at once. Each copy is counted in
-//! `weir_mirror_requests_total` by how it ended.
+//! `weir_mirror_requests_total` by how it ended; a mirror's gate
+//! ([`MirrorGate`](crate::compile::mirror::MirrorGate)) drops copies past a bound in flight
+//! and for a second after one could not connect.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -74,6 +76,13 @@ fn spawn(
     added: &Added,
     body: CopyBody,
 ) {
+    let service = &rt.services[m.service];
+    if !service.mirror_gate.enter() {
+        shared
+            .metrics
+            .record_mirror(&service.id, MirrorOutcome::Dropped);
+        return;
+    }
     let mut headers = head.headers.clone();
     for (name, value) in added.iter() {
         headers.append(name.clone(), value.clone());
@@ -92,23 +101,27 @@ fn spawn(
     };
     let (shared, rt) = (shared.clone(), rt.clone());
     tokio::spawn(async move {
-        let id = rt.services[m.service].id.clone();
+        let service = rt.services[m.service].clone();
+        let id = service.id.clone();
         let sent = async {
             let body = match body {
                 CopyBody::Ready(b) => b,
-                CopyBody::Later(rx) => rx
-                    .await
-                    .map_err(|_| "the body grew past --max-retry-body, or failed".to_string())?,
+                CopyBody::Later(rx) => rx.await.map_err(|_| NotSent {
+                    error: "the body grew past --max-retry-body, or failed".into(),
+                    connect: false,
+                })?,
             };
             copy.send(&rt, m.service, body).await
         };
+        let mut connect_failed = false;
         let outcome = match tokio::time::timeout(MIRROR_DEADLINE, sent).await {
             Ok(Ok(status)) => {
                 tracing::debug!(service = %id, status, "mirrored");
                 MirrorOutcome::Answered
             }
             Ok(Err(e)) => {
-                tracing::debug!(service = %id, error = %e, "not mirrored");
+                tracing::debug!(service = %id, error = %e.error, "not mirrored");
+                connect_failed = e.connect;
                 MirrorOutcome::Failed
             }
             Err(_) => {
@@ -116,8 +129,24 @@ fn spawn(
                 MirrorOutcome::TimedOut
             }
         };
+        service.mirror_gate.done(connect_failed);
         shared.metrics.record_mirror(&id, outcome);
     });
+}
+
+/// Why a copy got no answer; `connect`: no connection could be made.
+struct NotSent {
+    error: String,
+    connect: bool,
+}
+
+impl NotSent {
+    fn other(error: impl ToString) -> NotSent {
+        NotSent {
+            error: error.to_string(),
+            connect: false,
+        }
+    }
 }
 
 /// A request copy, owned by its task.
@@ -132,14 +161,14 @@ struct Copy {
 impl Copy {
     /// Sends the copy to one target of the service (one try) and reads its answer through;
     /// returns the answer's status.
-    async fn send(self, rt: &Runtime, service: usize, body: Bytes) -> Result<u16, String> {
+    async fn send(self, rt: &Runtime, service: usize, body: Bytes) -> Result<u16, NotSent> {
         let service = &rt.services[service];
         let checks = service.checks.as_deref();
         let healthy = |i: usize| checks.is_none_or(|c| c.is_healthy(&service.health[i]));
         let i = service
             .balancer
             .pick(None, healthy)
-            .ok_or("no healthy target")?;
+            .ok_or_else(|| NotSent::other("no healthy target"))?;
         let key = &service.keys[i];
         let mut request = Request::new(UpstreamBody::full(body));
         *request.method_mut() = self.method;
@@ -156,16 +185,19 @@ impl Copy {
         }
         let conn = upstream::checkout(key, service.connect_timeout)
             .await
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| NotSent {
+                error: e.to_string(),
+                connect: true,
+            })?;
         let resp = conn
             .send(request, &Added::default(), service.write_timeout)
             .await
-            .map_err(|e| e.error.to_string())?;
+            .map_err(|e| NotSent::other(e.error))?;
         let status = resp.status().as_u16();
         // Read through, so the connection can be reused; the contents go nowhere.
         let mut body = resp.into_body();
         while let Some(frame) = body.frame().await {
-            frame.map_err(|e| e.to_string())?;
+            frame.map_err(NotSent::other)?;
         }
         Ok(status)
     }

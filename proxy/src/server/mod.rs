@@ -87,6 +87,9 @@ pub struct ProxyOptions {
     pub access_log_queue: usize,
     /// How long in-flight requests may take to finish after SIGTERM.
     pub shutdown_grace: Duration,
+    /// How long the proxy goes on serving as usual after SIGTERM, with `/readyz` answering
+    /// 503, before it stops accepting: load balancers take time to see the endpoint go.
+    pub shutdown_delay: Duration,
     /// An upgraded connection idle (no byte either way) for this long is closed; zero: never.
     pub tunnel_idle_timeout: Duration,
     /// Largest routing table `POST /config` accepts.
@@ -218,6 +221,7 @@ impl Default for ProxyOptions {
             escaped_slashes: crate::router::EscapedSlashes::Reject,
             access_log_queue: 16_384,
             shutdown_grace: Duration::from_secs(30),
+            shutdown_delay: Duration::ZERO,
             tunnel_idle_timeout: Duration::from_secs(3600),
             admin_max_body: 64 * 1024 * 1024,
             http2: Http2Options::default(),
@@ -232,7 +236,9 @@ pub(crate) struct Shared {
     pub opts: ProxyOptions,
     pub metrics: Metrics,
     pub ready: AtomicBool,
-    /// Set at SIGTERM: connections close after their current response.
+    /// Set at SIGTERM: `/readyz` answers 503 (the proxy serves on for `--shutdown-delay`).
+    pub unready: AtomicBool,
+    /// Set once the shutdown delay is over: connections close after their current response.
     pub stopping: AtomicBool,
     pub started: Instant,
     pub connections: AtomicUsize,
@@ -302,6 +308,7 @@ impl Proxy {
                 metrics: Metrics::new(workers),
                 opts,
                 ready: AtomicBool::new(false),
+                unready: AtomicBool::new(false),
                 stopping: AtomicBool::new(false),
                 started: Instant::now(),
                 connections: AtomicUsize::new(0),

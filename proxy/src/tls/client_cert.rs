@@ -225,19 +225,43 @@ pub struct PeerCert {
 
 /// The CAs, revocation lists and depth a client's chain is checked against.
 #[derive(Debug)]
-struct ChainCheck {
+pub(crate) struct ChainCheck {
     roots: Arc<RootCertStore>,
     crls: Vec<webpki::CertRevocationList<'static>>,
     /// Most intermediates between the client's certificate and a CA.
     max_intermediates: Option<usize>,
+    /// A certificate of the chain that no list speaks for is refused (else let through).
+    unknown_status: webpki::UnknownStatusPolicy,
+    /// Without partial chains: the subjects of the self-signed CAs, the only ones a chain may
+    /// end at (a CA in `roots` that is an intermediate only completes a chain with one).
+    full_chain_anchors: Option<Vec<Vec<u8>>>,
 }
 
 impl ChainCheck {
     fn new(v: &ClientValidation) -> Result<ChainCheck, CheckError> {
-        let roots = Arc::new(parse_roots(&v.ca).map_err(|m| ("client_validation.ca", m))?);
+        let field = |f: &'static str| match f {
+            "ca" => "client_validation.ca",
+            "crl" => "client_validation.crl",
+            _ => "client_validation.verify_depth",
+        };
+        ChainCheck::from_pem(&v.ca, v.crl.as_deref(), v.verify_depth, true, true)
+            .map_err(|(f, m)| (field(f), m))
+    }
+
+    /// A check of chains against the CAs of `ca` (PEM) and the lists of `crl`; `strict`
+    /// refuses a certificate no list speaks for; `partial` lets a chain end at any CA of `ca`,
+    /// not only at a self-signed one. Errors name `ca`, `crl` or `verify_depth`.
+    pub(crate) fn from_pem(
+        ca: &str,
+        crl: Option<&str>,
+        verify_depth: Option<u8>,
+        strict: bool,
+        partial: bool,
+    ) -> Result<ChainCheck, CheckError> {
+        let roots = Arc::new(parse_roots(ca).map_err(|m| ("ca", m))?);
         let mut crls = Vec::new();
-        if let Some(pem) = &v.crl {
-            let field = "client_validation.crl";
+        if let Some(pem) = crl {
+            let field = "crl";
             for (i, der) in CertificateRevocationListDer::pem_slice_iter(pem.as_bytes()).enumerate()
             {
                 let der = der.map_err(|e| (field, format!("not a PEM CRL: {}", pem_error(&e))))?;
@@ -249,42 +273,68 @@ impl ChainCheck {
                 return Err((field, "no `BEGIN X509 CRL` block".into()));
             }
         }
-        let max_intermediates = match v.verify_depth {
+        let max_intermediates = match verify_depth {
             Some(0) => {
                 return Err((
-                    "client_validation.verify_depth",
+                    "verify_depth",
                     "0 would accept no chain: at least 1 (signed by a CA of `ca` itself)".into(),
                 ))
             }
             Some(d) => Some(usize::from(d) - 1),
             None => None,
         };
+        let full_chain_anchors = (!partial).then(|| {
+            CertificateDer::pem_slice_iter(ca.as_bytes())
+                .flatten()
+                .filter_map(|der| {
+                    let (_, c) = x509_parser::parse_x509_certificate(der.as_ref()).ok()?;
+                    (c.subject().as_raw() == c.issuer().as_raw())
+                        .then(|| c.subject().as_raw().to_vec())
+                })
+                .collect()
+        });
         Ok(ChainCheck {
             roots,
             crls,
             max_intermediates,
+            unknown_status: if strict {
+                webpki::UnknownStatusPolicy::Deny
+            } else {
+                webpki::UnknownStatusPolicy::Allow
+            },
+            full_chain_anchors,
         })
     }
 
-    fn verify(
+    /// Checks a client's chain (its certificate, then what it sent above it) at `now`.
+    pub(crate) fn verify(
         &self,
         leaf: &CertificateDer<'_>,
         intermediates: &[CertificateDer<'_>],
         now: UnixTime,
     ) -> Result<(), webpki::Error> {
         let cert = webpki::EndEntityCert::try_from(leaf)?;
-        let within = |path: &webpki::VerifiedPath<'_>| match self.max_intermediates {
-            Some(m) if path.intermediate_certificates().count() > m => {
-                Err(webpki::Error::MaximumPathDepthExceeded)
+        let within = |path: &webpki::VerifiedPath<'_>| {
+            if let Some(m) = self.max_intermediates {
+                if path.intermediate_certificates().count() > m {
+                    return Err(webpki::Error::MaximumPathDepthExceeded);
+                }
             }
-            _ => Ok(()),
+            if let Some(anchors) = &self.full_chain_anchors {
+                // webpki keeps the anchor's subject without its SEQUENCE header.
+                let subject = der_sequence(path.anchor().subject.as_ref());
+                if !anchors.contains(&subject) {
+                    return Err(webpki::Error::UnknownIssuer);
+                }
+            }
+            Ok(())
         };
         let crls: Vec<&webpki::CertRevocationList<'_>> = self.crls.iter().collect();
-        // As nginx checks with `ssl_crl`: every certificate of the chain, and a certificate
-        // no list speaks for is not accepted.
+        // As nginx checks with `ssl_crl`: every certificate of the chain, and (strict) a
+        // certificate no list speaks for is not accepted.
         let revocation = webpki::RevocationOptionsBuilder::new(&crls).ok().map(|b| {
             b.with_depth(webpki::RevocationCheckDepth::Chain)
-                .with_status_policy(webpki::UnknownStatusPolicy::Deny)
+                .with_status_policy(self.unknown_status)
                 .with_expiration_policy(webpki::ExpirationPolicy::Ignore)
                 .build()
         });
@@ -301,8 +351,28 @@ impl ChainCheck {
     }
 }
 
+/// `content` as a DER SEQUENCE (tag, length, content).
+fn der_sequence(content: &[u8]) -> Vec<u8> {
+    let n = content.len();
+    let mut out = vec![0x30];
+    match n {
+        0..=127 => out.push(n as u8),
+        128..=255 => out.extend([0x81, n as u8]),
+        _ => out.extend([0x82, (n >> 8) as u8, n as u8]),
+    }
+    out.extend_from_slice(content);
+    out
+}
+
+/// The first common name (CN) of a certificate's subject.
+pub(crate) fn common_name(der: &CertificateDer<'_>) -> Option<String> {
+    let (_, cert) = x509_parser::parse_x509_certificate(der.as_ref()).ok()?;
+    let cn = cert.subject().iter_common_name().next()?;
+    cn.as_str().ok().map(str::to_string)
+}
+
 /// OpenSSL's words for a failed check, as nginx puts them in `ssl-client-verify`.
-fn failure(e: &webpki::Error) -> &'static str {
+pub(crate) fn failure(e: &webpki::Error) -> &'static str {
     use webpki::Error as E;
     match e {
         E::UnknownIssuer => "unable to get local issuer certificate",
@@ -481,16 +551,17 @@ fn escaped_pem(der: &CertificateDer<'_>) -> String {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use rcgen::{
         BasicConstraints, CertificateParams, CertifiedIssuer, DnType, ExtendedKeyUsagePurpose,
         IsCa, KeyPair, SerialNumber,
     };
 
-    type Issuer = CertifiedIssuer<'static, KeyPair>;
+    pub(crate) type Issuer = CertifiedIssuer<'static, KeyPair>;
 
-    fn ca(cn: &str, parent: Option<&Issuer>) -> Issuer {
+    /// A CA named `cn`, self-signed or signed by `parent`.
+    pub(crate) fn ca(cn: &str, parent: Option<&Issuer>) -> Issuer {
         let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
         params.distinguished_name.push(DnType::CommonName, cn);
         params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
@@ -502,7 +573,12 @@ mod tests {
     }
 
     /// A client certificate from `issuer` with serial `serial`; expired when `expired`.
-    fn client(issuer: &Issuer, cn: &str, serial: u64, expired: bool) -> CertificateDer<'static> {
+    pub(crate) fn client(
+        issuer: &Issuer,
+        cn: &str,
+        serial: u64,
+        expired: bool,
+    ) -> CertificateDer<'static> {
         let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
         params
             .distinguished_name
@@ -519,7 +595,7 @@ mod tests {
     }
 
     /// `issuer`'s CRL revoking `serials`.
-    fn crl(issuer: &Issuer, serials: &[u64]) -> String {
+    pub(crate) fn crl(issuer: &Issuer, serials: &[u64]) -> String {
         rcgen::CertificateRevocationListParams {
             this_update: rcgen::date_time_ymd(2020, 1, 1),
             next_update: rcgen::date_time_ymd(2100, 1, 1),

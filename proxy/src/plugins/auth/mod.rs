@@ -1,5 +1,5 @@
-//! Authentication and access control: `key-auth`, `basic-auth`, `jwt` identify a consumer from
-//! its credential ([`RequestCtx::authenticate`]); `acl` allows or denies by the consumer's
+//! Authentication and access control: `key-auth`, `basic-auth`, `jwt` and `mtls-auth` identify
+//! a consumer from its credential ([`RequestCtx::authenticate`]); `acl` allows or denies by the consumer's
 //! groups.
 //!
 //! Consumers and credentials come from the routing table, indexed per table in a
@@ -12,6 +12,7 @@ mod basic_auth;
 mod htpasswd;
 mod jwt;
 mod key_auth;
+mod mtls_auth;
 #[cfg(test)]
 mod testing;
 
@@ -24,6 +25,7 @@ pub(super) use acl::FACTORY as ACL;
 pub(super) use basic_auth::FACTORY as BASIC_AUTH;
 pub(super) use jwt::FACTORY as JWT;
 pub(super) use key_auth::FACTORY as KEY_AUTH;
+pub(super) use mtls_auth::FACTORY as MTLS_AUTH;
 
 /// Kong's message for a credential that matches no consumer.
 const INVALID: &str = "Invalid authentication credentials";

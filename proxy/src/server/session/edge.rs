@@ -44,6 +44,7 @@ impl<'t> Session<'t> {
         let accepts_trailers = headers::remove_hop_by_hop(&mut head.headers, upgrade);
         let mut ctx = RequestCtx::new(client_ip, next_request_id(), rt.global.clone());
         ctx.client_tls = conn.tls;
+        ctx.client_cert.clone_from(&conn.client_cert);
         if rt.consumers.strips_identity_headers {
             // Only an authentication plugin of this table may say who the client is.
             crate::consumers::remove_identity_headers(&mut head.headers);

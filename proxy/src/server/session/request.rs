@@ -556,6 +556,7 @@ mod tests {
             probe_tls: None,
             counts_load: false,
             weighted: Box::default(),
+            mirror_gate: Default::default(),
         }
     }
 
