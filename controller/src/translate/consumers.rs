@@ -739,6 +739,14 @@ mod tests {
                 "{plugin: acl, config: {allow: [staff]}}".to_string()
             } else if kind == "forward-auth" {
                 "{plugin: forward-auth, config: {url: 'http://auth.example/check'}}".to_string()
+            } else if kind == "mtls-auth" {
+                let ca = std::fs::read_to_string(concat!(
+                    env!("CARGO_MANIFEST_DIR"),
+                    "/../tests/fixtures/tls/ca.crt"
+                ))
+                .unwrap();
+                let ca = serde_json::to_string(&ca).unwrap();
+                format!("{{plugin: mtls-auth, config: {{ca_certificates: [{ca}]}}}}")
             } else {
                 format!("{{plugin: {kind}}}")
             };
