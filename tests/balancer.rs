@@ -250,6 +250,8 @@ type Seen = Arc<Mutex<Vec<(String, usize)>>>;
 enum Behaviour {
     /// Reads the body, then answers with this status.
     Answer(u16),
+    /// Reads the body, waits this many milliseconds, then answers with this status.
+    AnswerAfter(u16, u64),
     /// Reads the body, then never answers: holds the connection until the proxy gives up.
     Stall,
     /// Reads this many bytes of the body (fewer if the body is shorter), then closes the
@@ -306,6 +308,10 @@ fn behaving(b: Behaviour) -> (Scripted, Seen) {
         }
         log.lock().unwrap().push((method, got));
         match b {
+            Behaviour::AnswerAfter(status, ms) => {
+                std::thread::sleep(Duration::from_millis(ms));
+                let _ = write!(w, "HTTP/1.1 {status} X\r\ncontent-length: 2\r\n\r\nno");
+            }
             Behaviour::Answer(status) => {
                 let _ = write!(w, "HTTP/1.1 {status} X\r\ncontent-length: 2\r\n\r\nno");
             }
@@ -326,6 +332,25 @@ fn total(s: &Seen, method: &str) -> usize {
         .iter()
         .filter(|(m, _)| m == method)
         .count()
+}
+
+/// `retry_on.timeout` (nginx's `proxy_next_upstream_timeout`): no retry starts once it has
+/// passed since the first try; the last answer is the client's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_retry_starts_after_the_retry_timeout() {
+    let (slow, seen) = behaving(Behaviour::AnswerAfter(503, 500));
+    let up = format!("targets: [{{target: '127.0.0.1:{}'}}]", slow.port);
+    let c = client();
+    // Each answer takes 500 ms: tries start at 0, 500, 1000 ms…; a 250 ms budget lets the
+    // first one only, 1250 ms three (a quarter of a second either way).
+    for (timeout, tries) in [(250, 1), (1250, 3)] {
+        let extra = format!(", retries: 4, retry_on: {{statuses: [503], timeout: {timeout}}}");
+        let w = Weir::start(&table(&up, &extra), &[]);
+        seen.lock().unwrap().clear();
+        let r = get(&c, &w.url("/"), &[]).await;
+        assert_eq!(r.status, 503, "the upstream's own answer");
+        assert_eq!(total(&seen, "GET"), tries, "timeout {timeout} ms");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1055,6 +1055,74 @@ async fn auth_url_asks_the_authentication_service() {
     assert_eq!(r.status, 200, "{r:?}");
 }
 
+/// `auth-request-redirect` sets the subrequest's `X-Auth-Request-Redirect`; the service's
+/// cookies reach the client with a successful answer, and with every answer under
+/// `auth-always-set-cookie`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn auth_service_cookies_and_redirect_reach_where_ingress_nginx_sends_them() {
+    let auth = Server::start(|_| {
+        response(
+            200,
+            "set-cookie: session=abc; Path=/\r\nset-cookie: seen=1\r\n",
+            "",
+        )
+    });
+    let up = Server::start(|req| {
+        let status = if req.request_line().contains("/missing") {
+            404
+        } else {
+            200
+        };
+        response(status, "set-cookie: app=1\r\n", "app")
+    });
+    let url = format!("http://127.0.0.1:{}/verify", auth.port);
+    let manifests = docs(&[
+        service(NS, "app", up.port),
+        nginx(
+            "cookies",
+            "cookies.test",
+            &[
+                ("auth-url", &url),
+                ("auth-request-redirect", "https://cookies.test/after-login"),
+            ],
+            "app",
+        ),
+        nginx(
+            "always",
+            "always.test",
+            &[("auth-url", &url), ("auth-always-set-cookie", "true")],
+            "app",
+        ),
+    ]);
+    let s = Served::start(&manifests, &[]);
+    let c = client();
+    ready(&c, &s, "always.test", "/", 200).await;
+    let cookies = |r: &Resp| -> Vec<String> {
+        r.headers
+            .get_all("set-cookie")
+            .iter()
+            .map(|v| v.to_str().unwrap().to_string())
+            .collect()
+    };
+
+    let r = get_at(&c, &s, "cookies.test", "/orders?id=1", &[]).await;
+    assert_eq!(r.status, 200);
+    assert_eq!(cookies(&r), ["app=1", "session=abc; Path=/", "seen=1"]);
+    assert_eq!(
+        auth.last().all("x-auth-request-redirect"),
+        ["https://cookies.test/after-login"]
+    );
+    // Not with an unsuccessful answer, unless always.
+    let r = get_at(&c, &s, "cookies.test", "/missing", &[]).await;
+    assert_eq!(r.status, 404);
+    assert_eq!(cookies(&r), ["app=1"]);
+    let r = get_at(&c, &s, "always.test", "/missing?x=1", &[]).await;
+    assert_eq!(r.status, 404);
+    assert_eq!(cookies(&r), ["app=1", "session=abc; Path=/", "seen=1"]);
+    // Without auth-request-redirect, the request's own path and query.
+    assert_eq!(auth.last().all("x-auth-request-redirect"), ["/missing?x=1"]);
+}
+
 // ---------------------------------------------------------------------------------------------
 // 9. limit-rps
 

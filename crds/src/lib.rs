@@ -337,6 +337,11 @@ pub struct RetryOn {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(inner(range(min = 400, max = 599)))]
     pub statuses: Vec<u16>,
+    /// Milliseconds from the first try after which no retry starts (the try under way goes
+    /// on), as nginx's `proxy_next_upstream_timeout`; unset, no limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 86_400_000))]
+    pub timeout: Option<u64>,
 }
 
 /// Timeouts in milliseconds.

@@ -138,6 +138,14 @@ fn check_service_balancing(s: &crate::config::Service, errs: &mut Errors) {
             format!("{} ms is more than 10 minutes", s.retry_on.backoff),
         );
     }
+    if s.retry_on.timeout > MAX_ROUTE_TIMEOUT_MS {
+        errs.push(
+            "service",
+            &s.id,
+            "retry_on.timeout",
+            format!("{} ms is more than a day", s.retry_on.timeout),
+        );
+    }
     let Some(tls) = &s.tls else { return };
     if !matches!(
         s.protocol,

@@ -46,14 +46,8 @@ pub fn classify(name: &str) -> (Status, &'static str) {
         | "auth-keepalive-timeout" => differs(
             "no effect: Weir keeps connections to the authentication service open itself",
         ),
-        "auth-always-set-cookie" => unsupported(
-            "Set-Cookie from the authentication service is not passed to the client",
-        ),
         "auth-proxy-set-headers" => unsupported(
             "a ConfigMap of headers for the authentication request is not read; list the headers the service needs in the client's request",
-        ),
-        "auth-request-redirect" => unsupported(
-            "X-Auth-Request-Redirect is always the original path and query",
         ),
         "satisfy" => unsupported(
             "Weir requires every access rule (source ranges and authentication), as satisfy: all",
@@ -93,16 +87,17 @@ pub fn classify(name: &str) -> (Status, &'static str) {
         "client-body-timeout" | "client-header-timeout" => differs(
             "Weir's own client timeouts (--idle-timeout and friends) apply",
         ),
-        "proxy-next-upstream-timeout" => unsupported(
-            "a time limit across all tries is not supported; each try has the read timeout",
-        ),
         "upstream-hash-by-subset" | "upstream-hash-by-subset-size" => {
             unsupported("hashing onto subsets of pods is not supported")
         }
         "session-cookie-conditional-samesite-none" => unsupported(
             "SameSite=None is set for every browser, not withheld from old ones",
         ),
-        "denylist-source-range" | "whitelist-source-range" | "allowlist-source-range" => {
+        "denylist-source-range"
+        | "whitelist-source-range"
+        | "allowlist-source-range"
+        | "auth-request-redirect"
+        | "auth-always-set-cookie" => {
             unreachable_name()
         }
         "grpc-backend" | "secure-backends" => unsupported(

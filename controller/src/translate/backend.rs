@@ -934,6 +934,7 @@ fn balancing(spec: Option<&UpstreamSpec>, secure: bool) -> Balancing {
             timeouts: r.timeouts,
             statuses: r.statuses.clone(),
             backoff: 0,
+            timeout: r.timeout.unwrap_or(0),
         })
         .unwrap_or_default();
     Balancing {

@@ -269,6 +269,10 @@ pub struct RetryOn {
     /// Milliseconds to wait before each retry (0: at once).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub backoff: u64,
+    /// Milliseconds from the first try's start after which no retry starts (nginx's
+    /// `proxy_next_upstream_timeout`); the try under way goes on. 0: no limit.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub timeout: u64,
 }
 
 fn is_zero(n: &u64) -> bool {
@@ -283,7 +287,7 @@ impl RetryOn {
 
     /// Whether nothing is set (left out of a serialized table).
     pub fn is_default(&self) -> bool {
-        self.is_off() && self.backoff == 0
+        self.is_off() && self.backoff == 0 && self.timeout == 0
     }
 }
 

@@ -97,12 +97,16 @@ impl Conv<'_> {
         let response_headers = self.take("auth-response-headers");
         let signin = self.take("auth-signin");
         let signin_param = self.take("auth-signin-redirect-param");
+        let request_redirect = self.take("auth-request-redirect");
+        let always_set_cookie = self.take("auth-always-set-cookie");
         let Some(u) = url else {
             for (k, val) in [
                 ("auth-method", &method),
                 ("auth-response-headers", &response_headers),
                 ("auth-signin", &signin),
                 ("auth-signin-redirect-param", &signin_param),
+                ("auth-request-redirect", &request_redirect),
+                ("auth-always-set-cookie", &always_set_cookie),
             ] {
                 if let Some(val) = val {
                     self.record(k, val, Status::Applied, "no effect without auth-url");
@@ -165,12 +169,35 @@ impl Conv<'_> {
         if let Some(p) = &signin_param {
             config["signin_redirect_param"] = json!(p.trim());
         }
+        if let Some(r) = &request_redirect {
+            match r.trim() {
+                // nginx's default value: the plugin's own.
+                "$request_uri" => {}
+                t if t.contains('$') => errors.push((
+                    "auth-request-redirect",
+                    "nginx variables other than $request_uri are not expanded".into(),
+                )),
+                t => config["request_redirect"] = json!(t),
+            }
+        }
+        // ingress-nginx passes the auth service's cookies to the client on a successful
+        // answer, or on every one with auth-always-set-cookie.
+        config["set_cookies"] = json!("on_success");
+        if let Some(v) = &always_set_cookie {
+            match parse_bool(v) {
+                Some(true) => config["set_cookies"] = json!("always"),
+                Some(false) => {}
+                None => errors.push(("auth-always-set-cookie", "not a boolean".into())),
+            }
+        }
         let all = [
             ("auth-url", Some(u.clone())),
             ("auth-method", method),
             ("auth-response-headers", response_headers),
             ("auth-signin", signin),
             ("auth-signin-redirect-param", signin_param),
+            ("auth-request-redirect", request_redirect),
+            ("auth-always-set-cookie", always_set_cookie),
         ];
         if errors.is_empty() {
             self.plugin("forward-auth", "forward-auth", config);

@@ -120,6 +120,23 @@ impl Conv<'_> {
                 ),
             }
         }
+        if let Some(v) = self.take("proxy-next-upstream-timeout") {
+            match v.trim().trim_end_matches('s').parse::<u64>() {
+                // nginx's 0: no limit.
+                Ok(0) => self.applied("proxy-next-upstream-timeout", &v),
+                Ok(n) if n <= 86_400 => {
+                    let on = self.upstream.retry_on.get_or_insert_with(RetryOn::default);
+                    on.timeout = Some(n * 1000);
+                    self.applied("proxy-next-upstream-timeout", &v);
+                }
+                _ => self.record(
+                    "proxy-next-upstream-timeout",
+                    &v,
+                    Status::Invalid,
+                    "not a number of seconds up to a day",
+                ),
+            }
+        }
         if let Some(r) = retries {
             self.upstream.retries = Some(r);
         }

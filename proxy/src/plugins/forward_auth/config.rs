@@ -26,6 +26,24 @@ struct Conf {
     timeout: u64,
     #[serde(default = "default_tls_verify")]
     tls_verify: bool,
+    #[serde(default)]
+    request_redirect: Option<String>,
+    #[serde(default)]
+    set_cookies: SetCookies,
+}
+
+/// When the auth service's `Set-Cookie` fields of an allowing answer reach the client.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub(super) enum SetCookies {
+    /// Never.
+    #[default]
+    Never,
+    /// On the client's answer when its status is a success or a redirect (nginx's
+    /// `add_header` list: 200, 201, 204, 206, 301, 302, 303, 304, 307, 308).
+    OnSuccess,
+    /// On every answer.
+    Always,
 }
 
 fn default_redirect_param() -> String {
@@ -84,6 +102,10 @@ pub(super) struct Settings {
     pub timeout: Duration,
     /// Verify the auth service's certificate (https only).
     pub tls_verify: bool,
+    /// `X-Auth-Request-Redirect` of the subrequest; `None`: the original path and query.
+    pub request_redirect: Option<HeaderValue>,
+    /// When the auth service's cookies reach the client.
+    pub set_cookies: SetCookies,
 }
 
 /// Parses and checks a configuration.
@@ -118,6 +140,13 @@ pub(super) fn parse(config: &serde_json::Value) -> Result<Settings, String> {
             conf.timeout
         ));
     }
+    let request_redirect = conf
+        .request_redirect
+        .map(|r| match HeaderValue::from_str(&r) {
+            Ok(v) if !r.is_empty() => Ok(v),
+            _ => Err(format!("request_redirect: {r:?} is not a header value")),
+        })
+        .transpose()?;
     Ok(Settings {
         target: url.target,
         https: url.https,
@@ -129,6 +158,8 @@ pub(super) fn parse(config: &serde_json::Value) -> Result<Settings, String> {
         signin,
         timeout: Duration::from_millis(conf.timeout),
         tls_verify: conf.tls_verify,
+        request_redirect,
+        set_cookies: conf.set_cookies,
     })
 }
 

@@ -2,7 +2,8 @@
 //! (ingress-nginx's `auth-url`). Every request is first described to an auth service in a
 //! body-less subrequest carrying the client's headers; a 2xx lets it through (with the
 //! identity headers the service returned), a 401 or 403 refuses it (or a 401 redirects to a
-//! sign-in page), and anything else, a timeout or a connection error is a 500.
+//! sign-in page), and anything else, a timeout or a connection error is a 500. With
+//! `set_cookies`, an allowing answer's `Set-Cookie` fields go on the client's answer.
 //!
 //! The subrequest goes through the upstream connection pool (per worker, keep-alive, HTTP/1.1,
 //! TLS as for upstreams), so a request costs one round trip on a warm connection.
@@ -12,14 +13,14 @@ mod rules;
 
 use std::sync::Arc;
 
-use http::{HeaderMap, Method, Uri};
+use http::{header, HeaderMap, HeaderValue, Method, Uri};
 use http_body_util::BodyExt;
 use tokio::time::Instant;
 
-use super::{Flow, Handled, Plugin, PluginError, RequestHead, Simple, Step};
+use super::{Flow, Handled, Plugin, PluginError, RequestHead, ResponseHead, Simple, Step};
 use crate::pipeline::RequestCtx;
 use crate::upstream::{self, Added, Alpn, PoolKey, TlsClient, TlsSettings, UpstreamBody};
-use config::Settings;
+use config::{SetCookies, Settings};
 use rules::{Original, Verdict};
 
 /// The kind: above every authentication plugin (`jwt` 1450, `key-auth` 1250, `basic-auth`
@@ -149,9 +150,19 @@ async fn drain(mut body: upstream::ResponseBody) {
 }
 
 impl Plugin for ForwardAuth {
+    fn header_filter(
+        &self,
+        ctx: &mut RequestCtx,
+        resp: &mut ResponseHead,
+    ) -> Result<(), PluginError> {
+        self.add_cookies(ctx, resp);
+        Ok(())
+    }
+
     fn access<'a>(&'a self, ctx: &'a mut RequestCtx, req: &'a mut RequestHead) -> Handled<'a> {
         let original = Original::of(req, ctx.client_ip, ctx.client_tls);
-        let headers = rules::subrequest_headers(&req.headers, &self.s.host, &original);
+        let redirect = self.s.request_redirect.as_ref();
+        let headers = rules::subrequest_headers(&req.headers, &self.s.host, &original, redirect);
         let method = self
             .s
             .method
@@ -168,6 +179,17 @@ impl Plugin for ForwardAuth {
                         &answer.headers,
                         &self.s.response_headers,
                     );
+                    if self.s.set_cookies != SetCookies::Never {
+                        let cookies: Vec<HeaderValue> = answer
+                            .headers
+                            .get_all(header::SET_COOKIE)
+                            .iter()
+                            .cloned()
+                            .collect();
+                        if !cookies.is_empty() {
+                            ctx.slots.insert(AuthCookies(cookies));
+                        }
+                    }
                     Ok(Flow::Continue)
                 }
                 Verdict::Unexpected => Err(PluginError(format!(
@@ -186,6 +208,24 @@ impl Plugin for ForwardAuth {
         })
     }
 }
+
+impl ForwardAuth {
+    /// `set_cookies`: the allowing answer's cookies on the client's answer.
+    fn add_cookies(&self, ctx: &mut RequestCtx, resp: &mut ResponseHead) {
+        let Some(AuthCookies(cookies)) = ctx.slots.get::<AuthCookies>() else {
+            return;
+        };
+        if self.s.set_cookies == SetCookies::Always || rules::cookies_go_with(resp.status) {
+            for c in cookies {
+                resp.headers.append(header::SET_COOKIE, c.clone());
+            }
+        }
+    }
+}
+
+/// The `Set-Cookie` fields of the auth service's allowing answer, kept for the client's.
+#[derive(Clone)]
+struct AuthCookies(Vec<HeaderValue>);
 
 #[cfg(test)]
 mod tests {

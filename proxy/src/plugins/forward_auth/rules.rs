@@ -110,10 +110,12 @@ fn dropped(name: &HeaderName, connection_tokens: &[String]) -> bool {
 
 /// The subrequest's headers: the client's, less those that must not go, plus the auth
 /// service's `Host` and Weir's description of the original request.
+/// `redirect`: the `X-Auth-Request-Redirect` to send, instead of the original path and query.
 pub(super) fn subrequest_headers(
     client: &HeaderMap,
     auth_host: &HeaderValue,
     original: &Original,
+    redirect: Option<&HeaderValue>,
 ) -> HeaderMap {
     // Fields `Connection` names are hop-by-hop too (the pipeline removed them already; a
     // plugin before this one may have added some).
@@ -171,8 +173,25 @@ pub(super) fn subrequest_headers(
     set("x-forwarded-uri", &original.path_and_query);
     set("x-forwarded-for", &client_ip);
     set("x-real-ip", &client_ip);
-    set("x-auth-request-redirect", &original.path_and_query);
+    match redirect {
+        Some(r) => {
+            out.insert(
+                HeaderName::from_static("x-auth-request-redirect"),
+                r.clone(),
+            );
+        }
+        None => set("x-auth-request-redirect", &original.path_and_query),
+    }
     out
+}
+
+/// Whether the auth service's cookies go on a client answer of `status` (nginx's
+/// `add_header` without `always`).
+pub(super) fn cookies_go_with(status: StatusCode) -> bool {
+    matches!(
+        status.as_u16(),
+        200 | 201 | 204 | 206 | 301 | 302 | 303 | 304 | 307 | 308
+    )
 }
 
 /// What the auth service's answer means.
@@ -331,7 +350,12 @@ mod tests {
             ],
         );
         let o = Original::of(&req, ip(), false);
-        let h = subrequest_headers(&req.headers, &HeaderValue::from_static("auth:9000"), &o);
+        let h = subrequest_headers(
+            &req.headers,
+            &HeaderValue::from_static("auth:9000"),
+            &o,
+            None,
+        );
         assert_eq!(all(&h, "host"), ["auth:9000"]);
         assert_eq!(all(&h, "authorization"), ["Bearer good"]);
         assert_eq!(all(&h, "cookie"), ["a=1; b=2"]);
@@ -366,13 +390,27 @@ mod tests {
         assert_eq!(all(&h, "x-forwarded-for"), ["203.0.113.7"]);
         assert_eq!(all(&h, "x-real-ip"), ["203.0.113.7"]);
         assert_eq!(all(&h, "x-auth-request-redirect"), ["/app/orders?id=7"]);
+        // A configured redirect replaces it (and never the client's).
+        let fixed = HeaderValue::from_static("https://app.example/");
+        let h = subrequest_headers(&req.headers, &fixed, &o, Some(&fixed));
+        assert_eq!(all(&h, "x-auth-request-redirect"), ["https://app.example/"]);
+    }
+
+    #[test]
+    fn cookies_go_with_what_nginx_adds_headers_to() {
+        for s in [200, 204, 302, 304, 308] {
+            assert!(cookies_go_with(StatusCode::from_u16(s).unwrap()), "{s}");
+        }
+        for s in [202, 300, 400, 404, 500, 503] {
+            assert!(!cookies_go_with(StatusCode::from_u16(s).unwrap()), "{s}");
+        }
     }
 
     #[test]
     fn a_request_without_host_has_no_forwarded_host() {
         let req = head("/p", &[]);
         let o = Original::of(&req, "::1".parse().unwrap(), false);
-        let h = subrequest_headers(&req.headers, &HeaderValue::from_static("a"), &o);
+        let h = subrequest_headers(&req.headers, &HeaderValue::from_static("a"), &o, None);
         assert!(!h.contains_key("x-forwarded-host"));
         assert_eq!(all(&h, "x-original-url"), ["/p"]);
         assert_eq!(all(&h, "x-forwarded-for"), ["::1"]);

@@ -27,6 +27,18 @@ struct Tries {
     /// One failure on a kept-alive connection may be the upstream's idle close crossing the
     /// request: that retry keeps the target eligible. A second one counts against the target.
     stale_retried: bool,
+    /// When the first try began: `retry_on.timeout` counts from there.
+    first: Option<Instant>,
+}
+
+impl Tries {
+    /// Whether `retry_on.timeout` has passed since the first try began: no retry starts.
+    fn out_of_time(&self, retry_on: &crate::config::RetryOn) -> bool {
+        retry_on.timeout > 0
+            && self
+                .first
+                .is_some_and(|f| f.elapsed() >= Duration::from_millis(retry_on.timeout))
+    }
 }
 
 /// The target of one try.
@@ -68,7 +80,8 @@ impl<'t> Session<'t> {
         let mut tries = Tries::default();
         loop {
             let done = self.s.ctx.tries.len();
-            if done > service.retries as usize {
+            if done > service.retries as usize || (done > 0 && tries.out_of_time(&service.retry_on))
+            {
                 let status = if tries.last_timeout {
                     StatusCode::GATEWAY_TIMEOUT
                 } else {
@@ -81,6 +94,7 @@ impl<'t> Session<'t> {
             }
             let peer = self.upstream_peer(plan, &tries)?;
             let began = Instant::now();
+            tries.first.get_or_insert(began);
             self.upstream_request_filter(plan, &peer);
             let sent = self.send(plan, &peer, began).await;
             if let Next::Answer = self.after_try(plan, &peer, &mut tries, sent, began)? {
@@ -207,7 +221,7 @@ impl<'t> Session<'t> {
     ) -> Result<Next, Answer> {
         let service = plan.service;
         let report = |outcome| peer.report(service, outcome);
-        let replay = self.replay(plan);
+        let replay = self.replay(plan, tries);
         match sent {
             Sent::NotConnected(e) => {
                 report(Outcome::ConnectFailure);
@@ -263,7 +277,7 @@ impl<'t> Session<'t> {
         began: Instant,
     ) -> Result<Next, Answer> {
         let report = |outcome| peer.report(plan.service, outcome);
-        let replay = self.replay(plan);
+        let replay = self.replay(plan, tries);
         match unsent {
             true => {
                 // Never acted on: safe to send again. A kept-alive connection the target
@@ -303,8 +317,9 @@ impl<'t> Session<'t> {
     }
 
     /// The request to send again, when a retry is left and the request can be replayed.
-    fn replay<'p>(&self, plan: &'p Plan<'t>) -> Option<&'p Replay> {
-        let retry_left = self.s.ctx.tries.len() <= plan.service.retries as usize;
+    fn replay<'p>(&self, plan: &'p Plan<'t>, tries: &Tries) -> Option<&'p Replay> {
+        let retry_left = self.s.ctx.tries.len() <= plan.service.retries as usize
+            && !tries.out_of_time(&plan.service.retry_on);
         plan.replay.as_deref().filter(|_| retry_left)
     }
 
