@@ -325,6 +325,30 @@ fn the_shutdown_delay_serves_on_while_readiness_fails() {
     assert!(status.success(), "exit status {status:?}");
 }
 
+/// A backend or mirror that names the proxy's own admin API is refused at connect time: a
+/// client's `POST /config` through the proxy never reaches it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_admin_api_is_never_an_upstream() {
+    let up = echo("up");
+    let weir = Weir::start(&table(up.port, "/ok"), &[]);
+    let c = client();
+    let admin = weir.admin;
+    let pointed = format!(
+        "{{\"routes\": [{{\"id\": \"r\", \"paths\": [{{\"path\": \"/\"}}], \"service\": \"admin\", \"mirrors\": [{{\"service\": \"admin\"}}]}}],\
+          \"services\": [{{\"id\": \"admin\", \"host\": \"127.0.0.1\", \"port\": {admin}, \"retries\": 0}}]}}"
+    );
+    let r = send(&c, "POST", &weir.admin_url("/config"), &[], pointed).await;
+    assert_eq!(r.status, 200, "{r:?}");
+    let before = get(&c, &weir.admin_url("/status"), &[]).await.json()["hash"].clone();
+    let replace = r#"{"routes": [], "services": []}"#;
+    let r = send(&c, "POST", &weir.url("/config"), &[], replace).await;
+    assert_eq!(r.status, 502, "{r:?}");
+    // Neither the request nor its mirror copy replaced the table.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let after = get(&c, &weir.admin_url("/status"), &[]).await.json()["hash"].clone();
+    assert_eq!(before, after);
+}
+
 #[test]
 fn a_busy_address_is_named_in_the_error() {
     let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();

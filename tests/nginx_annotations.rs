@@ -1879,8 +1879,8 @@ async fn mirror_annotations_copy_requests() {
         // dead.test was also asked while the table loaded: its count is at least 2.
         let counted = m.contains(&line("dead", "failed"))
             && !m.contains(&line("dead", "answered"))
-            && m.contains(&format!("{}1", line("shop", "answered")))
-            && m.contains(&format!("{}1", line("slow", "answered")));
+            && m.contains(&format!("{}1\n", line("shop", "answered")))
+            && m.contains(&format!("{}1\n", line("slow", "answered")));
         if counted {
             break;
         }

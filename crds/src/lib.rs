@@ -282,6 +282,10 @@ pub struct HashOn {
     /// `SameSite` of that cookie (`Strict`, `Lax` or `None`); unset: no attribute.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cookie_same_site: Option<SameSite>,
+    /// With `cookieSameSite: None`: leave the attribute out for the browsers that mishandle
+    /// it (Chrome 51–66, Safari on iOS 12 and macOS 10.14, old UC Browser).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub cookie_same_site_none_if_supported: bool,
     /// Whether that cookie is marked `Secure`.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub cookie_secure: bool,

@@ -28,6 +28,7 @@ impl Proxy {
             })
             .collect::<io::Result<Vec<_>>>()?;
         let admin = bind_plain(opts.admin_listen, "--admin-listen")?;
+        crate::upstream::forbid(vec![opts.admin_listen]);
         let status = opts
             .status_listen
             .map(|a| bind_plain(a, "--status-listen"))
@@ -96,7 +97,8 @@ impl Proxy {
                         }
                     })?;
             }
-            wait_for_signal().await;
+            let mut signals = Signals::new();
+            signals.next().await;
             self.shared().unready.store(true, Ordering::Relaxed);
             if !opts.shutdown_delay.is_zero() {
                 tracing::info!(
@@ -104,7 +106,7 @@ impl Proxy {
                     "shutting down: /readyz answers 503, serving on until the delay is over"
                 );
                 // A second signal cuts the delay short.
-                let _ = tokio::time::timeout(opts.shutdown_delay, wait_for_signal()).await;
+                let _ = tokio::time::timeout(opts.shutdown_delay, signals.next()).await;
             }
             tracing::info!(
                 grace_s = opts.shutdown_grace.as_secs_f64(),
@@ -145,13 +147,28 @@ impl Proxy {
     }
 }
 
-async fn wait_for_signal() {
-    use tokio::signal::unix::{signal, SignalKind};
-    let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
-    let mut int = signal(SignalKind::interrupt()).expect("SIGINT handler");
-    tokio::select! {
-        _ = term.recv() => {}
-        _ = int.recv() => {}
+/// SIGTERM and SIGINT, listened to from the start: a signal sent while the proxy is busy with
+/// the previous one (the shutdown delay) is not lost.
+struct Signals {
+    term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    fn new() -> Signals {
+        use tokio::signal::unix::{signal, SignalKind};
+        Signals {
+            term: signal(SignalKind::terminate()).expect("SIGTERM handler"),
+            int: signal(SignalKind::interrupt()).expect("SIGINT handler"),
+        }
+    }
+
+    /// The next SIGTERM or SIGINT.
+    async fn next(&mut self) {
+        tokio::select! {
+            _ = self.term.recv() => {}
+            _ = self.int.recv() => {}
+        }
     }
 }
 

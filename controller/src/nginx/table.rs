@@ -90,9 +90,6 @@ pub fn classify(name: &str) -> (Status, &'static str) {
         "upstream-hash-by-subset" | "upstream-hash-by-subset-size" => {
             unsupported("hashing onto subsets of pods is not supported")
         }
-        "session-cookie-conditional-samesite-none" => unsupported(
-            "SameSite=None is set for every browser, not withheld from old ones",
-        ),
         "denylist-source-range"
         | "whitelist-source-range"
         | "allowlist-source-range"

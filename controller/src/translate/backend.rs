@@ -895,6 +895,7 @@ fn balancing(spec: Option<&UpstreamSpec>, secure: bool) -> Balancing {
                 weir_crds::SameSite::Lax => config::SameSite::Lax,
                 weir_crds::SameSite::None => config::SameSite::None,
             }),
+            cookie_same_site_none_if_supported: h.cookie_same_site_none_if_supported,
             cookie_secure: h.cookie_secure,
         }
     });

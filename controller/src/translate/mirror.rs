@@ -38,7 +38,14 @@ impl Translator<'_> {
         Some(RouteMirror {
             service: id,
             percent: 100.0,
-            host: Some(m.host.clone().unwrap_or_else(|| target.host.clone())),
+            host: Some(m.host.clone().unwrap_or_else(|| {
+                // An IPv6 address is bracketed in a Host header.
+                if target.host.contains(':') {
+                    format!("[{}]", target.host)
+                } else {
+                    target.host.clone()
+                }
+            })),
             body: m.body,
         })
     }

@@ -13,6 +13,33 @@ use crate::problem::Reason;
 use crate::store::{Key, Kind};
 
 impl Translator<'_> {
+    /// An Ingress of this controller, outside `key`'s namespace, with `host` in a rule or in
+    /// its TLS section.
+    fn host_served_in_another_namespace(&self, key: &Key, host: &str) -> Option<Key> {
+        let names_host = |ing: &Ingress| {
+            let spec = ing.spec.as_ref();
+            let rules = spec.iter().flat_map(|s| s.rules.iter().flatten());
+            let tls = spec.iter().flat_map(|s| s.tls.iter().flatten());
+            rules
+                .filter_map(|r| r.host.as_deref())
+                .chain(
+                    tls.flat_map(|t| t.hosts.iter().flatten())
+                        .map(String::as_str),
+                )
+                .any(|h| h.eq_ignore_ascii_case(host))
+        };
+        self.store
+            .ingresses
+            .iter()
+            .find(|(k, ing)| {
+                k.namespace != key.namespace
+                    && self.in_scope(&k.namespace)
+                    && self.owns(ing)
+                    && names_host(ing)
+            })
+            .map(|(k, _)| k.clone())
+    }
+
     /// One passthrough entry per rule with a host and a `/` path; the first Ingress to pass
     /// a host through keeps it.
     pub(super) fn ssl_passthrough(&mut self, key: &Key, ing: &Ingress, ann: &IngressAnnotations) {
@@ -39,6 +66,13 @@ impl Translator<'_> {
                 );
                 continue;
             };
+            // Passing a host through takes all of its TLS traffic: only Ingresses of one
+            // namespace may do that to a host, or a tenant could take another's.
+            if let Some(other) = self.host_served_in_another_namespace(key, host) {
+                let m = format!("host {host:?} is also served by Ingress {other} of another namespace; its TLS connections are not passed through");
+                self.problem(me.clone(), Reason::Conflict, format!("{field}.host"), m);
+                continue;
+            }
             let claim = (host.to_ascii_lowercase(), "Passthrough", String::new());
             if let Some(winner) = self.claimed.get(&claim) {
                 let m = format!("TLS connections for {host:?} are already passed through by Ingress {winner}; this rule's are not");

@@ -7,7 +7,7 @@ use std::net::IpAddr;
 use http::{header, HeaderMap, HeaderName, HeaderValue};
 
 use super::hashing::hash_key;
-use crate::config::{HashBy, HashOn};
+use crate::config::{HashBy, HashOn, SameSite};
 
 /// Where one hashing input is read.
 #[derive(Debug, Clone)]
@@ -26,6 +26,8 @@ pub struct HashInput {
     fallback: Option<Source>,
     /// `; Path=…[; Max-Age=…]; HttpOnly`, appended to a cookie the proxy sets.
     cookie_attributes: String,
+    /// The same without `SameSite=None`, for browsers that mishandle it (when asked).
+    cookie_attributes_without_none: Option<String>,
 }
 
 /// A request's hashing key, and the cookie to set when the key was made here.
@@ -53,26 +55,30 @@ impl HashInput {
                 HashBy::QueryArg => Source::QueryArg(name.to_string()),
             }
         };
-        let mut cookie_attributes = format!("; Path={}", h.cookie_path);
-        if h.cookie_ttl > 0 {
-            cookie_attributes.push_str(&format!("; Max-Age={}", h.cookie_ttl));
-        }
-        match h.cookie_same_site {
-            Some(crate::config::SameSite::Strict) => {
-                cookie_attributes.push_str("; SameSite=Strict")
+        let attributes = |same_site: Option<SameSite>| {
+            let mut a = format!("; Path={}", h.cookie_path);
+            if h.cookie_ttl > 0 {
+                a.push_str(&format!("; Max-Age={}", h.cookie_ttl));
             }
-            Some(crate::config::SameSite::Lax) => cookie_attributes.push_str("; SameSite=Lax"),
-            Some(crate::config::SameSite::None) => cookie_attributes.push_str("; SameSite=None"),
-            None => {}
-        }
-        if h.cookie_secure {
-            cookie_attributes.push_str("; Secure");
-        }
-        cookie_attributes.push_str("; HttpOnly");
+            match same_site {
+                Some(SameSite::Strict) => a.push_str("; SameSite=Strict"),
+                Some(SameSite::Lax) => a.push_str("; SameSite=Lax"),
+                Some(SameSite::None) => a.push_str("; SameSite=None"),
+                None => {}
+            }
+            if h.cookie_secure {
+                a.push_str("; Secure");
+            }
+            a.push_str("; HttpOnly");
+            a
+        };
+        let conditional =
+            h.cookie_same_site_none_if_supported && h.cookie_same_site == Some(SameSite::None);
         HashInput {
             primary: source(h.by, h.name.as_deref()),
             fallback: h.fallback.as_ref().map(|f| source(f.by, f.name.as_deref())),
-            cookie_attributes,
+            cookie_attributes: attributes(h.cookie_same_site),
+            cookie_attributes_without_none: conditional.then(|| attributes(None)),
         }
     }
 
@@ -88,7 +94,11 @@ impl HashInput {
             // Kong and ingress-nginx's affinity: a new client gets a random key, kept in a
             // cookie so its next requests land on the same target.
             let value = uuid::Uuid::new_v4().simple().to_string();
-            let cookie = format!("{name}={value}{}", self.cookie_attributes);
+            let attributes = match &self.cookie_attributes_without_none {
+                Some(without) if user_agent_rejects_none(headers) => without,
+                _ => &self.cookie_attributes,
+            };
+            let cookie = format!("{name}={value}{attributes}");
             return Key {
                 hash: Some(hash_key(value.as_bytes())),
                 set_cookie: HeaderValue::from_str(&cookie).ok(),
@@ -102,6 +112,14 @@ impl HashInput {
             set_cookie: None,
         }
     }
+}
+
+/// Whether the request's browser mishandles `SameSite=None`.
+fn user_agent_rejects_none(headers: &HeaderMap) -> bool {
+    headers
+        .get(header::USER_AGENT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(super::same_site::rejects_same_site_none)
 }
 
 fn read(
@@ -229,5 +247,29 @@ mod tests {
         // A cookie named like the end of another is not it.
         let k = h.key(IP, &headers(&[("cookie", "xsticky=1")]), "/", None);
         assert!(k.set_cookie.is_some());
+    }
+
+    #[test]
+    fn same_site_none_is_left_out_for_browsers_that_mishandle_it_when_asked() {
+        let old_chrome = "Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/60.0.3112.90 Safari/537.36";
+        let firefox = "Mozilla/5.0 (X11; Linux x86_64; rv:121.0) Gecko/20100101 Firefox/121.0";
+        let set = |h: &HashInput, ua: &str| {
+            let k = h.key(IP, &headers(&[("user-agent", ua)]), "/", None);
+            let c = k.set_cookie.unwrap();
+            c.to_str().unwrap().split_once(';').unwrap().1.to_string()
+        };
+        let conditional = input(
+            "{by: cookie, name: s, cookie_same_site: None, cookie_secure: true, cookie_same_site_none_if_supported: true}",
+        );
+        assert_eq!(
+            set(&conditional, firefox),
+            " Path=/; SameSite=None; Secure; HttpOnly"
+        );
+        assert_eq!(set(&conditional, old_chrome), " Path=/; Secure; HttpOnly");
+        let always = input("{by: cookie, name: s, cookie_same_site: None, cookie_secure: true}");
+        assert_eq!(
+            set(&always, old_chrome),
+            " Path=/; SameSite=None; Secure; HttpOnly"
+        );
     }
 }

@@ -22,6 +22,7 @@ pub mod hash_on;
 mod hashing;
 mod least_connections;
 mod round_robin;
+mod same_site;
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};

@@ -1,8 +1,9 @@
 //! A route's mirrors, compiled, the draw that picks which of them copy a request, and the
 //! gate that keeps a mirror that hangs or is down from costing the proxy more than a bound.
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::LazyLock;
+use std::sync::{Arc, LazyLock, Mutex};
 use std::time::{Duration, Instant};
 
 use super::CompiledRoute;
@@ -25,6 +26,17 @@ pub struct MirrorGate {
     in_flight: AtomicUsize,
     /// Milliseconds since [`EPOCH`] before which copies are dropped.
     paused_until: AtomicU64,
+}
+
+/// The gates by service id, kept across tables: a service compiled again (its targets
+/// changed) keeps its copies in flight and its pause. A gate outlives its service (a few
+/// bytes per service id the process has seen).
+static GATES: LazyLock<Mutex<HashMap<Box<str>, Arc<MirrorGate>>>> = LazyLock::new(Default::default);
+
+/// The gate of service `id`.
+pub fn gate(id: &str) -> Arc<MirrorGate> {
+    let mut gates = GATES.lock().unwrap_or_else(|e| e.into_inner());
+    gates.entry(id.into()).or_default().clone()
 }
 
 /// The process's clock origin for [`MirrorGate`].

@@ -149,8 +149,8 @@ pub struct CompiledService {
     /// Whether each target has a non-zero weight, by the balancer's index (empty without
     /// checks, where only [`Balancer::is_empty`] matters).
     pub weighted: Box<[bool]>,
-    /// The gate of copies mirrored to this service.
-    pub mirror_gate: mirror::MirrorGate,
+    /// The gate of copies mirrored to this service (shared with its earlier compilations).
+    pub mirror_gate: Arc<mirror::MirrorGate>,
 }
 
 impl CompiledService {
@@ -606,7 +606,7 @@ fn compile_service(
         probe_tls,
         counts_load,
         weighted,
-        mirror_gate: Default::default(),
+        mirror_gate: mirror::gate(&s.id),
     })
 }
 

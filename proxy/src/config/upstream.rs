@@ -76,6 +76,10 @@ pub struct HashOn {
     /// `SameSite` of that cookie; unset: no attribute.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cookie_same_site: Option<SameSite>,
+    /// With `cookie_same_site: None`: the attribute is left out for browsers that mishandle
+    /// it (ingress-nginx's `session-cookie-conditional-samesite-none`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub cookie_same_site_none_if_supported: bool,
     /// Whether that cookie is marked `Secure`.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub cookie_secure: bool,

@@ -313,9 +313,9 @@ impl<'a> View<'a> {
         })
     }
 
-    /// The first consumer this plugin may see whose username (`custom_id` false) or custom
-    /// id is `name`; for a plugin with a namespace, only its namespace's (a username is
-    /// anyone's to choose in another).
+    /// The consumer whose username (`custom_id` false) or custom id is `name`: for a plugin
+    /// with a namespace, the first of its namespace's; for one without, the only one in the
+    /// table (usernames are anyone's to choose in their namespace, so two is no answer).
     pub fn by_name(&self, name: &str, custom_id: bool) -> Option<&'a ConsumerEntry> {
         let dir = self.dir;
         let index = if custom_id {
@@ -323,14 +323,14 @@ impl<'a> View<'a> {
         } else {
             &dir.by_name
         };
-        index
-            .get(name)?
-            .iter()
-            .map(|&i| &dir.consumers[i])
-            .find(|c| match self.namespace {
-                Some(ns) => c.namespace.as_deref() == Some(ns),
-                None => true,
-            })
+        let mut found = index.get(name)?.iter().map(|&i| &dir.consumers[i]);
+        match self.namespace {
+            Some(ns) => found.find(|c| c.namespace.as_deref() == Some(ns)),
+            None => match (found.next(), found.next()) {
+                (Some(c), None) => Some(c),
+                _ => None,
+            },
+        }
     }
 
     /// A consumer by id; for a plugin with a namespace also by `<namespace>/<name>` or by

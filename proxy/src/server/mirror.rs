@@ -53,13 +53,17 @@ pub(crate) fn spawn_all(
     whole: Option<Bytes>,
     later: Vec<tokio::sync::oneshot::Receiver<Bytes>>,
 ) {
+    // One receiver per mirror that takes the body, in order.
     let mut later = later.into_iter();
     for m in mirrors {
-        let body = match (&whole, later.next()) {
-            _ if !m.body => CopyBody::Ready(Bytes::new()),
-            (Some(b), _) => CopyBody::Ready(b.clone()),
-            (None, Some(rx)) => CopyBody::Later(rx),
-            (None, None) => continue,
+        let body = if !m.body {
+            CopyBody::Ready(Bytes::new())
+        } else {
+            match (&whole, later.next()) {
+                (Some(b), _) => CopyBody::Ready(b.clone()),
+                (None, Some(rx)) => CopyBody::Later(rx),
+                (None, None) => continue,
+            }
         };
         spawn(shared, rt, m, route, head, added, body);
     }

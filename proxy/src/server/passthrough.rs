@@ -120,6 +120,10 @@ where
             return;
         }
     };
+    if upstream.peer_addr().is_ok_and(crate::upstream::is_own) {
+        tracing::warn!(%route, %target, "TLS passthrough: the proxy's own admin API is never a backend");
+        return;
+    }
     let _ = upstream.set_nodelay(true);
     if let Some(version) = proxy_protocol {
         use tokio::io::AsyncWriteExt;
@@ -167,7 +171,7 @@ where
 /// written (nothing here parses what a peer sends), and not worth a dependency.
 fn proxy_header(version: ProxyProtocol, client: SocketAddr, local: SocketAddr) -> Vec<u8> {
     // Both ends in one family: an IPv4 end beside an IPv6 one is written as IPv4-mapped.
-    let (src, dst) = match (client.ip(), local.ip()) {
+    let (src, dst) = match (client.ip().to_canonical(), local.ip().to_canonical()) {
         (IpAddr::V4(a), IpAddr::V6(b)) => (IpAddr::V6(a.to_ipv6_mapped()), IpAddr::V6(b)),
         (IpAddr::V6(a), IpAddr::V4(b)) => (IpAddr::V6(a), IpAddr::V6(b.to_ipv6_mapped())),
         pair => pair,

@@ -235,6 +235,9 @@ pub(crate) struct ChainCheck {
     /// Without partial chains: the subjects of the self-signed CAs, the only ones a chain may
     /// end at (a CA in `roots` that is an intermediate only completes a chain with one).
     full_chain_anchors: Option<Vec<Vec<u8>>>,
+    /// Without partial chains: the CAs of the list that are not self-signed, offered as
+    /// intermediates, so a client that sends only its certificate still reaches a root.
+    listed_intermediates: Vec<CertificateDer<'static>>,
 }
 
 impl ChainCheck {
@@ -283,16 +286,22 @@ impl ChainCheck {
             Some(d) => Some(usize::from(d) - 1),
             None => None,
         };
-        let full_chain_anchors = (!partial).then(|| {
-            CertificateDer::pem_slice_iter(ca.as_bytes())
-                .flatten()
-                .filter_map(|der| {
-                    let (_, c) = x509_parser::parse_x509_certificate(der.as_ref()).ok()?;
-                    (c.subject().as_raw() == c.issuer().as_raw())
-                        .then(|| c.subject().as_raw().to_vec())
-                })
-                .collect()
-        });
+        let mut full_chain_anchors = None;
+        let mut listed_intermediates = Vec::new();
+        if !partial {
+            let mut anchors = Vec::new();
+            for der in CertificateDer::pem_slice_iter(ca.as_bytes()).flatten() {
+                let Ok((_, c)) = x509_parser::parse_x509_certificate(der.as_ref()) else {
+                    continue;
+                };
+                if c.subject().as_raw() == c.issuer().as_raw() {
+                    anchors.push(c.subject().as_raw().to_vec());
+                } else {
+                    listed_intermediates.push(der.clone());
+                }
+            }
+            full_chain_anchors = Some(anchors);
+        }
         Ok(ChainCheck {
             roots,
             crls,
@@ -303,6 +312,7 @@ impl ChainCheck {
                 webpki::UnknownStatusPolicy::Allow
             },
             full_chain_anchors,
+            listed_intermediates,
         })
     }
 
@@ -328,6 +338,13 @@ impl ChainCheck {
                 }
             }
             Ok(())
+        };
+        let with_listed;
+        let intermediates = if self.listed_intermediates.is_empty() {
+            intermediates
+        } else {
+            with_listed = [intermediates, &self.listed_intermediates[..]].concat();
+            &with_listed[..]
         };
         let crls: Vec<&webpki::CertRevocationList<'_>> = self.crls.iter().collect();
         // As nginx checks with `ssl_crl`: every certificate of the chain, and (strict) a

@@ -5,6 +5,7 @@ mod added;
 mod body;
 pub(crate) mod dns;
 pub(crate) mod h1;
+mod own_addresses;
 mod pool;
 mod stream;
 mod tls;
@@ -24,6 +25,7 @@ pub use dns::{
     set_ttl as set_dns_ttl,
 };
 pub use h1::Upgraded;
+pub use own_addresses::{forbid, is_own};
 pub use pool::{
     checkout, configure, retire, sweep_idle, Conn, ConnectError, PoolKey, PoolSettings, SendError,
 };

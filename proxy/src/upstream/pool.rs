@@ -390,6 +390,13 @@ async fn connect(
     addr: SocketAddr,
     connected: &AtomicBool,
 ) -> Result<Conn, ConnectError> {
+    if super::is_own(addr) {
+        let e = std::io::Error::new(
+            std::io::ErrorKind::PermissionDenied,
+            "the proxy's own admin API is never an upstream",
+        );
+        return Err(ConnectError::Connect(key.target.clone(), e));
+    }
     let tcp = TcpStream::connect(addr).await.map_err(|e| {
         // A host name's other addresses are tried (and looked up again) next time.
         super::dns::failed(&key.target);

@@ -12,6 +12,7 @@ impl Conv<'_> {
             "session-cookie-max-age",
             "session-cookie-expires",
             "session-cookie-samesite",
+            "session-cookie-conditional-samesite-none",
             "session-cookie-secure",
         ];
         let cookie: BTreeMap<&str, String> = cookie_keys
@@ -36,6 +37,7 @@ impl Conv<'_> {
                     cookie_path: None,
                     cookie_ttl: None,
                     cookie_same_site: None,
+                    cookie_same_site_none_if_supported: false,
                     cookie_secure: false,
                 };
                 let mut bad: Vec<(&str, &str)> = Vec::new();
@@ -66,6 +68,14 @@ impl Conv<'_> {
                         "Lax" | "lax" => h.cookie_same_site = Some(SameSite::Lax),
                         "None" | "none" => h.cookie_same_site = Some(SameSite::None),
                         _ => bad.push(("session-cookie-samesite", "not Strict, Lax or None")),
+                    }
+                }
+                if let Some(s) = cookie.get("session-cookie-conditional-samesite-none") {
+                    match parse_bool(s) {
+                        Some(b) => h.cookie_same_site_none_if_supported = b,
+                        None => {
+                            bad.push(("session-cookie-conditional-samesite-none", "not a boolean"))
+                        }
                     }
                 }
                 if let Some(s) = cookie.get("session-cookie-secure") {
@@ -160,6 +170,7 @@ impl Conv<'_> {
                     cookie_path: None,
                     cookie_ttl: None,
                     cookie_same_site: None,
+                    cookie_same_site_none_if_supported: false,
                     cookie_secure: false,
                 };
                 let (h, note) = match t {

@@ -121,7 +121,8 @@ impl Conv<'_> {
             }
         }
         if let Some(v) = self.take("proxy-next-upstream-timeout") {
-            match v.trim().trim_end_matches('s').parse::<u64>() {
+            let t = v.trim();
+            match t.strip_suffix('s').unwrap_or(t).parse::<u64>() {
                 // nginx's 0: no limit.
                 Ok(0) => self.applied("proxy-next-upstream-timeout", &v),
                 Ok(n) if n <= 86_400 => {

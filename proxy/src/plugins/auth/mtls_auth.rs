@@ -280,6 +280,35 @@ mod tests {
     }
 
     #[test]
+    fn a_cluster_wide_plugin_refuses_a_name_two_namespaces_use() {
+        let root = ca("Root CA", None);
+        let p = plugin(&[&root], json!({}));
+        let alice = client(&root, "alice", 1, false);
+        let consumer = |ns: &str| crate::config::Consumer {
+            id: format!("{ns}/alice"),
+            username: Some("alice".into()),
+            custom_id: None,
+            namespace: Some(ns.into()),
+            groups: vec![],
+            credentials: vec![],
+        };
+        let run_as = |consumers| {
+            let mut c = testing::ctx(consumers, None);
+            c.client_cert = ctx(std::slice::from_ref(&alice)).client_cert;
+            let mut r = head("/x", &[]);
+            (
+                run(&*p, &mut c, &mut r).map(|e| e.status.as_u16()),
+                c.consumer,
+            )
+        };
+        let (refused, who) = run_as(vec![consumer("a")]);
+        assert_eq!((refused, who.as_deref()), (None, Some("a/alice")));
+        // Another namespace's "alice" makes the name ambiguous: nobody is picked.
+        let (refused, who) = run_as(vec![consumer("a"), consumer("b")]);
+        assert_eq!((refused, who), (Some(401), None));
+    }
+
+    #[test]
     fn missing_foreign_and_expired_certificates_are_refused() {
         let root = ca("Root CA", None);
         let other = ca("Other CA", None);
@@ -319,6 +348,13 @@ mod tests {
         );
         assert_eq!(
             outcome(&*plugin(&[&root], json!({})), &chain),
+            Ok("ns/alice".into())
+        );
+        // Listing the intermediate beside the root: a client that sends only its certificate
+        // still reaches the root.
+        let both = plugin(&[&mid, &root], json!({}));
+        assert_eq!(
+            outcome(&*both, std::slice::from_ref(&leaf)),
             Ok("ns/alice".into())
         );
 

@@ -59,15 +59,15 @@ impl<'t> Session<'t> {
         let replayable = !plan.service.retry_on.is_off()
             && plan.asked_upgrade.is_none()
             && headers::is_idempotent(&self.head.method);
-        // A mirrored route's requests are copied with their bodies.
-        let mirrored = !plan.route.mirrors.is_empty() && plan.asked_upgrade.is_none();
-        let mirrors = if mirrored {
+        // A mirrored route's requests are copied, with their bodies where the mirror asks.
+        let mirrors = if !plan.route.mirrors.is_empty() && plan.asked_upgrade.is_none() {
             mirror::chosen(plan.route)
         } else {
             Vec::new()
         };
+        let with_body = mirrors.iter().filter(|m| m.body).count();
         let body = self
-            .upstream_body(plan, replayable, mirrored, mirrors.len())
+            .upstream_body(plan, replayable, with_body > 0, with_body)
             .await?;
         let head = &mut self.head;
         // Most routes forward the client's own path and query: its parsed URI is reused.
