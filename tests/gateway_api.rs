@@ -2515,34 +2515,7 @@ fn tls_backend_answering(
     answer: impl Fn(Option<&str>, &str) -> String + Send + Sync + Copy + 'static,
 ) -> u16 {
     let config = leaf.server_config_for(&[], clients);
-    let acceptor = tokio_rustls::TlsAcceptor::from(std::sync::Arc::new(config));
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    listener.set_nonblocking(true).unwrap();
-    let port = listener.local_addr().unwrap().port();
-    tokio::spawn(async move {
-        use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        let listener = tokio::net::TcpListener::from_std(listener).unwrap();
-        while let Ok((tcp, _)) = listener.accept().await {
-            let acceptor = acceptor.clone();
-            tokio::spawn(async move {
-                let Ok(mut tls) = acceptor.accept(tcp).await else {
-                    return;
-                };
-                let mut buf = [0u8; 4096];
-                let n = tls.read(&mut buf).await.unwrap_or(0);
-                let head = String::from_utf8_lossy(&buf[..n]).to_string();
-                let path = head.split(' ').nth(1).unwrap_or_default();
-                let body = answer(tls.get_ref().1.server_name(), path);
-                let answer = format!(
-                    "HTTP/1.1 200 OK\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
-                    body.len()
-                );
-                let _ = tls.write_all(answer.as_bytes()).await;
-                let _ = tls.shutdown().await;
-            });
-        }
-    });
-    port
+    common::tls::tls_backend(config, move |saw| answer(saw.sni, saw.path))
 }
 
 /// A TLS connection to Weir's TLS socket naming `sni`, trusting only `ca`: the backend's

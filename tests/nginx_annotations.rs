@@ -1599,47 +1599,13 @@ async fn host_and_backend_annotations_reach_the_upstream() {
     );
 }
 
-/// A TLS backend on 127.0.0.1 serving `leaf` itself: it reads a PROXY protocol line when the
-/// connection starts with one, ends TLS, and answers `NAME proxy=LINE` (`-` without a line)
-/// to the first request.
+/// A TLS backend on 127.0.0.1 serving `leaf` itself, answering `NAME proxy=LINE` (the PROXY
+/// protocol line it was sent, `-` without one).
 fn passthrough_backend(leaf: &common::ca::Leaf, name: &'static str) -> u16 {
     let config = leaf.server_config_for(&[], None);
-    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    listener.set_nonblocking(true).unwrap();
-    let port = listener.local_addr().unwrap().port();
-    tokio::spawn(async move {
-        use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        let listener = tokio::net::TcpListener::from_std(listener).unwrap();
-        while let Ok((mut tcp, _)) = listener.accept().await {
-            let acceptor = acceptor.clone();
-            tokio::spawn(async move {
-                let mut first = [0u8; 5];
-                let _ = tcp.peek(&mut first).await;
-                let mut line = Vec::new();
-                if &first == b"PROXY" {
-                    while !line.ends_with(b"\r\n") && line.len() < 120 {
-                        let Ok(b) = tcp.read_u8().await else { return };
-                        line.push(b);
-                    }
-                }
-                let Ok(mut tls) = acceptor.accept(tcp).await else {
-                    return;
-                };
-                let mut buf = [0u8; 4096];
-                let _ = tls.read(&mut buf).await;
-                let line = String::from_utf8_lossy(&line).trim_end().to_string();
-                let body = format!("{name} proxy={}", if line.is_empty() { "-" } else { &line });
-                let answer = format!(
-                    "HTTP/1.1 200 OK\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
-                    body.len()
-                );
-                let _ = tls.write_all(answer.as_bytes()).await;
-                let _ = tls.shutdown().await;
-            });
-        }
-    });
-    port
+    common::tls::tls_backend(config, move |saw| {
+        format!("{name} proxy={}", saw.proxy_line.unwrap_or("-"))
+    })
 }
 
 /// `ssl-passthrough`: TLS connections for a passed-through host reach the backend's own

@@ -203,3 +203,63 @@ pub async fn exchange(
         },
     })
 }
+
+/// What a test TLS backend ([`tls_backend`]) saw of one connection.
+pub struct BackendSaw<'a> {
+    /// The server name the client sent.
+    pub sni: Option<&'a str>,
+    /// The path of its first request.
+    pub path: &'a str,
+    /// A PROXY protocol v1 line sent before the TLS handshake, without its CRLF.
+    pub proxy_line: Option<&'a str>,
+}
+
+/// A TLS backend on 127.0.0.1 serving `config`: it reads a PROXY protocol v1 line when the
+/// connection starts with one, ends TLS, and answers the first request 200 with the body
+/// `answer` makes of what it saw. Returns its port.
+pub fn tls_backend(
+    config: rustls::ServerConfig,
+    answer: impl Fn(&BackendSaw<'_>) -> String + Send + Sync + Copy + 'static,
+) -> u16 {
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::from_std(listener).unwrap();
+        while let Ok((mut tcp, _)) = listener.accept().await {
+            let acceptor = acceptor.clone();
+            tokio::spawn(async move {
+                let mut first = [0u8; 5];
+                let _ = tcp.peek(&mut first).await;
+                let mut line = Vec::new();
+                if &first == b"PROXY" {
+                    while !line.ends_with(b"\r\n") && line.len() < 120 {
+                        let Ok(b) = tcp.read_u8().await else { return };
+                        line.push(b);
+                    }
+                }
+                let Ok(mut tls) = acceptor.accept(tcp).await else {
+                    return;
+                };
+                let mut buf = [0u8; 4096];
+                let n = tls.read(&mut buf).await.unwrap_or(0);
+                let head = String::from_utf8_lossy(&buf[..n]).to_string();
+                let line = String::from_utf8_lossy(&line).trim_end().to_string();
+                let body = answer(&BackendSaw {
+                    sni: tls.get_ref().1.server_name(),
+                    path: head.split(' ').nth(1).unwrap_or_default(),
+                    proxy_line: (!line.is_empty()).then_some(line.as_str()),
+                });
+                let answer = format!(
+                    "HTTP/1.1 200 OK\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                let _ = tls.write_all(answer.as_bytes()).await;
+                let _ = tls.shutdown().await;
+            });
+        }
+    });
+    port
+}
