@@ -93,6 +93,12 @@ pub struct MirrorTarget {
     pub port: u16,
 }
 
+/// Whether `h` can be a mirror copy's `Host` (`weir.dev/mirror-host`, ingress-nginx's
+/// `mirror-host`): a header value without path, user or nginx variable.
+pub fn is_mirror_host(h: &str) -> bool {
+    !h.is_empty() && !h.contains(['/', ' ', '@', '$']) && http::HeaderValue::from_str(h).is_ok()
+}
+
 impl MirrorTarget {
     /// Parses `http://host[:port]` or `https://host[:port]` (a trailing `/` allowed).
     pub fn parse(url: &str) -> Result<MirrorTarget, String> {
@@ -459,10 +465,7 @@ pub fn ingress(annotations: &BTreeMap<String, String>) -> Parsed<IngressAnnotati
             }
             a::MIRROR_HOST => {
                 let h = v.trim();
-                if h.is_empty()
-                    || h.contains(['/', ' ', '@'])
-                    || http::HeaderValue::from_str(h).is_err()
-                {
+                if !is_mirror_host(h) {
                     return Err((key.into(), format!("{h:?} is not a host name")));
                 }
                 out.mirror.host = Some(h.to_string());

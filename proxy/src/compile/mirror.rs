@@ -111,4 +111,14 @@ mod tests {
         g.paused_until.store(now_ms(), Ordering::Relaxed);
         assert!(g.enter(), "the pause is over");
     }
+
+    #[test]
+    fn a_service_compiled_again_keeps_its_gate() {
+        let first = gate("kept-across-tables");
+        assert!(first.enter());
+        let again = gate("kept-across-tables");
+        assert!(Arc::ptr_eq(&first, &again), "one gate per service id");
+        assert!(!Arc::ptr_eq(&first, &gate("another-service")));
+        again.done(false);
+    }
 }

@@ -102,13 +102,19 @@ impl Passthrough {
     }
 }
 
+impl PassRoute {
+    /// The service this connection's share goes to (`None`: a share that closes).
+    pub fn choose_service(&self) -> Option<usize> {
+        self.backends.as_ref().and_then(|b| b.choose().service)
+    }
+}
+
 impl Passthrough {
     /// After Weir's handshake: the route (id and service chosen) that takes a connection
     /// naming `name` decrypted, if a terminating route serves that name.
     pub fn terminated(&self, name: &str) -> Option<(&PassRoute, Option<usize>)> {
         let r = self.find(name)?;
-        let service = r.backends.as_ref().and_then(|b| b.choose().service);
-        r.terminate.then_some((r, service))
+        r.terminate.then(|| (r, r.choose_service()))
     }
 }
 

@@ -66,8 +66,7 @@ pub async fn decide(rt: &Runtime, stream: &tokio::net::TcpStream, limit: Duratio
                 if route.terminate {
                     return Decision::Terminate;
                 }
-                let service = route.backends.as_ref().and_then(|b| b.choose().service);
-                return Decision::Pass(Pass::new(route, service));
+                return Decision::Pass(Pass::new(route, route.choose_service()));
             }
             Hello::NoSni | Hello::NotTls => return Decision::Terminate,
             // The peer closed, or the hello is larger than we read.

@@ -1,7 +1,7 @@
 //! `mirror-*`: request mirroring, as `weir.dev/mirror-*`.
 
 use super::*;
-use crate::translate::annotations::MirrorTarget;
+use crate::translate::annotations::{is_mirror_host, MirrorTarget};
 
 impl Conv<'_> {
     /// `mirror-target`, `mirror-uri`, `mirror-request-body`, `mirror-host`.
@@ -83,10 +83,7 @@ impl Conv<'_> {
         }
         if let Some(v) = host {
             let h = v.trim();
-            if h.is_empty()
-                || h.contains(['/', ' ', '@', '$'])
-                || http::HeaderValue::from_str(h).is_err()
-            {
+            if !is_mirror_host(h) {
                 self.record("mirror-host", &v, Status::Invalid, "not a host name");
             } else {
                 self.weir.insert(a::MIRROR_HOST.into(), h.to_string());
