@@ -10,6 +10,9 @@ use crate::config::{
     MAX_ROUTE_TIMEOUT_MS,
 };
 
+/// Largest `hash_on.subset_size`: a subset is walked on every pick.
+const MAX_SUBSET_SIZE: u32 = 256;
+
 struct Errors(Vec<ConfigError>);
 
 impl Errors {
@@ -263,6 +266,12 @@ fn check_upstream_balancing(u: &crate::config::Upstream, errs: &mut Errors) {
     }
     if let Some(h) = &u.hash_on {
         named(errs, "hash_on.name", h.by, &h.name);
+        if h.subset_size
+            .is_some_and(|n| !(1..=MAX_SUBSET_SIZE).contains(&n))
+        {
+            let m = format!("must be 1..={MAX_SUBSET_SIZE}");
+            errs.push("upstream", &u.id, "hash_on.subset_size", m);
+        }
         if let Some(f) = &h.fallback {
             if f.by == HashBy::Cookie {
                 errs.push("upstream", &u.id, "hash_on.fallback.by", "cannot be cookie");
@@ -613,6 +622,10 @@ impl Config {
                     format!("{t} ms is more than a day"),
                 ),
                 _ => {}
+            }
+            if r.response_rate.is_some_and(|p| p.bytes_per_second == 0) {
+                let m = "must be at least 1 (leave response_rate out for no limit)";
+                errs.push("route", &r.id, "response_rate.bytes_per_second", m);
             }
             for (i, m) in r.mirrors.iter().enumerate() {
                 if !service_ids.contains(m.service.as_str()) {

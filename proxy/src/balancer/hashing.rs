@@ -50,21 +50,26 @@ pub(super) struct Ring {
 impl Ring {
     /// The ring for `targets` with `weights` (same indices).
     pub(super) fn new(targets: &[Target], weights: &[u32]) -> Ring {
+        Ring::named(|i| &targets[i].addr, weights)
+    }
+
+    /// The ring for owners `0..weights.len()`, owner `i` placed by the hash of `name(i)`.
+    pub(super) fn named<'a>(name: impl Fn(usize) -> &'a str, weights: &[u32]) -> Ring {
         let weighted = super::weighted(weights);
         let n = weighted.len() as u128;
         let total: u128 = weights.iter().map(|w| *w as u128).sum();
         let mut ring: Vec<(u64, u32)> = Vec::new();
-        let mut name = String::new();
+        let mut point = String::new();
         for &i in weighted.iter() {
             // Rounded share of POINTS_PER_WEIGHT * n, at least one point.
             let w = weights[i as usize] as u128;
             let count = ((POINTS_PER_WEIGHT as u128 * w * n + total / 2) / total).max(1) as u64;
-            let addr = &*targets[i as usize].addr;
+            let addr = name(i as usize);
             for k in 0..count {
                 use std::fmt::Write;
-                name.clear();
-                let _ = write!(name, "{addr}#{k}");
-                ring.push((hash_key(name.as_bytes()), i));
+                point.clear();
+                let _ = write!(point, "{addr}#{k}");
+                ring.push((hash_key(point.as_bytes()), i));
             }
         }
         // Ties (two points with one hash) go to the lower index, the same in every process.

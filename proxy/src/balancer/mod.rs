@@ -1,7 +1,7 @@
 //! Choosing a target for each request.
 //!
 //! A [`Balancer`] is built once per service at config time and then only read: every pick takes
-//! no lock, since picks happen on several threads at once. Four algorithms share one interface:
+//! no lock, since picks happen on several threads at once. Five algorithms share one interface:
 //!
 //! - [`Algorithm::RoundRobin`]: smooth weighted round-robin over a schedule computed up front
 //!   (`round_robin`); one atomic increment per pick.
@@ -9,6 +9,8 @@
 //!   (`least_connections`).
 //! - [`Algorithm::ConsistentHashing`]: a ketama-style ring, so a key keeps its target while the
 //!   set of targets changes little (`hashing`).
+//! - [`Algorithm::HashSubsets`]: the same ring over subsets of targets, a key's requests
+//!   taking its subset's members in turn (`subsets`).
 //! - [`Algorithm::PeakEwma`]: power of two random choices on latency times load, as linkerd and
 //!   Finagle do it (`ewma`).
 //!
@@ -23,6 +25,7 @@ mod hashing;
 mod least_connections;
 mod round_robin;
 mod same_site;
+mod subsets;
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -64,6 +67,9 @@ pub enum Algorithm {
     LeastConnections,
     /// A ring keyed by the request's hash; round-robin when the request has none.
     ConsistentHashing,
+    /// A ring of subsets of this many targets keyed by the request's hash, the subset's
+    /// members taken in turn; round-robin when the request has no hash.
+    HashSubsets(u32),
     /// Power of two choices on peak-EWMA latency times requests in flight.
     PeakEwma,
 }
@@ -134,6 +140,11 @@ enum Strategy {
         /// For requests without a hash.
         fallback: round_robin::RoundRobin,
     },
+    HashSubsets {
+        subsets: subsets::Subsets,
+        /// For requests without a hash.
+        fallback: round_robin::RoundRobin,
+    },
     PeakEwma(ewma::PeakEwma),
 }
 
@@ -149,6 +160,10 @@ impl Balancer {
             }
             Algorithm::ConsistentHashing => Strategy::ConsistentHashing {
                 ring: hashing::Ring::new(&targets, &weights),
+                fallback: round_robin::RoundRobin::new(&weights),
+            },
+            Algorithm::HashSubsets(size) => Strategy::HashSubsets {
+                subsets: subsets::Subsets::new(&targets, &weights, size as usize),
                 fallback: round_robin::RoundRobin::new(&weights),
             },
             Algorithm::PeakEwma => Strategy::PeakEwma(ewma::PeakEwma::new(&weights)),
@@ -170,6 +185,10 @@ impl Balancer {
             Strategy::LeastConnections(lc) => lc.pick(&self.targets, &eligible),
             Strategy::ConsistentHashing { ring, fallback } => match hash {
                 Some(h) => ring.pick(h, &eligible),
+                None => fallback.pick(&eligible),
+            },
+            Strategy::HashSubsets { subsets, fallback } => match hash {
+                Some(h) => subsets.pick(h, &eligible),
                 None => fallback.pick(&eligible),
             },
             Strategy::PeakEwma(p2c) => p2c.pick(&self.targets, now_nanos(), &eligible),
@@ -233,6 +252,7 @@ mod tests {
             Algorithm::RoundRobin,
             Algorithm::LeastConnections,
             Algorithm::ConsistentHashing,
+            Algorithm::HashSubsets(2),
             Algorithm::PeakEwma,
         ] {
             let b = Balancer::new(vec![(t("a"), 1), (t("z"), 0), (t("b"), 3)], algorithm);
@@ -256,6 +276,7 @@ mod tests {
             Algorithm::RoundRobin,
             Algorithm::LeastConnections,
             Algorithm::ConsistentHashing,
+            Algorithm::HashSubsets(2),
             Algorithm::PeakEwma,
         ] {
             let empty = Balancer::new(vec![], algorithm);
@@ -320,6 +341,7 @@ mod tests {
             Algorithm::RoundRobin,
             Algorithm::LeastConnections,
             Algorithm::ConsistentHashing,
+            Algorithm::HashSubsets(2),
             Algorithm::PeakEwma,
         ] {
             let b = Balancer::new(

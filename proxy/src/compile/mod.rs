@@ -19,8 +19,8 @@ use http::{HeaderValue, StatusCode};
 use crate::balancer::hash_on::HashInput;
 use crate::balancer::{self, Balancer, Load, Target};
 use crate::config::{
-    parse_target, Algorithm, Config, ConfigError, PluginConfig, ProbeKind, RetryOn, Service,
-    Settings, Upstream, UpstreamProtocol,
+    parse_target, Algorithm, Config, ConfigError, PluginConfig, ProbeKind, ResponseRate, RetryOn,
+    Satisfy, Service, Settings, Upstream, UpstreamProtocol,
 };
 use crate::consumers::Directory;
 use crate::health::{probe::Probe, Checks, Kept, TargetHealth, HEALTH};
@@ -106,6 +106,8 @@ pub struct CompiledRoute {
     /// Over TLS, the hosts served and the client-certificate checks they ask for; `None`,
     /// any connection.
     pub tls_hosts: Option<Box<TlsHosts>>,
+    /// The pace of the answers' bodies.
+    pub response_rate: Option<ResponseRate>,
 }
 
 /// A service, ready for requests.
@@ -373,7 +375,11 @@ impl Runtime {
                                 })
                         })
                         .collect();
-                    RouteChain { base, by_consumer }
+                    RouteChain {
+                        base,
+                        by_consumer,
+                        satisfy_any: r.satisfy == Satisfy::Any,
+                    }
                 };
                 let backends = if r.backends.is_empty() {
                     None
@@ -415,6 +421,7 @@ impl Runtime {
                     .unwrap_or(StatusCode::BAD_GATEWAY);
                 Ok(CompiledRoute {
                     tls_hosts: TlsHosts::new(&r.tls_hosts, r.deep_wildcards, &certs),
+                    response_rate: r.response_rate,
                     mirrors,
                     upstream_error,
                     timeout: r.timeout.map(Duration::from_millis),
@@ -519,7 +526,12 @@ fn compile_service(
     let algorithm = match upstream.map(|u| u.algorithm) {
         None | Some(Algorithm::RoundRobin) => balancer::Algorithm::RoundRobin,
         Some(Algorithm::LeastConnections) => balancer::Algorithm::LeastConnections,
-        Some(Algorithm::ConsistentHashing) => balancer::Algorithm::ConsistentHashing,
+        Some(Algorithm::ConsistentHashing) => {
+            match upstream.and_then(|u| u.hash_on.as_ref()?.subset_size) {
+                Some(size) => balancer::Algorithm::HashSubsets(size),
+                None => balancer::Algorithm::ConsistentHashing,
+            }
+        }
         Some(Algorithm::PeakEwma) => balancer::Algorithm::PeakEwma,
     };
     let counts_load = matches!(

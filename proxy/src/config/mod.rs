@@ -215,6 +215,46 @@ pub struct Route {
     /// otherwise it gets `421`. Unset: any connection.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tls_hosts: Vec<TlsHost>,
+    /// Whether the route's source-address rules and its authentication must both allow a
+    /// request (`all`), or either one (`any`), as nginx's `satisfy`.
+    #[serde(default, skip_serializing_if = "Satisfy::is_all")]
+    pub satisfy: Satisfy,
+    /// Paces the answers' bodies to the client (nginx's `limit_rate`); unset, as fast as the
+    /// client reads.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub response_rate: Option<ResponseRate>,
+}
+
+/// Which of a route's access rules must allow a request.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Satisfy {
+    /// Every rule: source ranges and authentication.
+    #[default]
+    All,
+    /// Either the source-address rules (`ip-restriction`) or the authentication plugins.
+    Any,
+}
+
+impl Satisfy {
+    fn is_all(&self) -> bool {
+        *self == Satisfy::All
+    }
+}
+
+/// A bandwidth limit on an answer's body, per request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ResponseRate {
+    /// Bytes per second once `after_bytes` went out.
+    pub bytes_per_second: u64,
+    /// Bytes sent at full speed first.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub after_bytes: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// A host a route is served for over TLS, and the client certificate it asks for.

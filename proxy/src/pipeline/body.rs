@@ -94,6 +94,8 @@ pub struct ProxyBody {
     pending_trailers: Option<Box<http::HeaderMap>>,
     sent: u64,
     finish: Option<Box<Session>>,
+    /// Bandwidth pacing, for routes with a response rate (boxed: few have one).
+    pace: Option<Box<super::pace::Pace>>,
 }
 
 impl ProxyBody {
@@ -106,6 +108,7 @@ impl ProxyBody {
             filtered_eof: false,
             pending_trailers: None,
             sent: 0,
+            pace: paced(finish.as_deref()),
             finish,
         }
         .filtered_if_over()
@@ -148,6 +151,7 @@ impl ProxyBody {
             filtered_eof: false,
             pending_trailers: None,
             sent: 0,
+            pace: paced(Some(&finish)),
             finish: Some(finish),
         }
         .filtered_if_over()
@@ -224,6 +228,12 @@ impl ProxyBody {
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
+/// The pacing a request's route asks for, if any.
+fn paced(finish: Option<&Session>) -> Option<Box<super::pace::Pace>> {
+    let rate = finish?.response_rate?;
+    Some(Box::new(super::pace::Pace::new(rate)))
+}
+
 /// A gRPC call whose deadline passed while its answer streamed: the upstream's stream is
 /// dropped (reset, so the upstream stops working on it) and the client's ends with the
 /// status a gRPC server gives for it, in trailers, instead of a cut stream.
@@ -251,6 +261,57 @@ impl Body for ProxyBody {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         let this = self.get_mut();
+        let Some(pace) = this.pace.as_mut() else {
+            return this.poll_unpaced(cx);
+        };
+        if pace.holds() {
+            return match pace.poll_next(cx) {
+                Poll::Ready(Some(data)) => Poll::Ready(Some(Ok(Frame::data(data)))),
+                Poll::Ready(None) => unreachable!("a pace that holds bytes gives them"),
+                Poll::Pending => Poll::Pending,
+            };
+        }
+        match this.poll_unpaced(cx) {
+            Poll::Ready(Some(Ok(frame))) if frame.is_data() => {
+                let data = frame.into_data().expect("is data");
+                let pace = this.pace.as_mut().expect("checked above");
+                pace.hold(data);
+                match pace.poll_next(cx) {
+                    Poll::Ready(Some(data)) => Poll::Ready(Some(Ok(Frame::data(data)))),
+                    // An empty chunk.
+                    Poll::Ready(None) => Poll::Ready(Some(Ok(Frame::data(Bytes::new())))),
+                    Poll::Pending => Poll::Pending,
+                }
+            }
+            other => other,
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        // An empty body ends with the head (HTTP/2 END_STREAM on HEADERS: a gRPC
+        // trailers-only answer stays one); the session is finished when the body is dropped.
+        // Filtered bodies are polled to the end, as `body_filter` may add bytes at eof.
+        !self.filter && self.is_inner_end() && !self.pace.as_ref().is_some_and(|p| p.holds())
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        if self.filter {
+            return SizeHint::default();
+        }
+        match &self.inner {
+            Inner::Full(b) => SizeHint::with_exact(b.as_ref().map_or(0, |b| b.len() as u64)),
+            Inner::Upstream { body, .. } => body.size_hint(),
+        }
+    }
+}
+
+impl ProxyBody {
+    /// The next frame as the upstream and the plugins make it, before any pacing.
+    fn poll_unpaced(
+        &mut self,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        let this = self;
         loop {
             if let Some(t) = this.pending_trailers.take() {
                 return Poll::Ready(Some(Ok(Frame::trailers(*t))));
@@ -339,23 +400,6 @@ impl Body for ProxyBody {
             }
         }
     }
-
-    fn is_end_stream(&self) -> bool {
-        // An empty body ends with the head (HTTP/2 END_STREAM on HEADERS: a gRPC
-        // trailers-only answer stays one); the session is finished when the body is dropped.
-        // Filtered bodies are polled to the end, as `body_filter` may add bytes at eof.
-        !self.filter && self.is_inner_end()
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        if self.filter {
-            return SizeHint::default();
-        }
-        match &self.inner {
-            Inner::Full(b) => SizeHint::with_exact(b.as_ref().map_or(0, |b| b.len() as u64)),
-            Inner::Upstream { body, .. } => body.size_hint(),
-        }
-    }
 }
 
 impl ProxyBody {
@@ -370,7 +414,7 @@ impl ProxyBody {
 impl Drop for ProxyBody {
     fn drop(&mut self) {
         // A body dropped before its end means the client went away (or a HEAD/304 response).
-        let aborted = !self.is_inner_end();
+        let aborted = !self.is_inner_end() || self.pace.as_ref().is_some_and(|p| p.holds());
         self.done(aborted);
     }
 }

@@ -10,6 +10,7 @@
 
 mod body;
 mod guard;
+mod pace;
 pub mod plugin;
 mod session;
 
@@ -24,7 +25,9 @@ use http_body::Body;
 
 use crate::consumers::{ConsumerEntry, Directory, View};
 use guard::{call, finish, sync, Called};
-use plugin::{BodyChunk, EarlyResponse, Flow, PluginInstance, RequestHead, ResponseHead};
+use plugin::{
+    AccessRule, BodyChunk, EarlyResponse, Flow, PluginInstance, RequestHead, ResponseHead,
+};
 
 pub use body::{ConnActivity, InFlight, LogSink, ProxyBody, ReadTimeout};
 pub(crate) use session::{Session, CLIENT_CLOSED};
@@ -243,6 +246,9 @@ pub struct RouteChain {
     pub base: Arc<[PluginInstance]>,
     /// The full list to switch to once an authentication plugin sets a consumer.
     pub by_consumer: HashMap<Arc<str>, Arc<[PluginInstance]>>,
+    /// A request passes when its source-address rules or its credentials allow it (nginx's
+    /// `satisfy any`), instead of only when both do.
+    pub satisfy_any: bool,
 }
 
 /// Rewrite phase: the global plugins, before a route is known.
@@ -272,6 +278,93 @@ pub async fn access(
     req: &mut RequestHead,
     chain: &RouteChain,
 ) -> Option<EarlyResponse> {
+    if chain.satisfy_any {
+        // Boxed: few routes take it, and the common path's future should not carry it.
+        return Box::pin(access_any(ctx, req, chain)).await;
+    }
+    run_access(ctx, req, chain, Skip::Nothing).await.0
+}
+
+/// The access phase of a route with `satisfy: any`: its [source](AccessRule::Source) rules
+/// run first; when they all allow the client, the [credential](AccessRule::Credentials)
+/// plugins are skipped; otherwise the credentials decide, and their refusal (a 401 that asks
+/// for them) is the answer, as nginx's. A route without credential plugins answers the
+/// source rules' refusal. Every other plugin runs as usual.
+async fn access_any(
+    ctx: &mut RequestCtx,
+    req: &mut RequestHead,
+    chain: &RouteChain,
+) -> Option<EarlyResponse> {
+    // An index loop, not an iterator adapter: a closure held across an `.await` makes the
+    // future's `Send` depend on lifetimes the compiler cannot prove general.
+    let mut refusal = None;
+    let mut any_source = false;
+    for p in chain.base.iter() {
+        if p.access_rule != Some(AccessRule::Source) {
+            continue;
+        }
+        any_source = true;
+        if p.namespace != ctx.consumer_scope {
+            ctx.consumer_scope = p.namespace.clone();
+        }
+        let (c, r) = (&mut *ctx, &mut *req);
+        let flow = match call(p, "access", || p.plugin.access(c, r)) {
+            Called::Now(flow) => flow,
+            Called::Later(fut) => finish(p, "access", fut).await,
+        };
+        if let Flow::Respond(answer) = flow {
+            refusal = Some(answer);
+            break;
+        }
+    }
+    let granted = any_source && refusal.is_none();
+    let credentials = |p: &PluginInstance| p.access_rule == Some(AccessRule::Credentials);
+    if refusal.is_some() && !chain.base.iter().any(credentials) {
+        return refusal;
+    }
+    let skip = if granted {
+        Skip::SourcesAndCredentials
+    } else {
+        Skip::Sources
+    };
+    let (answer, authenticated) = run_access(ctx, req, chain, skip).await;
+    match answer {
+        Some(a) => Some(a),
+        None if granted || authenticated => None,
+        None => refusal,
+    }
+}
+
+/// Access rules the access loop leaves out.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Skip {
+    /// None: every plugin runs.
+    Nothing,
+    /// [`AccessRule::Source`] plugins (they ran already).
+    Sources,
+    /// Those and [`AccessRule::Credentials`] plugins (the sources let the client in).
+    SourcesAndCredentials,
+}
+
+impl Skip {
+    fn skips(self, p: &PluginInstance) -> bool {
+        match (self, p.access_rule) {
+            (Skip::Nothing, _) | (_, None) => false,
+            (Skip::Sources, Some(rule)) => rule == AccessRule::Source,
+            (Skip::SourcesAndCredentials, Some(_)) => true,
+        }
+    }
+}
+
+/// The access loop: the chain's plugins that `skip` leaves in, in priority order, until one
+/// answers; with whether a credential plugin let the request go on.
+async fn run_access(
+    ctx: &mut RequestCtx,
+    req: &mut RequestHead,
+    chain: &RouteChain,
+    skip: Skip,
+) -> (Option<EarlyResponse>, bool) {
+    let mut authenticated = false;
     // The lists live in the route's chain, which outlives the request: borrowed, not cloned.
     let mut list = &chain.base;
     ctx.plugins = list.clone();
@@ -283,7 +376,7 @@ pub async fn access(
     while i < list.len() {
         let p = &list[i];
         i += 1;
-        if !ran.is_empty() && ran.contains(&p.name) {
+        if (!ran.is_empty() && ran.contains(&p.name)) || skip.skips(p) {
             continue;
         }
         if p.namespace != ctx.consumer_scope {
@@ -295,8 +388,9 @@ pub async fn access(
             Called::Later(fut) => finish(p, "access", fut).await,
         };
         if let Flow::Respond(answer) = flow {
-            return Some(answer);
+            return (Some(answer), authenticated);
         }
+        authenticated |= p.access_rule == Some(AccessRule::Credentials);
         if ctx.consumer != consumer {
             consumer = ctx.consumer.clone();
             // A consumer without a list of its own (or none, after a plugin cleared it) gets
@@ -316,7 +410,7 @@ pub async fn access(
             }
         }
     }
-    None
+    (None, authenticated)
 }
 
 /// Whether any collected plugin reads request bodies.
@@ -674,9 +768,13 @@ mod tests {
         stop: bool,
         journal: Arc<Mutex<Vec<String>>>,
         set_consumer: Option<&'static str>,
+        rule: Option<AccessRule>,
     }
 
     impl Plugin for Probe {
+        fn access_rule(&self) -> Option<AccessRule> {
+            self.rule
+        }
         fn access<'a>(&'a self, ctx: &'a mut RequestCtx, _req: &'a mut RequestHead) -> Handled<'a> {
             self.journal
                 .lock()
@@ -686,7 +784,11 @@ mod tests {
                 ctx.consumer = Some(c.into());
             }
             if self.stop {
-                return Flow::Respond(EarlyResponse::message(StatusCode::FORBIDDEN, "no")).into();
+                let status = match self.rule {
+                    Some(AccessRule::Credentials) => StatusCode::UNAUTHORIZED,
+                    _ => StatusCode::FORBIDDEN,
+                };
+                return Flow::Respond(EarlyResponse::message(status, "no")).into();
             }
             Flow::Continue.into()
         }
@@ -754,6 +856,7 @@ mod tests {
         RouteChain {
             base: base.into(),
             by_consumer: HashMap::new(),
+            satisfy_any: false,
         }
     }
 
@@ -784,6 +887,7 @@ mod tests {
             stop,
             journal: j.clone(),
             set_consumer: None,
+            rule: None,
         };
         inst(name, prio, Arc::new(probe))
     }
@@ -801,8 +905,79 @@ mod tests {
             stop: false,
             journal: j.clone(),
             set_consumer: Some(consumer),
+            rule: None,
         };
         inst(name, prio, Arc::new(probe))
+    }
+
+    /// A probe that is an access rule of kind `rule`; refusing, a credential rule answers 401.
+    fn rule_probe(
+        j: &Arc<Mutex<Vec<String>>>,
+        name: &'static str,
+        prio: i32,
+        stop: bool,
+        rule: AccessRule,
+    ) -> PluginInstance {
+        let probe = Probe {
+            name,
+            stop,
+            journal: j.clone(),
+            set_consumer: None,
+            rule: Some(rule),
+        };
+        inst(name, prio, Arc::new(probe))
+    }
+
+    #[test]
+    fn satisfy_any_lets_either_the_source_or_the_credentials_in() {
+        use AccessRule::{Credentials, Source};
+        // (source refuses, credentials refuse, credential plugin present) → answer, journal
+        let cases: [(bool, bool, bool, Option<u16>, &[&str]); 6] = [
+            (false, true, true, None, &["src:access", "other:access"]),
+            (false, false, true, None, &["src:access", "other:access"]),
+            (
+                true,
+                false,
+                true,
+                None,
+                &["src:access", "cred:access", "other:access"],
+            ),
+            (true, true, true, Some(401), &["src:access", "cred:access"]),
+            (true, false, false, Some(403), &["src:access"]),
+            (false, false, false, None, &["src:access", "other:access"]),
+        ];
+        for (src_stop, cred_stop, with_cred, status, journal) in cases {
+            for any in [true, false] {
+                let j = Arc::new(Mutex::new(Vec::new()));
+                // Kong's order: authentication (1100) before ip-restriction (990).
+                let mut base = vec![rule_probe(&j, "cred", 1100, cred_stop, Credentials)];
+                if !with_cred {
+                    base.clear();
+                }
+                base.push(probe(&j, "other", 1000, false));
+                base.push(rule_probe(&j, "src", 990, src_stop, Source));
+                let chain = RouteChain {
+                    satisfy_any: any,
+                    ..route_chain(base)
+                };
+                let (mut ctx, mut req) = (fresh(), head());
+                let answer = block_on(access(&mut ctx, &mut req, &chain));
+                let got = answer.map(|a| a.status.as_u16());
+                let case = (src_stop, cred_stop, with_cred, any);
+                if any {
+                    assert_eq!(got, status, "{case:?}");
+                    assert_eq!(*j.lock().unwrap(), journal, "{case:?}");
+                } else {
+                    // satisfy: all — the first refusal in priority order answers.
+                    let want = match (with_cred && cred_stop, src_stop) {
+                        (true, _) => Some(401),
+                        (false, true) => Some(403),
+                        (false, false) => None,
+                    };
+                    assert_eq!(got, want, "{case:?}");
+                }
+            }
+        }
     }
 
     fn head() -> RequestHead {
@@ -863,6 +1038,7 @@ mod tests {
         let chain = RouteChain {
             base,
             by_consumer: HashMap::from([(Arc::from("alice"), alice)]),
+            satisfy_any: false,
         };
         let mut ctx = fresh();
         assert!(block_on(access(&mut ctx, &mut head(), &chain)).is_none());
@@ -886,6 +1062,7 @@ mod tests {
         let chain = RouteChain {
             base,
             by_consumer: HashMap::from([(Arc::from("alice"), alice)]),
+            satisfy_any: false,
         };
         let mut ctx = fresh();
         assert!(block_on(access(&mut ctx, &mut head(), &chain)).is_none());

@@ -208,9 +208,25 @@ pub trait Plugin: Send + Sync + 'static {
         false
     }
 
+    /// Which kind of access rule the plugin is, for routes that let a request through when
+    /// either kind allows it (`satisfy: any`): by default, an authentication plugin's
+    /// [`AccessRule::Credentials`] and nothing otherwise.
+    fn access_rule(&self) -> Option<AccessRule> {
+        self.authenticates().then_some(AccessRule::Credentials)
+    }
+
     /// Exactly once per request, when it ends for any reason: after the last byte was sent,
     /// after an error, or when the client went away (status 499 if no response had started).
     fn log(&self, _ctx: &RequestCtx, _record: &LogRecord) {}
+}
+
+/// The two kinds of access rule nginx's `satisfy` chooses between.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AccessRule {
+    /// Who the client is by its address (`ip-restriction`).
+    Source,
+    /// Who the client is by what it presents (`basic-auth`, `key-auth`, `forward-auth`, …).
+    Credentials,
 }
 
 /// A configured plugin ready to run.
@@ -230,6 +246,8 @@ pub struct PluginInstance {
     pub reads_request_body: bool,
     /// [`Plugin::may_need_body_before_access`], asked once when the instance was built.
     pub body_before_access: bool,
+    /// [`Plugin::access_rule`], asked once when the instance was built.
+    pub access_rule: Option<AccessRule>,
     /// The namespace whose consumers the plugin may find ([`PluginConfig::namespace`]).
     ///
     /// [`PluginConfig::namespace`]: crate::config::PluginConfig::namespace
@@ -246,6 +264,7 @@ impl PluginInstance {
             filters_body: plugin.filters_body(),
             reads_request_body: plugin.reads_request_body(),
             body_before_access: plugin.may_need_body_before_access(),
+            access_rule: plugin.access_rule(),
             namespace: None,
             plugin,
         }

@@ -35,6 +35,8 @@ pub(crate) struct Session {
     /// The trailers of a request body read whole before `access`, sent after it (boxed:
     /// every request moves the session, few have trailers).
     pub request_trailers: Option<Box<http::HeaderMap>>,
+    /// The pace of the answer's body, as the matched route says.
+    pub response_rate: Option<crate::config::ResponseRate>,
 }
 
 impl Drop for Session {

@@ -202,6 +202,11 @@ impl IpRestriction {
 }
 
 impl Plugin for IpRestriction {
+    /// Allows or refuses by the client's address.
+    fn access_rule(&self) -> Option<crate::pipeline::plugin::AccessRule> {
+        Some(crate::pipeline::plugin::AccessRule::Source)
+    }
+
     fn access<'a>(&'a self, ctx: &'a mut RequestCtx, _req: &'a mut RequestHead) -> Handled<'a> {
         if self.allows(ctx.client_ip) {
             Flow::Continue.into()

@@ -73,6 +73,11 @@ impl Acl {
 }
 
 impl Plugin for Acl {
+    /// Decides on what the client presents (for `acl`: who authentication found).
+    fn access_rule(&self) -> Option<crate::pipeline::plugin::AccessRule> {
+        Some(crate::pipeline::plugin::AccessRule::Credentials)
+    }
+
     fn access<'a>(&'a self, ctx: &'a mut RequestCtx, req: &'a mut RequestHead) -> Handled<'a> {
         let Some(consumer) = ctx.consumer_entry() else {
             // Kong: no consumer means no authentication plugin ran before this one (or it let

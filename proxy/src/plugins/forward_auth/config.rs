@@ -30,6 +30,8 @@ struct Conf {
     request_redirect: Option<String>,
     #[serde(default)]
     set_cookies: SetCookies,
+    #[serde(default)]
+    headers: std::collections::BTreeMap<String, String>,
 }
 
 /// When the auth service's `Set-Cookie` fields of an allowing answer reach the client.
@@ -106,6 +108,8 @@ pub(super) struct Settings {
     pub request_redirect: Option<HeaderValue>,
     /// When the auth service's cookies reach the client.
     pub set_cookies: SetCookies,
+    /// Headers set on every authorization request, over the client's and Weir's own.
+    pub headers: Vec<(HeaderName, HeaderValue)>,
 }
 
 /// Parses and checks a configuration.
@@ -147,7 +151,13 @@ pub(super) fn parse(config: &serde_json::Value) -> Result<Settings, String> {
             _ => Err(format!("request_redirect: {r:?} is not a header value")),
         })
         .transpose()?;
+    let headers = conf
+        .headers
+        .iter()
+        .map(|(name, value)| parse_set_header(name, value))
+        .collect::<Result<Vec<_>, _>>()?;
     Ok(Settings {
+        headers,
         target: url.target,
         https: url.https,
         host: url.host,
@@ -246,6 +256,21 @@ fn parse_response_header(i: usize, name: &str) -> Result<HeaderName, String> {
         ));
     }
     Ok(header)
+}
+
+/// An entry of `headers`: not a header the proxy owns (framing, routing, hop-by-hop).
+fn parse_set_header(name: &str, value: &str) -> Result<(HeaderName, HeaderValue), String> {
+    let header = HeaderName::from_bytes(name.as_bytes())
+        .map_err(|_| format!("headers: {name:?} is not a header name"))?;
+    if RESERVED.contains(&header.as_str()) {
+        return Err(format!(
+            "headers: {name:?} belongs to the proxy and cannot be set on the authorization \
+             request"
+        ));
+    }
+    let value = HeaderValue::from_str(value)
+        .map_err(|_| format!("headers.{name}: {value:?} is not a header value"))?;
+    Ok((header, value))
 }
 
 /// `signin`: an absolute http(s) URL or a path on the client's host, that a query parameter
@@ -378,12 +403,23 @@ mod tests {
             ("timeout", json!(60001)),
             ("timeout", json!(-1)),
             ("tls_verify", json!("no")),
+            ("headers", json!({"bad header": "x"})),
+            ("headers", json!({"Content-Length": "1"})),
+            ("headers", json!({"x-a": "line\nbreak"})),
+            ("headers", json!(["x-a: 1"])),
         ] {
             let e = err(base(k, v.clone()));
             assert!(e.starts_with(k), "{k} = {v}: {e}");
         }
         let e = err(base("response_headers", json!(["x-user", "bad header"])));
         assert!(e.starts_with("response_headers[1]:"), "{e}");
+        let h = parse(&base("headers", json!({"X-Using-Weir": "true", "x-b": ""})));
+        let h = h.unwrap().headers;
+        assert_eq!(h.len(), 2);
+        assert_eq!(
+            (h[0].0.as_str(), h[0].1.to_str().unwrap()),
+            ("x-using-weir", "true")
+        );
         let e = err(base("sign_in", json!("/x")));
         assert!(e.contains("unknown field"), "{e}");
 

@@ -150,6 +150,11 @@ async fn drain(mut body: upstream::ResponseBody) {
 }
 
 impl Plugin for ForwardAuth {
+    /// Decides on what the client presents (for `acl`: who authentication found).
+    fn access_rule(&self) -> Option<crate::pipeline::plugin::AccessRule> {
+        Some(crate::pipeline::plugin::AccessRule::Credentials)
+    }
+
     fn header_filter(
         &self,
         ctx: &mut RequestCtx,
@@ -162,7 +167,13 @@ impl Plugin for ForwardAuth {
     fn access<'a>(&'a self, ctx: &'a mut RequestCtx, req: &'a mut RequestHead) -> Handled<'a> {
         let original = Original::of(req, ctx.client_ip, ctx.client_tls);
         let redirect = self.s.request_redirect.as_ref();
-        let headers = rules::subrequest_headers(&req.headers, &self.s.host, &original, redirect);
+        let headers = rules::subrequest_headers(
+            &req.headers,
+            &self.s.host,
+            &original,
+            redirect,
+            &self.s.headers,
+        );
         let method = self
             .s
             .method

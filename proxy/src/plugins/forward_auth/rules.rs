@@ -110,12 +110,14 @@ fn dropped(name: &HeaderName, connection_tokens: &[String]) -> bool {
 
 /// The subrequest's headers: the client's, less those that must not go, plus the auth
 /// service's `Host` and Weir's description of the original request.
-/// `redirect`: the `X-Auth-Request-Redirect` to send, instead of the original path and query.
+/// `redirect`: the `X-Auth-Request-Redirect` to send, instead of the original path and query;
+/// `configured`: headers the configuration sets, over all of those.
 pub(super) fn subrequest_headers(
     client: &HeaderMap,
     auth_host: &HeaderValue,
     original: &Original,
     redirect: Option<&HeaderValue>,
+    configured: &[(HeaderName, HeaderValue)],
 ) -> HeaderMap {
     // Fields `Connection` names are hop-by-hop too (the pipeline removed them already; a
     // plugin before this one may have added some).
@@ -181,6 +183,9 @@ pub(super) fn subrequest_headers(
             );
         }
         None => set("x-auth-request-redirect", &original.path_and_query),
+    }
+    for (name, value) in configured {
+        out.insert(name.clone(), value.clone());
     }
     out
 }
@@ -355,6 +360,7 @@ mod tests {
             &HeaderValue::from_static("auth:9000"),
             &o,
             None,
+            &[],
         );
         assert_eq!(all(&h, "host"), ["auth:9000"]);
         assert_eq!(all(&h, "authorization"), ["Bearer good"]);
@@ -392,7 +398,27 @@ mod tests {
         assert_eq!(all(&h, "x-auth-request-redirect"), ["/app/orders?id=7"]);
         // A configured redirect replaces it (and never the client's).
         let fixed = HeaderValue::from_static("https://app.example/");
-        let h = subrequest_headers(&req.headers, &fixed, &o, Some(&fixed));
+        // Configured headers go over the client's and Weir's own.
+        let set = [
+            (
+                HeaderName::from_static("x-user"),
+                HeaderValue::from_static(""),
+            ),
+            (
+                HeaderName::from_static("x-real-ip"),
+                HeaderValue::from_static("set"),
+            ),
+            (
+                HeaderName::from_static("x-auth-from"),
+                HeaderValue::from_static("weir"),
+            ),
+        ];
+        let h = subrequest_headers(&req.headers, &fixed, &o, None, &set);
+        assert_eq!(all(&h, "x-user"), [""]);
+        assert_eq!(all(&h, "x-real-ip"), ["set"]);
+        assert_eq!(all(&h, "x-auth-from"), ["weir"]);
+        assert_eq!(all(&h, "authorization"), ["Bearer good"]);
+        let h = subrequest_headers(&req.headers, &fixed, &o, Some(&fixed), &[]);
         assert_eq!(all(&h, "x-auth-request-redirect"), ["https://app.example/"]);
     }
 
@@ -410,7 +436,7 @@ mod tests {
     fn a_request_without_host_has_no_forwarded_host() {
         let req = head("/p", &[]);
         let o = Original::of(&req, "::1".parse().unwrap(), false);
-        let h = subrequest_headers(&req.headers, &HeaderValue::from_static("a"), &o, None);
+        let h = subrequest_headers(&req.headers, &HeaderValue::from_static("a"), &o, None, &[]);
         assert!(!h.contains_key("x-forwarded-host"));
         assert_eq!(all(&h, "x-original-url"), ["/p"]);
         assert_eq!(all(&h, "x-forwarded-for"), ["::1"]);

@@ -72,6 +72,7 @@ impl<'t> Session<'t> {
             grpc_deadline,
             upstream_load: None,
             request_trailers: None,
+            response_rate: None,
         });
         let client = Client {
             host_problem,

@@ -516,6 +516,7 @@ mod tests {
             timeout: None,
             upstream_error: StatusCode::BAD_GATEWAY,
             tls_hosts: None,
+            response_rate: None,
             id: "r".into(),
             strip_path: strip,
             preserve_host: false,
@@ -524,6 +525,7 @@ mod tests {
             chain: RouteChain {
                 base: Arc::from(vec![]),
                 by_consumer: Default::default(),
+                satisfy_any: false,
             },
             host_header: None,
             rewrite: None,

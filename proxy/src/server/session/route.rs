@@ -124,6 +124,7 @@ impl<'t> Session<'t> {
         let deadline = route_deadline(route, self.s.ctx.timings.start, self.s.grpc_deadline);
         self.s.ctx.route = Some(route.id.clone());
         self.s.record.route = Some(route.id.clone());
+        self.s.response_rate = route.response_rate;
         if !route.access_log {
             self.s.ctx.slots.insert(Unlogged);
         }
