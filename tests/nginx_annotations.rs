@@ -1854,3 +1854,152 @@ async fn mirror_annotations_copy_requests() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// 16. satisfy, ConfigMaps of headers, limit-rate, hashing onto subsets
+
+/// A ConfigMap of `NS` with `data`.
+fn config_map(name: &str, data: &[(&str, &str)]) -> String {
+    let mut out = format!(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: {name}, namespace: {NS}}}\ndata:\n"
+    );
+    for (k, v) in data {
+        out.push_str(&format!("  {k}: {}\n", q(v)));
+    }
+    out
+}
+
+/// `satisfy: any` lets in a client that either its address or its credentials admit (the
+/// auth service is not even asked when the address does), and answers the service's 401 when
+/// neither does; `satisfy: all` needs both. `auth-proxy-set-headers` adds its ConfigMap's
+/// headers to the authorization request, `custom-headers` its ConfigMap's to every answer
+/// (over the upstream's own).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn satisfy_any_and_configmap_headers() {
+    let auth = Server::start(|req| match req.header("authorization").as_deref() {
+        Some("Bearer good") => response(200, "", ""),
+        _ => response(401, "www-authenticate: Bearer realm=\"t\"\r\n", "no"),
+    });
+    let up = Server::start(|_| response(200, "x-frame-options: SAMEORIGIN\r\n", "ok"));
+    let url = format!("http://127.0.0.1:{}/verify", auth.port);
+    let guarded = |name: &str, host: &str, range: &'static str, satisfy: Option<&'static str>| {
+        let mut a = vec![
+            ("whitelist-source-range", range),
+            ("auth-url", url.as_str()),
+            ("auth-proxy-set-headers", "auth-headers"),
+            ("custom-headers", "response-headers"),
+        ];
+        a.extend(satisfy.map(|s| ("satisfy", s)));
+        nginx(name, host, &a, "app")
+    };
+    let manifests = docs(&[
+        service(NS, "app", up.port),
+        config_map(
+            "auth-headers",
+            &[("X-Using-Weir", "true"), ("X-Tenant", "demo")],
+        ),
+        config_map("response-headers", &[("X-Frame-Options", "DENY")]),
+        guarded("near", "near.test", "127.0.0.1/32", Some("any")),
+        guarded("far", "far.test", "10.0.0.0/8", Some("any")),
+        guarded("both", "both.test", "10.0.0.0/8", Some("all")),
+    ]);
+    let s = Served::start(&manifests, &[]);
+    let c = client();
+    ready(&c, &s, "near.test", "/", 200).await;
+    let good = [("authorization", "Bearer good")];
+
+    // The address admits: no credentials needed, the auth service not asked.
+    let asked = auth.count();
+    let r = get_at(&c, &s, "near.test", "/in", &[]).await;
+    assert_eq!(r.status, 200, "{r:?}");
+    assert_eq!(up.last().request_line(), "GET /in HTTP/1.1");
+    assert_eq!(auth.count(), asked, "the auth service was asked");
+    // The upstream's X-Frame-Options is replaced, not doubled.
+    let frame: Vec<_> = r.headers.get_all("x-frame-options").iter().collect();
+    assert_eq!(frame, ["DENY"], "{r:?}");
+
+    // The address does not: the credentials decide, with the service's 401 when they fail.
+    let before = up.count();
+    let r = get_at(&c, &s, "far.test", "/in", &[]).await;
+    assert_eq!(r.status, 401, "{r:?}");
+    assert_eq!(r.header("www-authenticate"), Some("Bearer realm=\"t\""));
+    assert_eq!(up.count(), before, "a refused request reached the upstream");
+    let r = get_at(&c, &s, "far.test", "/in", &good).await;
+    assert_eq!(r.status, 200, "{r:?}");
+    assert_eq!(up.last().request_line(), "GET /in HTTP/1.1");
+    assert_eq!(r.header("x-frame-options"), Some("DENY"));
+    let sub = auth.last();
+    assert_eq!(sub.all("x-using-weir"), ["true"], "{}", sub.head);
+    assert_eq!(sub.all("x-tenant"), ["demo"], "{}", sub.head);
+    assert_eq!(sub.all("authorization"), ["Bearer good"]);
+
+    // satisfy: all — good credentials from a refused address stay out.
+    let before = up.count();
+    let r = get_at(&c, &s, "both.test", "/in", &good).await;
+    assert_eq!(r.status, 403, "{r:?}");
+    assert_eq!(up.count(), before, "a refused request reached the upstream");
+}
+
+/// `limit-rate` (kilobytes a second) paces an answer's body after `limit-rate-after`
+/// kilobytes, every byte arriving; `upstream-hash-by-subset` keeps one key's requests on its
+/// subset of pods while other keys reach every pod.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn limit_rate_paces_answers_and_subsets_keep_keys_on_a_few_pods() {
+    let big = "x".repeat(40 * 1024);
+    let body = big.clone();
+    let up = Server::start(move |_| response(200, "x-upstream: big\r\n", &body));
+    let ups = [echo("a"), echo("b"), echo("c"), echo("d")];
+    let ports: Vec<u16> = ups.iter().map(|u| u.port).collect();
+    let manifests = docs(&[
+        service(NS, "big", up.port),
+        service_many("pods", &ports),
+        nginx(
+            "slow",
+            "slow.test",
+            &[("limit-rate", "32"), ("limit-rate-after", "8")],
+            "big",
+        ),
+        nginx(
+            "subsets",
+            "subsets.test",
+            &[
+                ("upstream-hash-by", "$arg_user"),
+                ("upstream-hash-by-subset", "true"),
+                ("upstream-hash-by-subset-size", "2"),
+            ],
+            "pods",
+        ),
+    ]);
+    let s = Served::start(&manifests, &[]);
+    let c = client();
+    ready(&c, &s, "subsets.test", "/", 200).await;
+
+    // 8 KiB free, then 32 KiB at 32 KiB a second: at least a second (a lower bound, which
+    // pacing guarantees however fast the machine; how close to it is for the benchmarks).
+    let started = Instant::now();
+    let r = get_at(&c, &s, "slow.test", "/file", &[]).await;
+    let took = started.elapsed();
+    assert_eq!(r.status, 200, "{r:?}");
+    assert_eq!(r.body.len(), big.len());
+    assert!(r.body.iter().all(|b| *b == b'x'));
+    assert!(
+        took >= Duration::from_millis(950),
+        "paced body took {took:?}"
+    );
+
+    // One key: exactly two pods, both used.
+    let mut seen = std::collections::BTreeSet::new();
+    for _ in 0..12 {
+        let r = get_at(&c, &s, "subsets.test", "/?user=alice", &[]).await;
+        assert_eq!(r.status, 200, "{r:?}");
+        seen.insert(r.echo_name().expect("echo"));
+    }
+    assert_eq!(seen.len(), 2, "alice's requests: {seen:?}");
+    // Many keys: every pod.
+    let mut all = std::collections::BTreeSet::new();
+    for i in 0..60 {
+        let r = get_at(&c, &s, "subsets.test", &format!("/?user=u{i}"), &[]).await;
+        all.insert(r.echo_name().expect("echo"));
+    }
+    assert_eq!(all.len(), 4, "{all:?}");
+}

@@ -81,6 +81,15 @@ pub const MIRROR_TARGET: &str = "weir.dev/mirror-target";
 pub const MIRROR_HOST: &str = "weir.dev/mirror-host";
 /// Ingress with `mirror-target`: `"false"` sends the copies without the request's body.
 pub const MIRROR_REQUEST_BODY: &str = "weir.dev/mirror-request-body";
+/// Ingress: `any` lets a request in when either its source ranges (an `ip-restriction`
+/// plugin) or its authentication plugins allow it; `all` (the default) needs both.
+pub const SATISFY: &str = "weir.dev/satisfy";
+/// Ingress: the most bytes a second each answer's body is sent at (`512k`, `1m`, or bytes;
+/// `0`, no limit), as nginx's `limit_rate`.
+pub const LIMIT_RATE: &str = "weir.dev/limit-rate";
+/// Ingress with `limit-rate`: how much of each answer's body goes at full speed first
+/// (`1m`, `512k`, or bytes).
+pub const LIMIT_RATE_AFTER: &str = "weir.dev/limit-rate-after";
 /// Ingress with ingress-nginx annotations: `serve` (default) serves it without the ones Weir
 /// does not support; `disable` makes its paths answer 503 instead.
 pub const UNSUPPORTED_ANNOTATIONS: &str = "weir.dev/unsupported-annotations";

@@ -289,6 +289,11 @@ pub struct HashOn {
     /// Whether that cookie is marked `Secure`.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub cookie_secure: bool,
+    /// Hash onto subsets of this many targets instead of single targets: a key's requests
+    /// take its subset's members in turn (ingress-nginx's `upstream-hash-by-subset`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 256))]
+    pub subset_size: Option<u32>,
 }
 
 /// A cookie's `SameSite` attribute.

@@ -49,6 +49,8 @@ fn routes(n: usize) -> Vec<Route> {
             timeout: None,
             upstream_error_status: None,
             tls_hosts: Vec::new(),
+            satisfy: Default::default(),
+            response_rate: None,
         })
         .collect()
 }

@@ -297,6 +297,16 @@ pub fn start(client: &Client, namespaces: &Option<Vec<String>>, shared: &Arc<Sha
         Object::Upstream,
         shared,
     );
+    // ConfigMaps: headers that ingress-nginx's `custom-headers` and `auth-proxy-set-headers`
+    // name, and the CA certificates of BackendTLSPolicies and Gateways' `spec.tls.frontend`.
+    spawn::<ConfigMap>(
+        client,
+        namespaces,
+        all.clone(),
+        Kind::ConfigMap,
+        Object::ConfigMap,
+        shared,
+    );
     spawn::<Consumer>(
         client,
         namespaces,
@@ -466,16 +476,6 @@ fn start_gateway_api(
     } else {
         None
     };
-    // CA certificates are in ConfigMaps: BackendTLSPolicies' and Gateways'
-    // `spec.tls.frontend`, which only the Gateway API makes Weir read.
-    spawn::<ConfigMap>(
-        client,
-        namespaces,
-        all.clone(),
-        Kind::ConfigMap,
-        Object::ConfigMap,
-        shared,
-    );
     {
         let mut store = shared.store.lock().unwrap_or_else(|e| e.into_inner());
         for (kind, version) in [(Kind::BackendTLSPolicy, policies), (Kind::TLSRoute, tls)] {

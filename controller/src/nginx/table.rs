@@ -46,21 +46,12 @@ pub fn classify(name: &str) -> (Status, &'static str) {
         | "auth-keepalive-timeout" => differs(
             "no effect: Weir keeps connections to the authentication service open itself",
         ),
-        "auth-proxy-set-headers" => unsupported(
-            "a ConfigMap of headers for the authentication request is not read; list the headers the service needs in the client's request",
-        ),
-        "satisfy" => unsupported(
-            "Weir requires every access rule (source ranges and authentication), as satisfy: all",
-        ),
         "enable-global-auth" => differs(
             "no effect: Weir has no global external authentication from a ConfigMap",
         ),
         "ssl-ciphers" | "ssl-prefer-server-ciphers" | "proxy-ssl-ciphers" | "proxy-ssl-protocols" => {
             differs("no effect: rustls offers only its modern cipher suites and TLS 1.2/1.3")
         }
-        "limit-rate" | "limit-rate-after" => unsupported(
-            "response bandwidth limits are not supported",
-        ),
         "global-rate-limit"
         | "global-rate-limit-window"
         | "global-rate-limit-key"
@@ -69,9 +60,6 @@ pub fn classify(name: &str) -> (Status, &'static str) {
         ),
         "connection-proxy-header" => unsupported(
             "Weir manages the Connection header towards upstreams itself",
-        ),
-        "custom-headers" => unsupported(
-            "a ConfigMap of response headers is not read; use the response-transformer plugin",
         ),
         "enable-modsecurity" | "enable-owasp-core-rules" | "modsecurity-transaction-id" => {
             unsupported("ModSecurity (a web application firewall) is not part of Weir")
@@ -87,9 +75,6 @@ pub fn classify(name: &str) -> (Status, &'static str) {
         "client-body-timeout" | "client-header-timeout" => differs(
             "Weir's own client timeouts (--idle-timeout and friends) apply",
         ),
-        "upstream-hash-by-subset" | "upstream-hash-by-subset-size" => {
-            unsupported("hashing onto subsets of pods is not supported")
-        }
         "denylist-source-range"
         | "whitelist-source-range"
         | "allowlist-source-range"
@@ -102,7 +87,15 @@ pub fn classify(name: &str) -> (Status, &'static str) {
         ),
         "influxdb-measurement" | "influxdb-port" | "influxdb-host" | "influxdb-server-name"
         | "enable-influxdb" => unsupported("InfluxDB metrics are not supported; Weir serves /metrics"),
-        "load-balance" | "upstream-hash-by" => unreachable_name(),
+        "load-balance"
+        | "upstream-hash-by"
+        | "upstream-hash-by-subset"
+        | "upstream-hash-by-subset-size"
+        | "satisfy"
+        | "limit-rate"
+        | "limit-rate-after"
+        | "custom-headers"
+        | "auth-proxy-set-headers" => unreachable_name(),
         _ => unsupported("not an ingress-nginx annotation Weir knows"),
     }
 }

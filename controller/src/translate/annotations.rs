@@ -59,6 +59,12 @@ pub struct IngressAnnotations {
     pub passthrough_proxy_protocol: Option<ProxyProtocol>,
     /// The `mirror-*` settings; `target` set turns them on.
     pub mirror: MirrorAnnotations,
+    /// `satisfy: any`.
+    pub satisfy_any: bool,
+    /// `limit-rate` in bytes a second (0: none).
+    pub limit_rate: u64,
+    /// `limit-rate-after` in bytes.
+    pub limit_rate_after: u64,
 }
 
 /// An Ingress's `mirror-*` annotations.
@@ -199,6 +205,32 @@ fn list(v: &str) -> Vec<String> {
         .filter(|s| !s.is_empty())
         .map(str::to_string)
         .collect()
+}
+
+/// An nginx size (`8m`, `512k`, `1g`, `100`) in bytes.
+pub fn parse_size(v: &str) -> Option<u64> {
+    let v = v.trim();
+    let (digits, mult) = match v.as_bytes().last()? {
+        b'k' | b'K' => (&v[..v.len() - 1], 1u64 << 10),
+        b'm' | b'M' => (&v[..v.len() - 1], 1 << 20),
+        b'g' | b'G' => (&v[..v.len() - 1], 1 << 30),
+        _ => (v, 1),
+    };
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse::<u64>().ok()?.checked_mul(mult)
+}
+
+/// A size annotation (`limit-rate`, …).
+fn size(key: &str, v: &str) -> Result<u64, AnnotationError> {
+    parse_size(v).ok_or_else(|| {
+        let m = format!(
+            "{:?} is not a size (bytes, or a number with k, m or g)",
+            v.trim()
+        );
+        (key.to_string(), m)
+    })
 }
 
 fn boolean(key: &str, v: &str) -> Result<bool, AnnotationError> {
@@ -471,6 +503,15 @@ pub fn ingress(annotations: &BTreeMap<String, String>) -> Parsed<IngressAnnotati
                 out.mirror.host = Some(h.to_string());
             }
             a::MIRROR_REQUEST_BODY => out.mirror.body = boolean(key, v)?,
+            a::SATISFY => {
+                out.satisfy_any = match v.trim() {
+                    "all" => false,
+                    "any" => true,
+                    other => return Err((key.into(), format!("{other:?} is not all or any"))),
+                }
+            }
+            a::LIMIT_RATE => out.limit_rate = size(key, v)?,
+            a::LIMIT_RATE_AFTER => out.limit_rate_after = size(key, v)?,
             a::CANARY => out.canary = boolean(key, v)?,
             a::CANARY_WEIGHT => out.canary_rules.weight = Some(number(key, v, 0, 1_000_000)?),
             a::CANARY_WEIGHT_TOTAL => {
@@ -675,6 +716,30 @@ mod tests {
             ("weir.dev/mirror-host", "a b"),
         ]));
         assert_eq!(r.unwrap_err().len(), 2);
+    }
+
+    #[test]
+    fn satisfy_and_limit_rate() {
+        let (r, _) = ingress(&map(&[
+            ("weir.dev/satisfy", "any"),
+            ("weir.dev/limit-rate", "512k"),
+            ("weir.dev/limit-rate-after", "1m"),
+        ]));
+        let r = r.unwrap();
+        assert!(r.satisfy_any);
+        assert_eq!((r.limit_rate, r.limit_rate_after), (512 << 10, 1 << 20));
+        let (r, _) = ingress(&map(&[("weir.dev/satisfy", "all")]));
+        assert!(!r.unwrap().satisfy_any);
+        let (r, _) = ingress(&map(&[
+            ("weir.dev/satisfy", "either"),
+            ("weir.dev/limit-rate", "1.5k"),
+            ("weir.dev/limit-rate-after", "-1"),
+        ]));
+        let errs = r.unwrap_err();
+        assert_eq!(errs.len(), 3, "{errs:?}");
+        assert!(errs
+            .iter()
+            .any(|(k, m)| k == "weir.dev/satisfy" && m.contains("all or any")));
     }
 
     #[test]

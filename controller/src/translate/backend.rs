@@ -725,6 +725,8 @@ impl Translator<'_> {
                     timeout: None,
                     upstream_error_status: None,
                     tls_hosts: Vec::new(),
+                    satisfy: Default::default(),
+                    response_rate: None,
                 })
             }
             Err((reason, m)) => {
@@ -897,6 +899,7 @@ fn balancing(spec: Option<&UpstreamSpec>, secure: bool) -> Balancing {
             }),
             cookie_same_site_none_if_supported: h.cookie_same_site_none_if_supported,
             cookie_secure: h.cookie_secure,
+            subset_size: h.subset_size,
         }
     });
     let hc = spec.healthchecks.clone().unwrap_or_default();

@@ -14,7 +14,9 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::networking::v1::{Ingress, IngressBackend, ServiceBackendPort};
 use weir_crds::annotations as a;
-use weir_proxy::config::{PathKind, PathRule, PluginConfig, Route, RouteMirror};
+use weir_proxy::config::{
+    PathKind, PathRule, PluginConfig, ResponseRate, Route, RouteMirror, Satisfy,
+};
 use weir_proxy::validate::check_host;
 
 use super::annotations::{self, IngressAnnotations};
@@ -639,6 +641,15 @@ impl Translator<'_> {
             timeout: None,
             upstream_error_status: None,
             tls_hosts: Vec::new(),
+            satisfy: if ann.satisfy_any {
+                Satisfy::Any
+            } else {
+                Satisfy::All
+            },
+            response_rate: (ann.limit_rate > 0).then_some(ResponseRate {
+                bytes_per_second: ann.limit_rate,
+                after_bytes: ann.limit_rate_after,
+            }),
         });
     }
 }

@@ -931,8 +931,9 @@ mod tests {
     #[test]
     fn satisfy_any_lets_either_the_source_or_the_credentials_in() {
         use AccessRule::{Credentials, Source};
-        // (source refuses, credentials refuse, credential plugin present) → answer, journal
-        let cases: [(bool, bool, bool, Option<u16>, &[&str]); 6] = [
+        // (source refuses, credentials refuse, credential plugin present, answer, journal)
+        type Case = (bool, bool, bool, Option<u16>, &'static [&'static str]);
+        let cases: [Case; 6] = [
             (false, true, true, None, &["src:access", "other:access"]),
             (false, false, true, None, &["src:access", "other:access"]),
             (

@@ -26,6 +26,19 @@ impl Conv<'_> {
                 Err(m) => self.record("denylist-source-range", &v, Status::Invalid, m),
             }
         }
+        if let Some(v) = self.take("satisfy") {
+            match v.trim() {
+                "any" => {
+                    self.weir.insert(a::SATISFY.into(), "any".into());
+                    self.applied("satisfy", &v);
+                }
+                "all" => self.applied("satisfy", &v),
+                _ => {
+                    let m = "not all or any; every access rule applies (all)";
+                    self.record("satisfy", &v, Status::Invalid, m);
+                }
+            }
+        }
         if allow.is_some() || deny.is_some() {
             let mut config = json!({});
             if let Some(a) = allow {

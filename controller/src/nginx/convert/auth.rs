@@ -99,6 +99,7 @@ impl Conv<'_> {
         let signin_param = self.take("auth-signin-redirect-param");
         let request_redirect = self.take("auth-request-redirect");
         let always_set_cookie = self.take("auth-always-set-cookie");
+        let proxy_set_headers = self.take("auth-proxy-set-headers");
         let Some(u) = url else {
             for (k, val) in [
                 ("auth-method", &method),
@@ -107,6 +108,7 @@ impl Conv<'_> {
                 ("auth-signin-redirect-param", &signin_param),
                 ("auth-request-redirect", &request_redirect),
                 ("auth-always-set-cookie", &always_set_cookie),
+                ("auth-proxy-set-headers", &proxy_set_headers),
             ] {
                 if let Some(val) = val {
                     self.record(k, val, Status::Applied, "no effect without auth-url");
@@ -190,6 +192,24 @@ impl Conv<'_> {
                 None => errors.push(("auth-always-set-cookie", "not a boolean".into())),
             }
         }
+        if let Some(v) = &proxy_set_headers {
+            match self.header_config_map(v) {
+                Ok(h) => config["headers"] = json!(h),
+                Err(m) => errors.push(("auth-proxy-set-headers", m)),
+            }
+        }
+        // The plugin's own check of the headers (the proxy's reserved names); the rest of
+        // the configuration is checked above, without building a TLS client per Ingress.
+        if errors.is_empty() && proxy_set_headers.is_some() {
+            if let Some(m) = Self::plugin_config_error("forward-auth", &config) {
+                let key = if m.starts_with("headers") {
+                    "auth-proxy-set-headers"
+                } else {
+                    "auth-url"
+                };
+                errors.push((key, m));
+            }
+        }
         let all = [
             ("auth-url", Some(u.clone())),
             ("auth-method", method),
@@ -198,6 +218,7 @@ impl Conv<'_> {
             ("auth-signin-redirect-param", signin_param),
             ("auth-request-redirect", request_redirect),
             ("auth-always-set-cookie", always_set_cookie),
+            ("auth-proxy-set-headers", proxy_set_headers),
         ];
         if errors.is_empty() {
             self.plugin("forward-auth", "forward-auth", config);

@@ -20,6 +20,8 @@ impl Conv<'_> {
             .filter_map(|k| self.take(k).map(|v| (*k, v)))
             .collect();
         let hash_by = self.take("upstream-hash-by");
+        let subset = self.take("upstream-hash-by-subset");
+        let subset_size = self.take("upstream-hash-by-subset-size");
         let lb = self.take("load-balance");
         let mut decided = false;
         match affinity.as_deref().map(str::trim) {
@@ -39,6 +41,7 @@ impl Conv<'_> {
                     cookie_same_site: None,
                     cookie_same_site_none_if_supported: false,
                     cookie_secure: false,
+                    subset_size: None,
                 };
                 let mut bad: Vec<(&str, &str)> = Vec::new();
                 if let Some(p) = cookie.get("session-cookie-path") {
@@ -172,6 +175,7 @@ impl Conv<'_> {
                     cookie_same_site: None,
                     cookie_same_site_none_if_supported: false,
                     cookie_secure: false,
+                    subset_size: None,
                 };
                 let (h, note) = match t {
                     "$remote_addr" | "$binary_remote_addr" => (Some(by(HashBy::Ip, None)), ""),
@@ -206,6 +210,7 @@ impl Conv<'_> {
                         self.upstream.algorithm = Some(Algorithm::ConsistentHashing);
                         self.upstream.hash_on = Some(h);
                         decided = true;
+                        self.hash_subsets(subset.as_deref(), subset_size.as_deref());
                         if note.is_empty() {
                             self.applied("upstream-hash-by", v);
                         } else {
@@ -216,6 +221,22 @@ impl Conv<'_> {
                         let m = "Weir hashes one of $remote_addr, $uri, $request_uri, $http_<name>, $cookie_<name> or $arg_<name>, not combinations; round-robin is used";
                         self.record("upstream-hash-by", v, Status::Unsupported, m);
                     }
+                }
+            }
+        }
+        if self
+            .upstream
+            .hash_on
+            .as_ref()
+            .is_none_or(|h| h.by == HashBy::Cookie)
+        {
+            for (k, v) in [
+                ("upstream-hash-by-subset", &subset),
+                ("upstream-hash-by-subset-size", &subset_size),
+            ] {
+                if let Some(v) = v {
+                    let m = "no effect without upstream-hash-by, or where affinity: cookie decides";
+                    self.record(k, v, Status::Applied, m);
                 }
             }
         }
@@ -241,6 +262,66 @@ impl Conv<'_> {
                     self.record("load-balance", v, Status::Unsupported, m);
                 }
             }
+        }
+    }
+}
+
+impl Conv<'_> {
+    /// `upstream-hash-by-subset` and `upstream-hash-by-subset-size`, with `upstream-hash-by`
+    /// applied.
+    fn hash_subsets(&mut self, subset: Option<&str>, size: Option<&str>) {
+        let on = match subset {
+            None => false,
+            Some(v) => match parse_bool(v) {
+                Some(b) => b,
+                None => {
+                    self.record(
+                        "upstream-hash-by-subset",
+                        v,
+                        Status::Invalid,
+                        "not a boolean",
+                    );
+                    false
+                }
+            },
+        };
+        let n = match size.map(|v| (v, v.trim().parse::<u32>())) {
+            None => Some(3),
+            Some((_, Ok(n))) if (1..=256).contains(&n) => Some(n),
+            Some((v, _)) => {
+                let m = "not a whole number from 1 to 256; subsets are not used";
+                self.record("upstream-hash-by-subset-size", v, Status::Invalid, m);
+                None
+            }
+        };
+        if !on {
+            if let Some(v) = subset.filter(|v| parse_bool(v).is_some()) {
+                self.applied("upstream-hash-by-subset", v);
+            }
+            if let (Some(v), Some(_)) = (size, n) {
+                let m = "no effect without upstream-hash-by-subset: \"true\"";
+                self.record("upstream-hash-by-subset-size", v, Status::Applied, m);
+            }
+            return;
+        }
+        let v = subset.unwrap_or_default();
+        let Some(n) = n else {
+            self.record(
+                "upstream-hash-by-subset",
+                v,
+                Status::Invalid,
+                "its size is invalid",
+            );
+            return;
+        };
+        if let Some(h) = self.upstream.hash_on.as_mut() {
+            h.subset_size = Some(n);
+        }
+        let m =
+            "a key's requests take its subset's pods in turn (ingress-nginx picks one at random)";
+        self.record("upstream-hash-by-subset", v, Status::Differs, m);
+        if let Some(s) = size {
+            self.applied("upstream-hash-by-subset-size", s);
         }
     }
 }

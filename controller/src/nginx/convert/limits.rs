@@ -23,6 +23,7 @@ impl Conv<'_> {
                 ),
             }
         }
+        self.limit_rate();
         let mut timeouts = Timeouts::default();
         for (short, slot) in [
             ("proxy-connect-timeout", 0),
@@ -255,6 +256,65 @@ impl Conv<'_> {
                 "no effect without a limit"
             };
             self.record("limit-whitelist", v, Status::Applied, m);
+        }
+    }
+}
+
+impl Conv<'_> {
+    /// `limit-rate` and `limit-rate-after`, in kilobytes (a second) as ingress-nginx writes
+    /// them into nginx's `limit_rate` and `limit_rate_after`.
+    fn limit_rate(&mut self) {
+        let rate = self.take("limit-rate");
+        let after = self.take("limit-rate-after");
+        let kb = |v: &str| {
+            v.trim()
+                .parse::<u64>()
+                .ok()
+                .and_then(|n| n.checked_mul(1024))
+        };
+        let mut ok = true;
+        for (k, v) in [("limit-rate", &rate), ("limit-rate-after", &after)] {
+            if let Some(v) = v.as_deref().filter(|v| kb(v).is_none()) {
+                self.record(k, v, Status::Invalid, "not a whole number of kilobytes");
+                ok = false;
+            }
+        }
+        if !ok {
+            for (k, v) in [("limit-rate", &rate), ("limit-rate-after", &after)] {
+                if let Some(v) = v.as_deref().filter(|v| kb(v).is_some()) {
+                    self.record(
+                        k,
+                        v,
+                        Status::Invalid,
+                        "the other limit-rate annotation is invalid",
+                    );
+                }
+            }
+            return;
+        }
+        match rate.as_deref().map(|v| (v, kb(v).unwrap_or(0))) {
+            Some((v, n)) if n > 0 => {
+                self.weir.insert(a::LIMIT_RATE.into(), n.to_string());
+                self.applied("limit-rate", v);
+                if let Some(after) = after.as_deref() {
+                    let n = kb(after).unwrap_or(0);
+                    self.weir.insert(a::LIMIT_RATE_AFTER.into(), n.to_string());
+                    self.applied("limit-rate-after", after);
+                }
+            }
+            rate => {
+                if let Some((v, _)) = rate {
+                    self.record("limit-rate", v, Status::Applied, "0: no limit");
+                }
+                if let Some(v) = &after {
+                    self.record(
+                        "limit-rate-after",
+                        v,
+                        Status::Applied,
+                        "no effect without limit-rate",
+                    );
+                }
+            }
         }
     }
 }

@@ -18,6 +18,7 @@ use weir_crds::{
 use super::table::{classify, guards_access};
 use super::{Converted, Options, Outcome, Report, Status, GENERATED_FROM};
 use crate::store::{Key, Store};
+use crate::translate::annotations::parse_size;
 
 mod access;
 mod auth;
@@ -98,21 +99,6 @@ fn parse_bool(v: &str) -> Option<bool> {
         "0" | "f" | "F" | "FALSE" | "false" | "False" => Some(false),
         _ => None,
     }
-}
-
-/// An nginx size (`8m`, `512k`, `1g`, `100`) in bytes.
-fn parse_size(v: &str) -> Option<u64> {
-    let v = v.trim();
-    let (digits, mult) = match v.as_bytes().last()? {
-        b'k' | b'K' => (&v[..v.len() - 1], 1u64 << 10),
-        b'm' | b'M' => (&v[..v.len() - 1], 1 << 20),
-        b'g' | b'G' => (&v[..v.len() - 1], 1 << 30),
-        _ => (v, 1),
-    };
-    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    digits.parse::<u64>().ok()?.checked_mul(mult)
 }
 
 /// Whole seconds (ingress-nginx's timeouts), as milliseconds.
@@ -217,6 +203,56 @@ impl Conv<'_> {
         self.record(short, value, Status::Applied, "");
     }
 
+    /// The header → value data of the ConfigMap an annotation names (`name` or
+    /// `namespace/name`, the Ingress's own namespace only), checked as headers to set: every
+    /// name a header name, every value a non-empty header value without nginx variables.
+    fn header_config_map(&self, value: &str) -> Result<BTreeMap<String, String>, String> {
+        let (ns, name) = match value.trim().split_once('/') {
+            Some((ns, n)) => (ns.to_string(), n.to_string()),
+            None => (self.key.namespace.clone(), value.trim().to_string()),
+        };
+        if ns != self.key.namespace {
+            return Err("names a ConfigMap in another namespace; Weir reads an Ingress's ConfigMaps from its own namespace (copy it there)".into());
+        }
+        let cm = self
+            .store
+            .config_maps
+            .get(&Key::new(ns.as_str(), name.as_str()))
+            .ok_or_else(|| format!("ConfigMap {ns}/{name} not found"))?;
+        let data = cm.data.clone().unwrap_or_default();
+        if data.is_empty() {
+            return Err(format!("ConfigMap {ns}/{name} has no data"));
+        }
+        for (k, v) in &data {
+            if !header_name_ok(k) {
+                return Err(format!("ConfigMap {ns}/{name}: {k:?} is not a header name"));
+            }
+            if v.contains('$') {
+                return Err(format!(
+                    "ConfigMap {ns}/{name}: {k}: nginx variables ($...) are not expanded"
+                ));
+            }
+            if v.trim().is_empty() || http::HeaderValue::from_str(v.trim()).is_err() {
+                return Err(format!(
+                    "ConfigMap {ns}/{name}: {k}: {v:?} is not a non-empty header value"
+                ));
+            }
+        }
+        Ok(data
+            .into_iter()
+            .map(|(k, v)| (k, v.trim().to_string()))
+            .collect())
+    }
+
+    /// The error the plugin `kind` would report for `config` (the proxy's own check), so a
+    /// generated plugin that would not load is reported on the annotation it came from.
+    fn plugin_config_error(kind: &str, config: &serde_json::Value) -> Option<String> {
+        static REGISTRY: std::sync::OnceLock<weir_proxy::Registry> = std::sync::OnceLock::new();
+        let registry = REGISTRY.get_or_init(weir_proxy::Registry::builtin);
+        let factory = registry.get(kind).expect("a built-in plugin kind");
+        factory.validate(config).err()
+    }
+
     /// A generated Plugin attached to the Ingress.
     fn plugin(&mut self, what: &str, kind: &str, config: serde_json::Value) -> String {
         let name = format!("{}-nginx-{what}", self.key.name);
@@ -299,6 +335,7 @@ impl Conv<'_> {
         self.auth();
         self.backends();
         self.cookies();
+        self.custom_headers();
         self.redirect_rewrites();
         let names: Vec<String> = self.rest.keys().cloned().collect();
         for n in names {

@@ -114,3 +114,25 @@ impl Conv<'_> {
         self.record("proxy-redirect-to", &to, status, note);
     }
 }
+
+impl Conv<'_> {
+    /// `custom-headers: <ConfigMap>`: its data set on every answer (nginx's
+    /// `more_set_headers`), as a `response-transformer` that replaces a header the upstream
+    /// sent and adds it otherwise.
+    pub(super) fn custom_headers(&mut self) {
+        let Some(v) = self.take("custom-headers") else {
+            return;
+        };
+        let headers = match self.header_config_map(&v) {
+            Ok(h) => h,
+            Err(m) => return self.record("custom-headers", &v, Status::Invalid, m),
+        };
+        let entries: Vec<String> = headers.iter().map(|(k, v)| format!("{k}:{v}")).collect();
+        let config = json!({"replace": {"headers": entries}, "add": {"headers": entries}});
+        if let Some(m) = Self::plugin_config_error("response-transformer", &config) {
+            return self.record("custom-headers", &v, Status::Invalid, m);
+        }
+        self.plugin("custom-headers", "response-transformer", config);
+        self.applied("custom-headers", &v);
+    }
+}

@@ -1244,6 +1244,8 @@ pub(super) fn new_route(
         // conformance suite (HTTPRouteRetryConnectionError) accepts 500 or 503 only.
         upstream_error_status: Some(503),
         tls_hosts: Vec::new(),
+        satisfy: Default::default(),
+        response_rate: None,
     }
 }
 
