@@ -3101,14 +3101,26 @@ spec:
     );
     let bed = Bed::start(&case);
     let c = client();
-    let s = bed
-        .route_status(&c, "gateway-conformance-infra/backendtlspolicy-invalid")
-        .await;
-    for (policy, reason) in [
+    let policies = [
         ("nonexistent-ca-certificate-ref", "InvalidCACertificateRef"),
         ("malformed-ca-certificate-ref", "InvalidCACertificateRef"),
         ("invalid-kind", "InvalidKind"),
-    ] {
+    ];
+    // Every policy's status, not only the route's: a status may be published while the
+    // policies are still being listed.
+    let s = bed
+        .status_when(&c, |s| {
+            s["httpRoutes"]
+                .get("gateway-conformance-infra/backendtlspolicy-invalid")
+                .is_some()
+                && policies.iter().all(|(p, _)| {
+                    let key = format!("gateway-conformance-infra/{p}");
+                    s["backendTLSPolicies"][key]["ancestors"][0]["conditions"].is_array()
+                })
+        })
+        .await;
+    wait_ready(&c, &bed.weir).await;
+    for (policy, reason) in policies {
         let p =
             &s["backendTLSPolicies"][format!("gateway-conformance-infra/{policy}")]["ancestors"][0];
         assert_eq!(

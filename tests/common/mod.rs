@@ -28,7 +28,26 @@ use hyper_util::rt::TokioExecutor;
 pub const WEIR: &str = env!("CARGO_BIN_EXE_weir");
 
 /// A loopback port nobody listens on right now.
+///
+/// Chosen below Linux's ephemeral range (32768–60999): a port from `bind(0)` is free only
+/// until the kernel hands the same number to another test's `bind(0)` or outgoing connection,
+/// which happened between the moment a test released it and the moment Weir bound it. Tests
+/// run as separate processes, so the start is spread by process id and time.
 pub fn free_port() -> u16 {
+    const LOW: u32 = 20_000;
+    const SPAN: u32 = 12_000;
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    let seed = std::process::id().wrapping_mul(2_654_435_761) ^ nanos;
+    for _ in 0..SPAN {
+        let n = NEXT.fetch_add(1, Ordering::Relaxed) as u32;
+        let port = (LOW + seed.wrapping_add(n.wrapping_mul(7_919)) % SPAN) as u16;
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
     TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
