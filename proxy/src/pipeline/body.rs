@@ -170,7 +170,9 @@ impl ProxyBody {
     /// Ends the request's session (which runs the log phase).
     fn done(&mut self, aborted: bool) {
         if let Some(mut f) = self.finish.take() {
-            f.record.response_bytes = self.sent;
+            // Bytes still held by the pacing never reached the client.
+            let held = self.pace.as_ref().map_or(0, |p| p.held_len());
+            f.record.response_bytes = self.sent - held;
             // A client that left before its request was read was answered with 499 only for
             // the log: it stays aborted however much of that answer hyper took.
             f.record.aborted |= aborted;

@@ -51,6 +51,11 @@ impl Pace {
         self.held.is_some()
     }
 
+    /// Bytes taken but not given on yet.
+    pub(super) fn held_len(&self) -> u64 {
+        self.held.as_ref().map_or(0, |b| b.len() as u64)
+    }
+
     /// Takes `data` to pace out through [`Pace::poll_next`].
     pub(super) fn hold(&mut self, data: Bytes) {
         debug_assert!(self.held.is_none());
@@ -66,26 +71,24 @@ impl Pace {
         };
         let now = Instant::now();
         let start = *self.start.get_or_insert(now);
-        let want = self.slice.min(data.len() as u64);
-        // The time by which `sent + want` bytes are allowed.
-        let due = (self.sent + want)
-            .checked_sub(self.after)
-            .map_or(start, |paced| {
-                let nanos = paced as u128 * 1_000_000_000 / self.rate as u128;
-                start + Duration::from_nanos(nanos.min(u64::MAX as u128) as u64)
-            });
-        if due > now {
-            let timer = self.timer.get_or_insert_with(|| Timer::at(due));
-            timer.reset(due);
-            if Pin::new(timer).poll(cx).is_pending() {
-                return Poll::Pending;
-            }
-        }
-        // Within the free bytes, the whole of them at once.
         let free = self.after.saturating_sub(self.sent);
         let n = if free > 0 {
+            // What is left of the free bytes goes at once, without waiting for a slice that
+            // would straddle their end.
             free.min(data.len() as u64)
         } else {
+            let want = self.slice.min(data.len() as u64);
+            // The time by which `sent + want` bytes are allowed.
+            let paced = self.sent + want - self.after;
+            let nanos = paced as u128 * 1_000_000_000 / self.rate as u128;
+            let due = start + Duration::from_nanos(nanos.min(u64::MAX as u128) as u64);
+            if due > now {
+                let timer = self.timer.get_or_insert_with(|| Timer::at(due));
+                timer.reset(due);
+                if Pin::new(timer).poll(cx).is_pending() {
+                    return Poll::Pending;
+                }
+            }
             want
         };
         let out = data.split_to(n as usize);
@@ -134,6 +137,18 @@ mod tests {
         // A later chunk keeps the count: the rate is over the body, not per chunk.
         let more = drain(&mut pace, &[0; 200]).await;
         assert_eq!(more, vec![(100, 100), (200, 100)]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_free_bytes_never_wait_even_in_a_chunk_that_goes_past_them() {
+        let mut pace = Pace::new(ResponseRate {
+            bytes_per_second: 1000,
+            after_bytes: 250,
+        });
+        assert_eq!(drain(&mut pace, &[0; 200]).await, vec![(0, 200)]);
+        // 50 free bytes left: at once; then slices of 100 at the rate.
+        let sent = drain(&mut pace, &[0; 250]).await;
+        assert_eq!(sent, vec![(0, 50), (100, 100), (200, 100)]);
     }
 
     #[tokio::test(start_paused = true)]
